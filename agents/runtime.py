@@ -1,0 +1,82 @@
+"""The worker's long-lived resources (Redis, index, model) and the handlers built on them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from grimoire.agents.ingest import IngestHandler
+from grimoire.agents.recall import LaneSizes, RecallHandler
+from grimoire.agents.sinks import EventSink
+from grimoire.infra.embedding import Embedder, SentenceTransformerEmbedder
+from grimoire.infra.settings import Settings
+from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.tables.redis_client import create_redis
+from grimoire.topics.declarations import TopicNames
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Handlers:
+    ingest: IngestHandler
+    recall: RecallHandler
+
+
+class Runtime:
+    """Builds the handlers once, on first use, and closes what it opened."""
+
+    def __init__(self, settings: Settings, sink: EventSink, embedder: Embedder | None = None):
+        self._settings = settings
+        self._sink = sink
+        self._embedder = embedder
+        self._handlers: Handlers | None = None
+        self._lock = asyncio.Lock()
+        self._redis = None
+
+    async def handlers(self) -> Handlers:
+        if self._handlers is None:
+            async with self._lock:
+                if self._handlers is None:
+                    self._handlers = await self._build()
+        return self._handlers
+
+    async def _build(self) -> Handlers:
+        settings = self._settings
+        embedder = self._embedder
+        if embedder is None:
+            loop = asyncio.get_running_loop()
+            embedder = await loop.run_in_executor(
+                None,
+                lambda: SentenceTransformerEmbedder(
+                    settings.model_path, threads=settings.embed_threads
+                ),
+            )
+        self._redis = create_redis(settings.redis_url, settings.redis_max_connections)
+        store = RedisMemoryStore(
+            self._redis,
+            settings.topic_prefix,
+            embedder.dims,
+            clock_ms=lambda: int(time.time() * 1000),
+        )
+        await store.ensure_schema()
+        topics = TopicNames(settings.topic_prefix)
+        logger.info("runtime ready (prefix %s)", settings.topic_prefix)
+        return Handlers(
+            ingest=IngestHandler(store, embedder, self._sink, topics, settings.input_limits),
+            recall=RecallHandler(
+                store,
+                embedder,
+                self._sink,
+                topics,
+                settings.recall_limits,
+                settings.input_limits,
+                LaneSizes(settings.recall_canonical_k, settings.recall_bm25_k, settings.rrf_k),
+            ),
+        )
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()

@@ -1,0 +1,117 @@
+"""The Faust agents: thin loops that decode Kafka events and call the handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import faust
+
+from grimoire.agents.messages import InputMessage
+from grimoire.agents.runtime import Runtime
+from grimoire.infra.settings import Settings
+from grimoire.streams.records import EventType
+from grimoire.topics.declarations import TopicNames
+
+logger = logging.getLogger(__name__)
+
+_MAX_BACKOFF_S = 5.0
+
+
+class FaustSink:
+    """EventSink over a Faust app: raw bytes out, keyed by agent id."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+        self._topics: dict[str, Any] = {}
+
+    def _topic(self, name: str) -> Any:
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = self._app.topic(name, key_serializer="raw", value_serializer="raw")
+            self._topics[name] = topic
+        return topic
+
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        await self._topic(topic).send(key=key.encode(), value=value)
+
+
+def _message(event: Any) -> InputMessage:
+    msg = event.message
+    value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+    return InputMessage(value=value, topic=msg.topic, partition=msg.partition, offset=msg.offset)
+
+
+async def _with_retry(what: str, action: Callable[[], Awaitable[Any]]) -> None:
+    """Retry infrastructure failures until they clear: skipping would lose events,
+    crashing would stall the partition. Bad input never reaches here (it is
+    dead-lettered inside the handler)."""
+    backoff = 0.1
+    while True:
+        try:
+            await action()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("%s failed; retrying in %.1fs", what, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+
+def register_agents(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+    names = TopicNames(settings.topic_prefix)
+
+    def raw_topic(name: str) -> Any:
+        return app.topic(
+            name,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    def ingest_agent(event_type: EventType, topic_name: str) -> None:
+        async def ingest(stream: Any) -> AsyncIterator[None]:
+            async for events in stream.take_events(
+                settings.embed_batch_size, within=settings.embed_batch_within_s
+            ):
+                batch = [_message(event) for event in events]
+
+                async def process(batch: list[InputMessage] = batch) -> None:
+                    handlers = await runtime.handlers()
+                    await handlers.ingest.handle(event_type, batch)
+
+                await _with_retry(f"ingest of {len(batch)} {event_type} events", process)
+                yield None
+
+        app.agent(raw_topic(topic_name), name=f"grimoire.ingest.{event_type.value}")(ingest)
+
+    ingest_agent(EventType.EPISODE, names.episodes)
+    ingest_agent(EventType.TOOL, names.tool_events)
+    ingest_agent(EventType.TRANSCRIPT, names.transcripts)
+
+    async def recall(stream: Any) -> AsyncIterator[None]:
+        async for event in stream.events():
+            message = _message(event)
+
+            async def process(message: InputMessage = message) -> None:
+                handlers = await runtime.handlers()
+                await handlers.recall.handle(message)
+
+            await _with_retry("recall", process)
+            yield None
+
+    async def warm_up() -> None:
+        # Load the model and check the index before the first event arrives, so
+        # the first recall does not pay for it.
+        await runtime.handlers()
+
+    app.task(warm_up)
+
+    app.agent(
+        raw_topic(names.recall_requests),
+        name="grimoire.recall",
+        concurrency=settings.recall_concurrency,
+    )(recall)

@@ -1,0 +1,54 @@
+"""The Faust app factory: everything the worker needs, built from Settings, no globals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+from grimoire.agents.runtime import Runtime
+from grimoire.agents.workers import FaustSink, register_agents
+from grimoire.infra.embedding import Embedder
+from grimoire.infra.settings import Settings
+from grimoire.infra.transport import tuned_transport
+
+
+class GrimoireApp(faust.App):
+    """A Faust app whose consumer transport honours `consumer_fetch_max_wait_ms`."""
+
+    fetch_max_wait_ms: int = 1500
+
+    def _new_transport(self) -> Any:
+        transport_cls = tuned_transport(self.fetch_max_wait_ms)
+        return transport_cls(self.conf.broker_consumer, self)
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None) -> GrimoireApp:
+    app = GrimoireApp(
+        settings.app_id,
+        broker=settings.broker_url,
+        store="memory://",
+        autodiscover=False,
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.broker_session_timeout_s,
+        broker_heartbeat_interval=settings.broker_heartbeat_interval_s,
+        broker_rebalance_timeout=settings.broker_rebalance_timeout_s,
+        broker_commit_interval=settings.broker_commit_interval_s,
+        web_enabled=settings.web_enabled,
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+    )
+    app.fetch_max_wait_ms = settings.consumer_fetch_max_wait_ms
+    runtime = Runtime(settings, FaustSink(app), embedder)
+    register_agents(app, runtime, settings)
+
+    @app.on_before_shutdown.connect  # type: ignore[misc]
+    async def _close_runtime(_app: Any, **_: Any) -> None:
+        await runtime.close()
+
+    app.grimoire_runtime = runtime  # type: ignore[attr-defined]
+    return app

@@ -1,0 +1,85 @@
+"""The `grimoire` command: worker, local services, recall, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+import orjson
+
+from grimoire.infra.logs import configure_logging
+from grimoire.infra.settings import Settings
+from grimoire.topics.declarations import TopicNames, ensure_topics
+
+logger = logging.getLogger(__name__)
+
+
+def run_worker(settings: Settings) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import faust
+
+    from grimoire.infra.app import create_app
+
+    names = TopicNames(settings.topic_prefix)
+    asyncio.run(
+        ensure_topics(
+            settings.bootstrap_servers,
+            {name: settings.partitions for name in names.all_partitioned()},
+            replication_factor=settings.replication_factor,
+        )
+    )
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    worker.execute_from_commandline()  # runs until SIGINT/SIGTERM, then exits the process
+    return 0
+
+
+async def _recall(settings: Settings, agent_id: str, query: str, k: int) -> None:
+    from grimoire.topics.client import GrimoireClient
+
+    async with GrimoireClient(
+        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+    ) as client:
+        answer = await client.recall(agent_id, query, k=k)
+        for item in answer.items:
+            sys.stdout.buffer.write(orjson.dumps(item.asdict()) + b"\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="grimoire", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("worker", help="run a Faust worker (settings from GRIMOIRE_* env)")
+    services = sub.add_parser("services", help="local tansu + Redis: up | down | status")
+    services.add_argument("action", choices=["up", "down", "status"])
+    recall = sub.add_parser("recall", help="ask a recall question and print the items")
+    recall.add_argument("--agent", required=True)
+    recall.add_argument("--k", type=int, default=5)
+    recall.add_argument("query")
+    demo = sub.add_parser("demo", help="services + worker + simulated agent + recall questions")
+    demo.add_argument("--ticks", type=int, default=6)
+    demo.add_argument("--block-interval", type=float, default=None)
+    args = parser.parse_args(argv)
+
+    settings = Settings()
+    configure_logging(settings.log_level)
+    if args.command == "worker":
+        return run_worker(settings)
+    if args.command == "services":
+        from grimoire.infra import services as local_services
+
+        return local_services.main([args.action])
+    if args.command == "recall":
+        asyncio.run(_recall(settings, args.agent, args.query, args.k))
+        return 0
+    if args.command == "demo":
+        from grimoire.infra.demo import run_demo
+
+        return run_demo(settings, ticks=args.ticks, block_interval_s=args.block_interval)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

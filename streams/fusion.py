@@ -1,0 +1,48 @@
+"""Reciprocal rank fusion of ranked lanes, with stable tie-breaks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+DEFAULT_RRF_K = 60
+
+
+@dataclass(frozen=True, slots=True)
+class FusedHit:
+    id: str
+    score: float
+    lanes: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+
+def reciprocal_rank_fusion(
+    lanes: Mapping[str, Sequence[str]], *, k: int = DEFAULT_RRF_K
+) -> list[FusedHit]:
+    """Fuse ranked id lists: score(id) = sum over lanes of 1 / (k + rank).
+
+    Ranks are 1-based. An id repeated inside one lane counts at its best rank.
+    Ties sort by id so the same lanes always give the same order.
+    """
+    if k < 0:
+        raise ValueError("rrf k must be non-negative")
+    scores: dict[str, float] = {}
+    seen_in: dict[str, list[tuple[str, int]]] = {}
+    for lane in sorted(lanes):
+        best_rank: dict[str, int] = {}
+        for rank, item_id in enumerate(lanes[lane], start=1):
+            best_rank.setdefault(item_id, rank)
+        for item_id, rank in best_rank.items():
+            scores[item_id] = scores.get(item_id, 0.0) + 1.0 / (k + rank)
+            seen_in.setdefault(item_id, []).append((lane, rank))
+    fused = [
+        FusedHit(
+            id=item_id,
+            score=score,
+            lanes=tuple(lane for lane, _ in seen_in[item_id]),
+            ranks=tuple(rank for _, rank in seen_in[item_id]),
+        )
+        for item_id, score in scores.items()
+    ]
+    fused.sort(key=lambda hit: (-hit.score, hit.id))
+    return fused

@@ -1,0 +1,46 @@
+"""Text normalization shared by hashing, validation and full-text queries."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+_WHITESPACE = re.compile(r"\s+")
+_WORD = re.compile(r"[0-9a-z]+(?:[._'][0-9a-z]+)*")
+# Control characters other than tab, newline and carriage return mark binary or
+# corrupted payloads; text with them is rejected rather than silently stripped.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+STOPWORDS = frozenset(
+    """a an and are as at be but by did do does for from had has have he her his how i
+    if in into is it its me my not of on or our she so than that the their them then
+    there these they this to was we were what when where which who whom why will with
+    you your""".split()
+)
+
+
+def has_control_characters(text: str) -> bool:
+    return _CONTROL.search(text) is not None
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, trimmed, internal whitespace collapsed: the form that gets hashed."""
+    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def normalized_hash(text: str) -> str:
+    folded = normalize_text(text).casefold()
+    return hashlib.sha256(folded.encode("utf-8")).hexdigest()[:32]
+
+
+def search_terms(text: str, *, limit: int = 32) -> tuple[str, ...]:
+    """Distinct lowercase content words in first-seen order, for BM25 queries."""
+    seen: dict[str, None] = {}
+    for match in _WORD.finditer(normalize_text(text).casefold()):
+        word = match.group(0)
+        if word not in STOPWORDS and len(word) > 1:
+            seen.setdefault(word, None)
+        if len(seen) >= limit:
+            break
+    return tuple(seen)

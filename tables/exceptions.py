@@ -1,0 +1,11 @@
+"""Storage errors."""
+
+from grimoire.streams.exceptions import GrimoireError
+
+
+class StorageError(GrimoireError):
+    """Root of the storage layer's errors."""
+
+
+class SchemaMismatch(StorageError):
+    """An index with our name exists but was created from a different schema."""

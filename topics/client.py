@@ -1,0 +1,182 @@
+"""The client SDK: publish events and `await recall(...)` on a private reply topic.
+
+The reply topic has one partition and is read by a plain assigned consumer (no
+consumer-group join), so the first reply arrives in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from grimoire.streams.exceptions import GrimoireError
+from grimoire.topics.declarations import TopicNames, ensure_topics
+from grimoire.topics.schemas import (
+    EpisodeV1,
+    OutcomeV1,
+    RecallItemV1,
+    RecallRequestV1,
+    RecallResultV1,
+    ToolEventV1,
+    TranscriptV1,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ClientError(GrimoireError):
+    """Root of the SDK's errors."""
+
+
+class RecallTimeout(ClientError):
+    pass
+
+
+class RecallFailed(ClientError):
+    """The worker rejected the request; `str(exc)` carries its reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecallAnswer:
+    correlation_id: str
+    agent_id: str
+    items: tuple[RecallItemV1, ...]
+    watermark: int | None
+    timings_ms: dict[str, float]
+
+
+def _answer(payload: dict[str, Any]) -> RecallAnswer:
+    fields = RecallItemV1._options.fieldnames  # type: ignore[attr-defined]
+    items = tuple(
+        RecallItemV1(**{k: v for k, v in item.items() if k in fields})
+        for item in payload.get("items", [])
+    )
+    return RecallAnswer(
+        correlation_id=payload["correlation_id"],
+        agent_id=payload.get("agent_id", ""),
+        items=items,
+        watermark=payload.get("watermark"),
+        timings_ms=payload.get("timings_ms") or {},
+    )
+
+
+class GrimoireClient:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic_prefix: str = "grimoire",
+        *,
+        client_id: str | None = None,
+        partitions: int = 4,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self.topics = TopicNames(topic_prefix)
+        self.client_id = client_id or uuid.uuid4().hex[:12]
+        self.reply_topic = self.topics.reply_topic(self.client_id)
+        self._partitions = partitions
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+
+    async def __aenter__(self) -> GrimoireClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        topics = {name: self._partitions for name in self.topics.all_partitioned()}
+        topics[self.reply_topic] = 1
+        await ensure_topics(self._bootstrap, topics)
+        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, linger_ms=1)
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
+        )
+        await self._consumer.start()
+        partition = TopicPartition(self.reply_topic, 0)
+        self._consumer.assign([partition])
+        await self._consumer.seek_to_end(partition)
+        # Resolve the end offset now: a reply produced before the first fetch must not be skipped.
+        await self._consumer.position(partition)
+        self._reader = asyncio.create_task(self._read_replies(), name="grimoire-replies")
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        for future in self._pending.values():
+            future.cancel()
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+
+    async def _read_replies(self) -> None:
+        assert self._consumer is not None
+        async for message in self._consumer:
+            try:
+                payload = orjson.loads(message.value or b"")
+            except orjson.JSONDecodeError:
+                logger.warning("unreadable reply at offset %s", message.offset)
+                continue
+            future = self._pending.pop(str(payload.get("correlation_id")), None)
+            if future is not None and not future.done():
+                future.set_result(payload)
+
+    async def publish_raw(self, topic: str, key: str, value: bytes) -> None:
+        assert self._producer is not None, "client not started"
+        await self._producer.send_and_wait(topic, value=value, key=key.encode())
+
+    async def publish_episode(self, episode: EpisodeV1) -> None:
+        await self.publish_raw(self.topics.episodes, episode.agent_id, episode.dumps_json())
+
+    async def publish_tool_event(self, event: ToolEventV1) -> None:
+        await self.publish_raw(self.topics.tool_events, event.agent_id, event.dumps_json())
+
+    async def publish_transcript(self, line: TranscriptV1) -> None:
+        await self.publish_raw(self.topics.transcripts, line.agent_id, line.dumps_json())
+
+    async def publish_outcome(self, outcome: OutcomeV1) -> None:
+        await self.publish_raw(self.topics.outcomes, outcome.agent_id, outcome.dumps_json())
+
+    async def recall(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        k: int | None = None,
+        as_of: int | None = None,
+        timeout: float = 10.0,
+    ) -> RecallAnswer:
+        correlation_id = uuid.uuid4().hex
+        request = RecallRequestV1(
+            agent_id=agent_id,
+            query=query,
+            reply_to=self.reply_topic,
+            correlation_id=correlation_id,
+            k=k,
+            as_of=as_of,
+        )
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = future
+        try:
+            await self.publish_raw(self.topics.recall_requests, agent_id, request.dumps_json())
+            payload = await asyncio.wait_for(future, timeout)
+        except TimeoutError as exc:
+            raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
+        finally:
+            self._pending.pop(correlation_id, None)
+        if payload.get("error"):
+            raise RecallFailed(payload["error"])
+        return _answer(payload)

@@ -1,0 +1,88 @@
+"""Topic names and how they are created. Every topic is keyed by `agent_id`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    prefix: str
+
+    def _name(self, suffix: str) -> str:
+        return f"{self.prefix}.{suffix}"
+
+    @property
+    def episodes(self) -> str:
+        return self._name("episodes")
+
+    @property
+    def tool_events(self) -> str:
+        return self._name("tool-events")
+
+    @property
+    def transcripts(self) -> str:
+        return self._name("transcripts")
+
+    @property
+    def outcomes(self) -> str:
+        return self._name("outcomes")
+
+    @property
+    def recall_requests(self) -> str:
+        return self._name("recall-requests")
+
+    @property
+    def memory_events(self) -> str:
+        return self._name("memory-events")
+
+    @property
+    def dead_letters(self) -> str:
+        return self._name("dead-letters")
+
+    def reply_topic(self, client_id: str) -> str:
+        return self._name(f"replies.{client_id}")
+
+    def all_partitioned(self) -> tuple[str, ...]:
+        return (
+            self.episodes,
+            self.tool_events,
+            self.transcripts,
+            self.outcomes,
+            self.recall_requests,
+            self.memory_events,
+            self.dead_letters,
+        )
+
+
+async def ensure_topics(
+    bootstrap_servers: str, topics: dict[str, int], *, replication_factor: int = 1
+) -> None:
+    """Create missing topics with an explicit partition count.
+
+    Brokers that auto-create topics pick their own partition count (tansu: 4);
+    creating them up front keeps partitioning under the deployment's control.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [
+            NewTopic(name=name, num_partitions=partitions, replication_factor=replication_factor)
+            for name, partitions in sorted(topics.items())
+            if name not in existing
+        ]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                logger.debug("topics created concurrently by another process")
+            logger.info("created topics %s", [topic.name for topic in missing])
+    finally:
+        await admin.close()
