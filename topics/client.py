@@ -53,7 +53,7 @@ class RecallAnswer:
 
 
 def _answer(payload: dict[str, Any]) -> RecallAnswer:
-    fields = RecallItemV1._options.fieldnames  # type: ignore[attr-defined]
+    fields = set(RecallItemV1._options.fields)  # type: ignore[attr-defined]
     items = tuple(
         RecallItemV1(**{k: v for k, v in item.items() if k in fields})
         for item in payload.get("items", [])
