@@ -75,10 +75,17 @@ class RecallHandler:
             },
             k=self.lanes.rrf_k,
         )
-        items = [
-            _item(memories[hit.id], round(hit.score, 9), list(hit.lanes))
-            for hit in fused[: query.k]
-        ]
+        items: list[RecallItemV1] = []
+        seen_hashes: set[str] = set()
+        for hit in fused:
+            memory = memories[hit.id]
+            # Repetitive streams store one text many times: keep the best-ranked copy.
+            if memory.normalized_hash and memory.normalized_hash in seen_hashes:
+                continue
+            seen_hashes.add(memory.normalized_hash)
+            items.append(_item(memory, round(hit.score, 9), list(hit.lanes)))
+            if len(items) == query.k:
+                break
         done = time.perf_counter()
         return RecallResultV1(
             correlation_id=query.correlation_id,

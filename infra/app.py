@@ -28,6 +28,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
         settings.app_id,
         broker=settings.broker_url,
         store="memory://",
+        datadir=str(settings.data_dir),
         autodiscover=False,
         key_serializer="raw",
         value_serializer="raw",

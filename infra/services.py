@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import redis
 from aiokafka import AIOKafkaClient
+
 from grimoire.infra.exceptions import ServiceError
 
 logger = logging.getLogger(__name__)

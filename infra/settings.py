@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     broker_rebalance_timeout_s: float = 10.0
     broker_commit_interval_s: float = 0.2
 
+    data_dir: Path = Path(".grimoire/worker")  # Faust's local state (small; tables live in Redis)
     web_enabled: bool = False
     web_port: int = 6066
     log_level: str = "INFO"

@@ -58,7 +58,9 @@ class Fields:
         if value is None:
             return ""
         if not isinstance(value, str):
-            raise InvalidEvent(WRONG_TYPE, f"{name!r} must be a string, got {_type_name(value)}", name)
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be a string, got {_type_name(value)}", name
+            )
         limit = self.limits.max_text_chars if max_chars is None else max_chars
         if len(value) > limit:
             raise InvalidEvent(OVERSIZE, f"{name!r} has {len(value)} chars, limit {limit}", name)
@@ -79,7 +81,9 @@ class Fields:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidEvent(WRONG_TYPE, f"{name!r} must be an integer, got {_type_name(value)}", name)
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be an integer, got {_type_name(value)}", name
+            )
         if value < minimum:
             raise InvalidEvent(INVALID_VALUE, f"{name!r} must be >= {minimum}", name)
         return value
@@ -89,7 +93,9 @@ class Fields:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidEvent(WRONG_TYPE, f"{name!r} must be a number, got {_type_name(value)}", name)
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be a number, got {_type_name(value)}", name
+            )
         if not 0.0 <= float(value) <= 1.0:
             raise InvalidEvent(INVALID_VALUE, f"{name!r} must be within [0, 1]", name)
         return float(value)
@@ -99,7 +105,9 @@ class Fields:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidEvent(WRONG_TYPE, f"{name!r} must be a number, got {_type_name(value)}", name)
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be a number, got {_type_name(value)}", name
+            )
         return float(value)
 
     def string_list(self, name: str) -> tuple[str, ...]:
@@ -107,7 +115,9 @@ class Fields:
         if value is None:
             return ()
         if not isinstance(value, list):
-            raise InvalidEvent(WRONG_TYPE, f"{name!r} must be a list, got {_type_name(value)}", name)
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be a list, got {_type_name(value)}", name
+            )
         if len(value) > self.limits.max_list_items:
             raise InvalidEvent(OVERSIZE, f"{name!r} has {len(value)} items", name)
         items: list[str] = []
@@ -124,7 +134,9 @@ class Fields:
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise InvalidEvent(WRONG_TYPE, f"{name!r} must be an object, got {_type_name(value)}", name)
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be an object, got {_type_name(value)}", name
+            )
         return value
 
     def timestamp_ms(self, name: str = "ts") -> int:

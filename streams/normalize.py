@@ -62,9 +62,7 @@ def decode_object(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def normalize_event(
-    event_type: EventType, raw: bytes, limits: InputLimits
-) -> Accepted | Rejection:
+def normalize_event(event_type: EventType, raw: bytes, limits: InputLimits) -> Accepted | Rejection:
     """Validate one raw payload of the given stream; never raises on bad input."""
     agent_id: str | None = None
     try:
@@ -80,7 +78,9 @@ def normalize_event(
 def _check_schema(fields: Fields, event_type: EventType) -> None:
     schema = fields.text("schema")
     if schema and schema != SCHEMAS[event_type]:
-        raise InvalidEvent(UNSUPPORTED_SCHEMA, f"expected {SCHEMAS[event_type]}, got {schema}", "schema")
+        raise InvalidEvent(
+            UNSUPPORTED_SCHEMA, f"expected {SCHEMAS[event_type]}, got {schema}", "schema"
+        )
 
 
 def _source_event_id(fields: Fields) -> str:

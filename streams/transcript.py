@@ -47,9 +47,7 @@ def _message(line: Any) -> Mapping[str, Any]:
 def _block_text(value: Any, limits: InputLimits, name: str) -> str:
     """Text of a block field that may itself be a string or a list of text blocks."""
     if isinstance(value, list):
-        value = "\n".join(
-            str(item.get("text", "")) for item in value if isinstance(item, dict)
-        )
+        value = "\n".join(str(item.get("text", "")) for item in value if isinstance(item, dict))
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -95,5 +93,7 @@ def transcript_parts(line: Any, limits: InputLimits) -> list[TranscriptPart]:
     else:
         raise InvalidEvent(WRONG_TYPE, "message content must be a string or a list", "line.content")
     if not parts:
-        raise InvalidEvent(EMPTY_CONTENT, "transcript line has no memorable content", "line.content")
+        raise InvalidEvent(
+            EMPTY_CONTENT, "transcript line has no memorable content", "line.content"
+        )
     return parts

@@ -10,7 +10,9 @@ from redisvl.schema import IndexSchema
 
 
 def memory_schema_dict(prefix: str, dims: int) -> dict[str, Any]:
-    raw = yaml.safe_load(resources.files("grimoire.tables").joinpath("memory_index.yaml").read_text())
+    raw = yaml.safe_load(
+        resources.files("grimoire.tables").joinpath("memory_index.yaml").read_text()
+    )
     raw["index"]["name"] = raw["index"]["name"].format(prefix=prefix)
     raw["index"]["prefix"] = raw["index"]["prefix"].format(prefix=prefix)
     for field in raw["fields"]:

@@ -20,7 +20,16 @@ from grimoire.tables.queries import FullTextQuery, tenant_filter
 
 logger = logging.getLogger(__name__)
 
-RETURN_FIELDS = ("memory_id", "agent_id", "kind", "layer", "text", "ts", "source_event_id")
+RETURN_FIELDS = (
+    "memory_id",
+    "agent_id",
+    "kind",
+    "layer",
+    "text",
+    "ts",
+    "source_event_id",
+    "normalized_hash",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +41,7 @@ class StoredMemory:
     text: str
     ts_ms: int
     source_event_id: str
+    normalized_hash: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,7 @@ def _stored(doc: dict[str, Any]) -> StoredMemory:
         text=_text(doc.get("text", "")),
         ts_ms=int(float(_text(doc["ts"]))),
         source_event_id=_text(doc.get("source_event_id", "")),
+        normalized_hash=_text(doc.get("normalized_hash", "")),
     )
 
 

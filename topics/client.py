@@ -23,7 +23,6 @@ from grimoire.topics.schemas import (
     OutcomeV1,
     RecallItemV1,
     RecallRequestV1,
-    RecallResultV1,
     ToolEventV1,
     TranscriptV1,
 )
@@ -133,6 +132,21 @@ class GrimoireClient:
             future = self._pending.pop(str(payload.get("correlation_id")), None)
             if future is not None and not future.done():
                 future.set_result(payload)
+
+    async def wait_until_ready(
+        self, *, timeout: float = 120.0, probe_agent: str = "_probe"
+    ) -> None:
+        """Block until a worker answers a recall: the whole pipeline is up."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise RecallTimeout(f"no worker answered within {timeout}s")
+            try:
+                await self.recall(probe_agent, "readiness probe", k=1, timeout=min(2.0, remaining))
+                return
+            except RecallTimeout:
+                continue
 
     async def publish_raw(self, topic: str, key: str, value: bytes) -> None:
         assert self._producer is not None, "client not started"

@@ -5,7 +5,7 @@ crashing a deserializer. Field names here and there are pinned by a contract tes
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import faust
 
@@ -20,17 +20,17 @@ class EpisodeV1(_Wire, namespace="grimoire.episode.v1"):
     agent_id: str
     ts: int  # event time, epoch milliseconds
     text: str
-    event_id: Optional[str] = None
+    event_id: str | None = None
     episode_type: str = "observation"
-    tick: Optional[int] = None
-    block: Optional[int] = None
-    outcome: Optional[str] = None
-    importance: Optional[float] = None
-    regime: Optional[str] = None
-    tags: Optional[list[str]] = None
-    run_id: Optional[str] = None
-    session_id: Optional[str] = None
-    actor_id: Optional[str] = None
+    tick: int | None = None
+    block: int | None = None
+    outcome: str | None = None
+    importance: float | None = None
+    regime: str | None = None
+    tags: list[str] | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    actor_id: str | None = None
     schema: str = "grimoire.episode/1"
 
 
@@ -38,18 +38,18 @@ class ToolEventV1(_Wire, namespace="grimoire.tool_event.v1"):
     agent_id: str
     ts: int
     tool: str
-    event_id: Optional[str] = None
-    args: Optional[dict[str, Any]] = None
-    args_digest: Optional[str] = None
-    result: Optional[str] = None
-    error: Optional[str] = None
-    paths: Optional[list[str]] = None
-    urls: Optional[list[str]] = None
-    latency_ms: Optional[float] = None
-    tick: Optional[int] = None
-    run_id: Optional[str] = None
-    session_id: Optional[str] = None
-    tags: Optional[list[str]] = None
+    event_id: str | None = None
+    args: dict[str, Any] | None = None
+    args_digest: str | None = None
+    result: str | None = None
+    error: str | None = None
+    paths: list[str] | None = None
+    urls: list[str] | None = None
+    latency_ms: float | None = None
+    tick: int | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    tags: list[str] | None = None
     schema: str = "grimoire.tool_event/1"
 
 
@@ -57,10 +57,10 @@ class TranscriptV1(_Wire, namespace="grimoire.transcript.v1"):
     agent_id: str
     ts: int
     line: dict[str, Any]  # one JSONL message: {"role", "content": str | [blocks]}
-    event_id: Optional[str] = None
-    session_id: Optional[str] = None
-    run_id: Optional[str] = None
-    tick: Optional[int] = None
+    event_id: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    tick: int | None = None
     schema: str = "grimoire.transcript/1"
 
 
@@ -68,10 +68,10 @@ class OutcomeV1(_Wire, namespace="grimoire.outcome.v1"):
     agent_id: str
     ts: int
     outcome: str  # positive | negative | validated | contradicted | run_ended
-    memory_ids: Optional[list[str]] = None
-    run_id: Optional[str] = None
-    quality: Optional[float] = None
-    event_id: Optional[str] = None
+    memory_ids: list[str] | None = None
+    run_id: str | None = None
+    quality: float | None = None
+    event_id: str | None = None
     schema: str = "grimoire.outcome/1"
 
 
@@ -80,8 +80,8 @@ class RecallRequestV1(_Wire, namespace="grimoire.recall_request.v1"):
     query: str
     reply_to: str
     correlation_id: str
-    k: Optional[int] = None
-    as_of: Optional[int] = None
+    k: int | None = None
+    as_of: int | None = None
     schema: str = "grimoire.recall_request/1"
 
 
@@ -101,9 +101,9 @@ class RecallResultV1(_Wire, namespace="grimoire.recall_result.v1"):
     correlation_id: str
     agent_id: str
     items: list[RecallItemV1]
-    watermark: Optional[int] = None
-    timings_ms: Optional[dict[str, float]] = None
-    error: Optional[str] = None
+    watermark: int | None = None
+    timings_ms: dict[str, float] | None = None
+    error: str | None = None
     schema: str = "grimoire.recall_result/1"
 
 
@@ -122,9 +122,9 @@ class DeadLetterV1(_Wire, namespace="grimoire.dead_letter.v1"):
     reason: str  # machine-readable code, e.g. invalid_json, missing_field, oversize
     detail: str
     source_topic: str
-    field: Optional[str] = None
-    agent_id: Optional[str] = None
-    partition: Optional[int] = None
-    offset: Optional[int] = None
-    payload: Optional[str] = None  # the offending bytes, decoded leniently and truncated
+    field: str | None = None
+    agent_id: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    payload: str | None = None  # the offending bytes, decoded leniently and truncated
     schema: str = "grimoire.dead_letter/1"

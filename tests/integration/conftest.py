@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,8 @@ from redis.asyncio import Redis
 
 from grimoire.infra.services import LocalServices, ServicePorts
 from grimoire.infra.settings import Settings
-from grimoire.topics.client import GrimoireClient, RecallTimeout
+from grimoire.infra.worker_process import start_worker, stop_worker
+from grimoire.topics.client import GrimoireClient
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".grimoire" / "test"
@@ -54,61 +54,23 @@ def settings(local_services: LocalServices) -> Settings:
     )
 
 
-def _settings_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRIMOIRE_")}
-    env.update(
-        GRIMOIRE_BROKER_URL=settings.broker_url,
-        GRIMOIRE_REDIS_URL=settings.redis_url,
-        GRIMOIRE_TOPIC_PREFIX=settings.topic_prefix,
-        GRIMOIRE_PARTITIONS=str(settings.partitions),
-        GRIMOIRE_LOG_LEVEL="INFO",
-        HF_HUB_OFFLINE="1",
-    )
-    return env
-
-
-async def _wait_until_answering(client: GrimoireClient, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"worker exited with {process.returncode}")
-        try:
-            await client.recall("_readiness_probe", "ready?", timeout=2.0)
-            return
-        except RecallTimeout:
-            continue
-    raise TimeoutError("worker did not answer a recall in time")
-
-
 @pytest.fixture(scope="session")
 async def worker(
     settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[subprocess.Popen[bytes]]:
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "grimoire.infra.cli", "worker"],
-            env=_settings_env(settings),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+    process = start_worker(settings, log_path, cwd=ROOT)
     try:
         async with GrimoireClient(
             settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
         ) as probe:
-            await _wait_until_answering(probe, process)
+            await probe.wait_until_ready(timeout=WORKER_READY_TIMEOUT_S)
     except BaseException:
         process.kill()
         sys.stderr.write(log_path.read_text(errors="replace")[-8000:])
         raise
     yield process
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_worker(process)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ async def _read_topic(bootstrap: str, topic: str, *, until: Any, timeout: float)
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
         if not partitions:
-            await consumer._client.force_metadata_update()  # noqa: SLF001
+            await consumer._client.force_metadata_update()
             partitions = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
@@ -53,7 +53,9 @@ async def _read_topic(bootstrap: str, topic: str, *, until: Any, timeout: float)
     return records
 
 
-async def _publish(client: GrimoireClient, agent: str, texts: tuple[str, ...], **extra: Any) -> None:
+async def _publish(
+    client: GrimoireClient, agent: str, texts: tuple[str, ...], **extra: Any
+) -> None:
     for index, text in enumerate(texts):
         await client.publish_episode(
             EpisodeV1(agent_id=agent, ts=BASE_TS + index * 12_000, tick=index, text=text, **extra)
@@ -152,7 +154,9 @@ async def test_publishing_the_same_events_twice_changes_nothing(
     async def keys() -> list[bytes]:
         found = [key async for key in redis_client.scan_iter(f"{prefix}:*", count=1000)]
         owners = [await redis_client.hget(key, "agent_id") for key in found]
-        return sorted(key for key, owner in zip(found, owners, strict=True) if owner == agent.encode())
+        return sorted(
+            key for key, owner in zip(found, owners, strict=True) if owner == agent.encode()
+        )
 
     async def snapshot() -> dict[bytes, dict[bytes, bytes]]:
         return {key: await redis_client.hgetall(key) for key in await keys()}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 from aiokafka import AIOKafkaClient
+
 from grimoire.infra.exceptions import GrimoireInfraError, ServiceError
 from grimoire.infra.services import LocalServices, ServicePorts
 

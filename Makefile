@@ -1,0 +1,61 @@
+# Grimoire — two commands: `make demo` and `make test`. Everything else is a helper.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.grimoire-installed
+# The CPU wheel of torch; installed before anything that depends on torch so no
+# resolver ever reaches for the multi-GB CUDA build (checked by envcheck below).
+TORCH := torch==2.13.0
+TYPECHECK_PATH := .grimoire/typecheck
+
+.PHONY: help setup demo test test-unit test-integration lint typecheck services-up services-down services-status clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -e '.[dev]'
+	$(PY) -m grimoire.infra.envcheck
+	touch $(STAMP)
+
+setup: $(STAMP) ## create .venv with the pinned dependencies (CPU torch) and check it
+
+demo: setup ## start local tansu + Redis, a worker, simulated agents; print recall answers; stop
+	$(PY) -m grimoire.infra.cli demo
+
+test: setup lint typecheck ## lint, type-check, then the whole suite against real local services
+	$(PY) -m pytest
+
+test-unit: setup ## only the pure tests (no services)
+	$(PY) -m pytest tests/unit
+
+test-integration: setup ## only the tests against the real broker and Redis
+	$(PY) -m pytest tests/integration
+
+lint: setup ## ruff check + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup ## mypy --strict on the pure core
+	mkdir -p $(TYPECHECK_PATH) && ln -sfn "$(CURDIR)" $(TYPECHECK_PATH)/grimoire
+	MYPYPATH=$(TYPECHECK_PATH) $(VENV)/bin/mypy -p grimoire.streams
+
+services-up: setup ## start local tansu + Redis (GRIMOIRE_LOCAL_KAFKA_PORT/REDIS_PORT)
+	$(PY) -m grimoire.infra.services up
+
+services-down: setup ## stop the local services this project started
+	$(PY) -m grimoire.infra.services down
+
+services-status: setup ## show the local services
+	$(PY) -m grimoire.infra.services status
+
+clean: ## remove the venv and local state (stops local services first)
+	-test -x $(PY) && $(PY) -m grimoire.infra.services down
+	rm -rf $(VENV) .grimoire *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,79 @@
+"""`grimoire demo`: local services, a worker, simulated agents, recall questions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+from grimoire.infra.demo_script import QUESTIONS, tick_events
+from grimoire.infra.services import LocalServices, ServicePorts
+from grimoire.infra.settings import Settings
+from grimoire.infra.worker_process import start_worker, stop_worker
+from grimoire.topics.client import GrimoireClient
+
+logger = logging.getLogger(__name__)
+
+AGENTS = ("golem-alpha", "golem-beta")
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def _simulate(settings: Settings, ticks: int, cadence_s: float) -> None:
+    async with GrimoireClient(
+        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+    ) as client:
+        _say("waiting for the worker to answer (loads the embedding model)...")
+        await client.wait_until_ready(timeout=180)
+        for tick in range(ticks):
+            started = time.monotonic()
+            for agent in AGENTS:
+                events = tick_events(agent, tick)
+                await client.publish_episode(events.episode)
+                await client.publish_tool_event(events.tool_event)
+                await client.publish_transcript(events.transcript)
+            _say(f"tick {tick}: published 3 events for each of {', '.join(AGENTS)}")
+            await asyncio.sleep(max(0.0, cadence_s - (time.monotonic() - started)))
+        for question in QUESTIONS:
+            answer = await client.recall(AGENTS[0], question, k=3)
+            _say(f"\nrecall[{AGENTS[0]}] {question!r}  ({answer.timings_ms.get('total')} ms)")
+            for rank, item in enumerate(answer.items, start=1):
+                lanes = "+".join(item.lanes)
+                _say(f"  {rank}. [{item.layer}/{lanes} {item.score:.4f}] {item.text}")
+
+
+def run_demo(settings: Settings, *, ticks: int, block_interval_s: float | None) -> int:
+    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "demo"
+    ports = ServicePorts(
+        kafka=int(os.environ.get("GRIMOIRE_DEMO_KAFKA_PORT", "19092")),
+        redis=int(os.environ.get("GRIMOIRE_DEMO_REDIS_PORT", "16379")),
+    )
+    cadence = block_interval_s if block_interval_s is not None else 1.0
+    _say(
+        f"Grimoire demo: {ticks} ticks at an accelerated cadence of {cadence:g} s per block "
+        f"(production default {settings.block_interval_s:g} s)."
+    )
+    services = LocalServices(state_dir, ports)
+    started_services = services.up()
+    for name, line in services.status().items():
+        _say(f"  {name}: {line}")
+    demo_settings = settings.model_copy(
+        update={
+            "broker_url": f"kafka://{services.kafka_bootstrap}",
+            "redis_url": services.redis_url,
+            "topic_prefix": f"demo{int(time.time())}",
+        }
+    )
+    worker = start_worker(demo_settings, state_dir / "log" / "worker.log")
+    try:
+        asyncio.run(_simulate(demo_settings, ticks, cadence))
+    finally:
+        stop_worker(worker)
+        if started_services:
+            services.down()
+            _say("\nstopped the local services this demo started")
+    return 0

@@ -1,0 +1,55 @@
+"""Running a worker as a child process (demo, tests, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from grimoire.infra.settings import Settings
+
+_FORWARDED = (
+    "broker_url",
+    "redis_url",
+    "topic_prefix",
+    "partitions",
+    "block_interval_s",
+    "log_level",
+    "max_text_chars",
+)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a child process see exactly these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRIMOIRE_")}
+    for name in _FORWARDED:
+        env[f"GRIMOIRE_{name.upper()}"] = str(getattr(settings, name))
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def start_worker(
+    settings: Settings, log_path: Path, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "grimoire.infra.cli", "worker"],
+            env=settings_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+        )
+
+
+def stop_worker(process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,39 @@
+"""The app factory wires the tuned transport; pinned so a Faust upgrade cannot silently
+bring back its hard-coded 1.5 s fetch wait."""
+
+from __future__ import annotations
+
+from grimoire.infra.app import create_app
+from grimoire.infra.settings import Settings
+
+
+def _settings(**overrides: object) -> Settings:
+    return Settings(_env_file=None, topic_prefix="unit", **overrides)  # type: ignore[arg-type]
+
+
+async def test_worker_consumer_uses_the_configured_fetch_wait() -> None:
+    app = create_app(_settings(consumer_fetch_max_wait_ms=37))
+    thread = app.consumer._thread  # the consumer thread builds the aiokafka consumer
+    consumer = thread._create_worker_consumer(app.transport)
+    assert consumer._fetch_max_wait_ms == 37
+    assert consumer._session_timeout_ms == 3000
+    assert consumer._heartbeat_interval_ms == 500
+
+
+async def test_app_settings_follow_grimoire_settings() -> None:
+    app = create_app(_settings(broker_commit_interval_s=0.2, partitions=3, web_enabled=False))
+    assert app.conf.broker_commit_interval == 0.2
+    assert app.conf.topic_partitions == 3
+    assert app.conf.web_enabled is False
+    assert app.conf.consumer_auto_offset_reset == "earliest"
+
+
+async def test_every_input_topic_has_an_agent() -> None:
+    app = create_app(_settings())
+    consumed = {topic for agent in app.agents.values() for topic in agent.channel.topics}
+    assert consumed == {
+        "unit.episodes",
+        "unit.tool-events",
+        "unit.transcripts",
+        "unit.recall-requests",
+    }
