@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,3 +70,52 @@ class SentenceTransformerEmbedder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class CachingEmbedder:
+    """Embeds each distinct text once: a bounded LRU keyed by a hash of the text.
+
+    Heartbeat streams repeat themselves; cached vectors skip the model, and all
+    misses of one call go to the model together in a single batch.
+    """
+
+    def __init__(self, inner: Embedder, *, capacity: int = 50_000) -> None:
+        self._inner = inner
+        self.dims = inner.dims
+        self._capacity = capacity
+        self._cache: OrderedDict[bytes, npt.NDArray[np.float32]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.model_calls = 0
+
+    @staticmethod
+    def _key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        keys = [self._key(text) for text in texts]
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key in self._cache:
+                self._cache.move_to_end(key)
+            elif key not in missing:
+                missing[key] = text
+        self.misses += len(missing)
+        self.hits += len(texts) - len(missing)
+        fresh: dict[bytes, npt.NDArray[np.float32]] = {}
+        if missing:
+            self.model_calls += 1
+            vectors = await self._inner.embed(list(missing.values()))
+            fresh = dict(zip(missing, vectors, strict=True))
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        for row, key in enumerate(keys):
+            out[row] = fresh[key] if key in fresh else self._cache[key]
+        self._cache.update(fresh)
+        while len(self._cache) > self._capacity:
+            self._cache.popitem(last=False)
+        return out

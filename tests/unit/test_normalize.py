@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+
 from grimoire.streams.fields import InputLimits
 from grimoire.streams.normalize import Accepted, Rejection, normalize_event
 from grimoire.streams.records import EventType, Kind, Layer, MemoryCandidate
@@ -534,7 +535,7 @@ def test_tool_event_result_text() -> None:
 
 
 def _parts(line: object, **overrides: Any) -> tuple[MemoryCandidate, ...]:
-    return accept(TRANSCRIPT, transcript(line=line, **overrides)).candidates
+    return tuple(accept(TRANSCRIPT, transcript(line=line, **overrides)).candidates)
 
 
 def test_transcript_user_blocks() -> None:

@@ -1,0 +1,37 @@
+"""The SDK's failure modes: clean timeouts and rejected requests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import orjson
+import pytest
+
+from grimoire.infra.settings import Settings
+from grimoire.topics.client import GrimoireClient, RecallFailed, RecallTimeout
+
+
+async def test_recall_without_a_worker_times_out_cleanly(settings: Settings) -> None:
+    # A prefix no worker serves: the request is published but never answered.
+    async with GrimoireClient(settings.bootstrap_servers, f"nobody{uuid.uuid4().hex[:6]}") as sdk:
+        started = time.monotonic()
+        with pytest.raises(RecallTimeout):
+            await sdk.recall("agent-x", "anything", timeout=0.5)
+        assert time.monotonic() - started < 5
+        assert sdk._pending == {}  # no leaked waiters
+
+
+async def test_a_rejected_request_is_answered_with_its_reason(client: GrimoireClient) -> None:
+    with pytest.raises(RecallFailed, match="invalid_value"):
+        await client.recall("agent-x", "anything", k=0, timeout=10)
+
+
+async def test_unknown_correlation_ids_on_the_reply_topic_are_ignored(
+    client: GrimoireClient,
+) -> None:
+    stray = orjson.dumps({"correlation_id": "not-mine", "items": []})
+    await client.publish_raw(client.reply_topic, "agent-x", stray)
+    await client.publish_raw(client.reply_topic, "agent-x", b"not json at all")
+    answer = await client.recall("agent-x", "still works", timeout=10)
+    assert answer.items == ()
