@@ -1,4 +1,4 @@
-"""Ingest: validate → dead-letter → embed new texts once → store → memory events."""
+"""Ingest: validate → dead-letter → key → field state → embed once → admit → store → events."""
 
 from __future__ import annotations
 
@@ -6,13 +6,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.messages import InputMessage
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import Embedder
+from grimoire.streams.admission import Action, AdmissionPolicy
+from grimoire.streams.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
+from grimoire.streams.field import FieldState, FieldUpdate, advance
 from grimoire.streams.fields import InputLimits
 from grimoire.streams.normalize import Accepted, Rejection, normalize_event
-from grimoire.streams.records import EventType, MemoryCandidate, MemoryRecord
+from grimoire.streams.records import EventType, MemoryCandidate
+from grimoire.streams.write_plan import Outcome, PlanItem, plan_batch
 from grimoire.tables.memory_store import MemoryStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
@@ -20,10 +26,18 @@ from grimoire.topics.schemas import MemoryEventV1
 logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "internal_error"
+_EVENT_TYPES = {
+    Action.ADMIT: "GrimoireWrite",
+    Action.QUARANTINE: "GrimoireQuarantine",
+    Action.REJECT: "GrimoireReject",
+    Action.MERGE: "GrimoireMerge",
+    Action.AGGREGATE: "GrimoireAggregate",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class IngestReport:
+    candidates: int
     written: int
     duplicates: int
     dead_lettered: int
@@ -36,6 +50,8 @@ class IngestHandler:
     sink: EventSink
     topics: TopicNames
     limits: InputLimits = field(default_factory=InputLimits)
+    policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    eidolon_weight: float = DEFAULT_STATE_WEIGHT
 
     def _normalize(self, event_type: EventType, message: InputMessage) -> Accepted | Rejection:
         try:
@@ -46,7 +62,6 @@ class IngestHandler:
 
     async def handle(self, event_type: EventType, messages: Sequence[InputMessage]) -> IngestReport:
         candidates: list[MemoryCandidate] = []
-        watermarks: dict[str, int] = {}
         dead = 0
         for message in messages:
             outcome = self._normalize(event_type, message)
@@ -55,39 +70,107 @@ class IngestHandler:
                 dead += 1
                 continue
             candidates.extend(outcome.candidates)
-            watermarks[outcome.agent_id] = max(watermarks.get(outcome.agent_id, 0), outcome.ts_ms)
 
-        existing = await self.store.existing_ids([c.id for c in candidates])
-        fresh = _unique([c for c in candidates if c.id not in existing])
-        records = await self._embed(fresh)
-        written = await self.store.put_many(records)
-        for record, was_written in zip(records, written, strict=True):
-            if was_written:
-                await self.sink.send(
-                    self.topics.memory_events, record.agent_id, _write_event(record.candidate)
-                )
-        await self.store.advance_watermark(watermarks)
-        stored = sum(written)
-        return IngestReport(stored, len(candidates) - stored, dead)
+        decided = await self.store.decided_ids([(c.agent_id, c.id) for c in candidates])
+        fresh = [c for c in _first_of_each(candidates) if c.id not in decided]
+        if not fresh:
+            return IngestReport(len(candidates), 0, len(candidates), dead)
 
-    async def _embed(self, candidates: Sequence[MemoryCandidate]) -> list[MemoryRecord]:
-        distinct = list(dict.fromkeys(c.text for c in candidates))
-        vectors = await self.embedder.embed(distinct)
-        by_text = {text: tuple(float(x) for x in vectors[i]) for i, text in enumerate(distinct)}
-        return [MemoryRecord(c, by_text[c.text]) for c in candidates]
+        fields = await self.store.load_fields(sorted({c.agent_id for c in fresh}))
+        states: list[FieldState] = []
+        for cand in fresh:
+            fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
+            states.append(fields[cand.agent_id])
+
+        items = await self._plan_items(fresh, states)
+        batch, outcomes = plan_batch(items, fields, policy=self.policy)
+        await self.store.commit(batch)
+        for result in outcomes:
+            await self.sink.send(
+                self.topics.memory_events, result.candidate.agent_id, _event(result)
+            )
+        written = len(batch.records)
+        return IngestReport(len(candidates), written, len(candidates) - len(fresh), dead)
+
+    async def _plan_items(
+        self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]
+    ) -> list[PlanItem]:
+        """Embed contents and state digests in one model call; blend the eidolon vectors."""
+        digests = [state.digest_text() for state in states]
+        texts = list(dict.fromkeys([*(c.text for c in fresh), *(d for d in digests if d)]))
+        vectors = await self.embedder.embed(texts)
+        by_text = {text: vectors[row] for row, text in enumerate(texts)}
+        canonical = [by_text[c.text] for c in fresh]
+        stored = await self.store.nearest(
+            [
+                (c.agent_id, v.astype(np.float32).tobytes())
+                for c, v in zip(fresh, canonical, strict=True)
+            ]
+        )
+        return [
+            PlanItem(
+                candidate=cand,
+                canonical=vector,
+                eidolon=eidolon_vector(
+                    vector,
+                    by_text.get(digest) if digest else None,
+                    state_weight=self.eidolon_weight,
+                ),
+                now_ms=state.watermark_ms,
+                stored=neighbour,
+            )
+            for cand, vector, digest, state, neighbour in zip(
+                fresh, canonical, digests, states, stored, strict=True
+            )
+        ]
 
 
-def _unique(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidate]:
-    return list({c.id: c for c in candidates}.values())
+def _first_of_each(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidate]:
+    # The first copy wins, as it does across batches, so batch boundaries never
+    # change what a replay stores.
+    first: dict[str, MemoryCandidate] = {}
+    for candidate in candidates:
+        first.setdefault(candidate.id, candidate)
+    return list(first.values())
 
 
-def _write_event(candidate: MemoryCandidate) -> bytes:
+def _field_update(cand: MemoryCandidate) -> FieldUpdate:
+    return FieldUpdate(
+        ts_ms=cand.ts_ms,
+        keys=cand.keys,
+        tick=cand.tick,
+        block=cand.block,
+        regime=cand.regime,
+        affect=cand.affect,
+    )
+
+
+def _event(result: Outcome) -> bytes:
+    cand, decision = result.candidate, result.decision
+    factors = decision.factors
     return MemoryEventV1(
-        type="GrimoireWrite",
-        agent_id=candidate.agent_id,
-        memory_id=candidate.id,
-        source_event_id=candidate.provenance.source_event_id,
-        kind=candidate.kind.value,
-        layer=candidate.layer.value,
-        ts=candidate.ts_ms,
+        type=_EVENT_TYPES[decision.action],
+        agent_id=cand.agent_id,
+        memory_id=result.memory_id or cand.id,
+        candidate_id=cand.id,
+        source_event_id=cand.provenance.source_event_id,
+        kind=cand.kind.value,
+        layer=cand.layer.value,
+        ts=cand.ts_ms,
+        action=decision.action.value,
+        reason=decision.reason,
+        confidence=decision.confidence,
+        quality=result.quality.total if result.quality else None,
+        admission={
+            "composite": decision.composite,
+            "future_utility": factors.future_utility,
+            "factual_confidence": factors.factual_confidence,
+            "novelty": factors.novelty,
+            "recency": factors.recency,
+            "type_prior": factors.type_prior,
+        },
+        off_topic=decision.off_topic,
+        target_id=decision.target_id,
+        nexus_keys=list(cand.keys),
+        hyperedge_id=cand.hyperedge.edge_id if cand.hyperedge else None,
     ).dumps_json()

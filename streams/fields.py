@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from grimoire.streams.exceptions import InvalidEvent
+from grimoire.streams.field import Affect
 from grimoire.streams.text import has_control_characters
 
 MISSING_FIELD = "missing_field"
@@ -17,6 +18,8 @@ OVERSIZE = "oversize"
 CONTROL_CHARACTERS = "control_characters"
 TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
 
+_PAD = frozenset({"pleasure", "arousal", "dominance"})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS_2000 = 946_684_800_000
 _MS_2100 = 4_102_444_800_000
 
@@ -139,6 +142,28 @@ class Fields:
             )
         return value
 
+    def affect(self, name: str = "affect") -> Affect | None:
+        """PAD floats in [-1, 1] (`pleasure`, `arousal`, `dominance`) and any other
+        entries as named drives in [0, 1], e.g. {"SEEKING": 0.6, "CARE": 0.8}."""
+        raw = self.mapping(name)
+        if raw is None:
+            return None
+        pad: dict[str, float] = {}
+        drives: list[tuple[str, float]] = []
+        for key in sorted(raw):
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidEvent(WRONG_TYPE, f"'{name}.{key}' must be a number", name)
+            if key in _PAD:
+                if not -1.0 <= value <= 1.0:
+                    raise InvalidEvent(INVALID_VALUE, f"'{name}.{key}' must be in [-1, 1]", name)
+                pad[key] = float(value)
+            elif not 0.0 <= value <= 1.0 or len(key) > self.limits.max_id_chars:
+                raise InvalidEvent(INVALID_VALUE, f"drive '{name}.{key}' must be in [0, 1]", name)
+            else:
+                drives.append((key, float(value)))
+        return Affect(drives=tuple(drives), **pad)
+
     def timestamp_ms(self, name: str = "ts") -> int:
         """Event time as epoch milliseconds; accepts int/float ms or ISO-8601 with offset."""
         value = self._get(name, True)
@@ -155,6 +180,16 @@ class Fields:
         return ts_ms
 
 
+def plausible_agent_id(data: Mapping[str, Any], limits: InputLimits) -> str | None:
+    """The payload's agent id if it is a usable one (to key its dead letter), else None."""
+    value = data.get("agent_id")
+    if not isinstance(value, str) or not value or len(value) > limits.max_id_chars:
+        return None
+    if any(ch.isspace() for ch in value) or has_control_characters(value):
+        return None
+    return value
+
+
 def parse_iso_ms(value: str, name: str = "ts") -> int:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -162,4 +197,5 @@ def parse_iso_ms(value: str, name: str = "ts") -> int:
         raise InvalidEvent(INVALID_VALUE, f"{name!r} is not ISO-8601: {exc}", name) from exc
     if parsed.tzinfo is None:
         raise InvalidEvent(INVALID_VALUE, f"{name!r} needs a timezone offset", name)
-    return int(parsed.astimezone(UTC).timestamp() * 1000)
+    # Integer arithmetic on the timedelta: float seconds lose a millisecond after 2038.
+    return (parsed - _EPOCH) // timedelta(milliseconds=1)

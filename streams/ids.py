@@ -17,7 +17,8 @@ def stable_digest(*parts: str) -> bytes:
     """SHA-256 over parts joined by a separator no part can contain unescaped."""
     hasher = hashlib.sha256()
     for part in parts:
-        hasher.update(part.encode("utf-8").replace(_SEP, b"\\x1f"))
+        escaped = part.encode("utf-8").replace(b"\\", b"\\\\").replace(_SEP, b"\\x1f")
+        hasher.update(escaped)
         hasher.update(_SEP)
     return hasher.digest()
 

@@ -13,11 +13,21 @@ from typing import Any
 import orjson
 
 from grimoire.streams.exceptions import InvalidEvent
-from grimoire.streams.fields import INVALID_VALUE, Fields, InputLimits
+from grimoire.streams.field import Affect
+from grimoire.streams.fields import INVALID_VALUE, Fields, InputLimits, plausible_agent_id
 from grimoire.streams.ids import content_event_id, memory_id
-from grimoire.streams.records import EventType, Kind, Layer, MemoryCandidate, Provenance
+from grimoire.streams.keys import KeySource, extract_keys
+from grimoire.streams.records import (
+    EventType,
+    HyperedgeRef,
+    Kind,
+    Layer,
+    MemoryCandidate,
+    Provenance,
+    Role,
+)
 from grimoire.streams.text import normalize_text, normalized_hash
-from grimoire.streams.transcript import TranscriptPart, transcript_parts
+from grimoire.streams.transcript import transcript_parts
 
 INVALID_JSON = "invalid_json"
 NOT_AN_OBJECT = "not_an_object"
@@ -31,6 +41,10 @@ SCHEMAS: Mapping[EventType, str] = {
 
 EPISODE_TYPES = frozenset(
     {"observation", "action", "regime_shift", "alert", "report", "coordination"}
+)
+# Kinds an agent may publish directly; summaries and aggregates are Grimoire's own.
+EPISODE_KINDS = frozenset(
+    {"episode", "warning", "insight", "heuristic", "causal_link", "strategy_fragment"}
 )
 
 
@@ -68,8 +82,7 @@ def normalize_event(event_type: EventType, raw: bytes, limits: InputLimits) -> A
     try:
         data = decode_object(raw)
         fields = Fields(data, limits)
-        maybe_agent = data.get("agent_id")
-        agent_id = maybe_agent if isinstance(maybe_agent, str) and maybe_agent else None
+        agent_id = plausible_agent_id(data, limits)
         return _NORMALIZERS[event_type](fields)
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)
@@ -102,6 +115,9 @@ class _Common:
     actor_id: str
     tags: tuple[str, ...]
     regime: str
+    channel: str
+    entities: tuple[str, ...]
+    affect: Affect | None
 
 
 def _common(fields: Fields, event_type: EventType) -> _Common:
@@ -117,46 +133,96 @@ def _common(fields: Fields, event_type: EventType) -> _Common:
         actor_id=fields.identifier("actor_id"),
         tags=fields.string_list("tags"),
         regime=fields.text("regime", max_chars=fields.limits.max_id_chars),
+        channel=fields.identifier("channel"),
+        entities=fields.string_list("entities"),
+        affect=fields.affect("affect"),
     )
 
 
-def _candidate(
-    common: _Common,
-    event_type: EventType,
-    part: int,
-    text: str,
-    layer: Layer,
-    *,
-    tool: str = "",
-    importance: float = 0.5,
-) -> MemoryCandidate:
-    clean = normalize_text(text)
-    return MemoryCandidate(
-        id=memory_id(common.agent_id, common.source_event_id, part, common.ts_ms),
-        agent_id=common.agent_id,
-        kind=Kind.EPISODE,
-        layer=layer,
-        text=clean,
-        ts_ms=common.ts_ms,
-        provenance=Provenance(
-            source_event_id=common.source_event_id,
-            event_type=event_type.value,
-            session_id=common.session_id,
-            run_id=common.run_id,
-            actor_id=common.actor_id,
-            tool=tool,
-        ),
-        normalized_hash=normalized_hash(clean),
-        tick=common.tick,
-        block=common.block,
-        tags=common.tags,
-        importance=importance,
-        regime=common.regime,
-    )
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One memory an event yields, with what only that part knows."""
+
+    text: str
+    layer: Layer
+    role: Role | None = None
+    tool: str = ""
+    error: str = ""
+    paths: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+    kind: Kind = Kind.EPISODE
+    importance: float = 0.5
+    episode_type: str = ""
+    outcome: str = ""
 
 
-def _accepted(common: _Common, candidates: list[MemoryCandidate]) -> Accepted:
+def _candidates(
+    common: _Common, event_type: EventType, parts: list[_Part], edge_id: str | None
+) -> Accepted:
+    candidates = []
+    for index, part in enumerate(parts):
+        clean = normalize_text(part.text)
+        keys = extract_keys(
+            KeySource(
+                text=clean,
+                tool=part.tool,
+                error=part.error,
+                paths=part.paths,
+                urls=part.urls,
+                tags=common.tags,
+                channel=common.channel,
+                regime=common.regime,
+                entities=common.entities,
+                run_id=common.run_id,
+                session_id=common.session_id,
+            )
+        )
+        hyperedge = HyperedgeRef(edge_id, part.role) if edge_id and part.role is not None else None
+        candidates.append(
+            MemoryCandidate(
+                id=memory_id(common.agent_id, common.source_event_id, index, common.ts_ms),
+                agent_id=common.agent_id,
+                kind=part.kind,
+                layer=part.layer,
+                text=clean,
+                ts_ms=common.ts_ms,
+                provenance=Provenance(
+                    source_event_id=common.source_event_id,
+                    event_type=event_type.value,
+                    session_id=common.session_id,
+                    run_id=common.run_id,
+                    actor_id=common.actor_id,
+                    tool=part.tool,
+                ),
+                normalized_hash=normalized_hash(clean),
+                tick=common.tick,
+                block=common.block,
+                tags=common.tags,
+                importance=part.importance,
+                regime=common.regime,
+                keys=keys,
+                episode_type=part.episode_type,
+                outcome=part.outcome,
+                has_error=bool(part.error) or any(key.startswith("err:") for key in keys),
+                affect=common.affect,
+                hyperedge=hyperedge,
+            )
+        )
     return Accepted(common.agent_id, common.source_event_id, common.ts_ms, tuple(candidates))
+
+
+def _run_edge(common: _Common) -> str | None:
+    return f"run:{common.run_id}" if common.run_id else None
+
+
+_EPISODE_ROLES = {
+    "alert": Role.TRIGGER,
+    "regime_shift": Role.TRIGGER,
+    "action": Role.ACTION,
+    "report": Role.OUTCOME,
+    "observation": Role.CONTEXT,
+    "coordination": Role.CONTEXT,
+}
 
 
 def _episode(fields: Fields) -> Accepted:
@@ -165,11 +231,23 @@ def _episode(fields: Fields) -> Accepted:
     episode_type = fields.text("episode_type") or "observation"
     if episode_type not in EPISODE_TYPES:
         raise InvalidEvent(INVALID_VALUE, f"unknown episode_type {episode_type!r}", "episode_type")
-    fields.text("outcome")
-    importance = fields.unit_float("importance", 0.5)
-    layer = Layer.ACTION if episode_type == "action" else Layer.OBSERVATION
-    candidate = _candidate(common, EventType.EPISODE, 0, text, layer, importance=importance)
-    return _accepted(common, [candidate])
+    kind_name = fields.text("kind") or Kind.EPISODE.value
+    if kind_name not in EPISODE_KINDS:
+        raise InvalidEvent(INVALID_VALUE, f"kind {kind_name!r} cannot be published", "kind")
+    outcome = fields.text("outcome", max_chars=fields.limits.max_id_chars)
+    part = _Part(
+        text=text,
+        layer=Layer.ACTION if episode_type == "action" else Layer.OBSERVATION,
+        role=Role.OUTCOME if outcome else _EPISODE_ROLES[episode_type],
+        error=fields.text("error"),
+        paths=fields.string_list("paths"),
+        urls=fields.string_list("urls"),
+        kind=Kind(kind_name),
+        importance=fields.unit_float("importance", 0.5),
+        episode_type=episode_type,
+        outcome=outcome,
+    )
+    return _candidates(common, EventType.EPISODE, [part], _run_edge(common))
 
 
 def _tool_event(fields: Fields) -> Accepted:
@@ -185,26 +263,55 @@ def _tool_event(fields: Fields) -> Accepted:
     if latency is not None and latency < 0:
         raise InvalidEvent(INVALID_VALUE, "'latency_ms' must be >= 0", "latency_ms")
     outcome = f"failed: {error}" if error else (f"returned: {result}" if result else "returned")
-    text = " ".join([f"tool {tool} {outcome}", *paths, *urls])
-    candidate = _candidate(common, EventType.TOOL, 0, text, Layer.ACTION, tool=tool)
-    return _accepted(common, [candidate])
+    part = _Part(
+        text=" ".join([f"tool {tool} {outcome}", *paths, *urls]),
+        layer=Layer.ACTION,
+        role=Role.ACTION,
+        tool=tool,
+        error=error,
+        paths=paths,
+        urls=urls,
+        episode_type="tool",
+        outcome="error" if error else "ok",
+    )
+    return _candidates(common, EventType.TOOL, [part], _run_edge(common))
 
 
 def _transcript(fields: Fields) -> Accepted:
     common = _common(fields, EventType.TRANSCRIPT)
     line: Any = fields.data.get("line")
+    if line is None:
+        raise InvalidEvent("missing_field", "field 'line' is required", "line")
     if isinstance(line, str):
         fields.text("line")
         try:
             line = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise InvalidEvent("invalid_json", f"'line' is not JSON: {exc}", "line") from exc
-    parts: list[TranscriptPart] = transcript_parts(line, fields.limits)
-    candidates = [
-        _candidate(common, EventType.TRANSCRIPT, index, part.text, part.layer, tool=part.tool)
-        for index, part in enumerate(parts)
+    turn = fields.identifier("turn_id") or common.run_id or common.source_event_id
+    parts = [
+        _Part(
+            text=part.text,
+            layer=part.layer,
+            role=_LAYER_ROLES[part.layer],
+            tool=part.tool,
+            error=part.text if part.is_error else "",
+            episode_type="transcript",
+        )
+        for part in transcript_parts(line, fields.limits)
     ]
-    return _accepted(common, candidates)
+    return _candidates(common, EventType.TRANSCRIPT, parts, f"turn:{turn}")
+
+
+# Within a turn: what was heard starts it, thinking is context, tool calls are the
+# actions, and what came back or was said is its outcome.
+_LAYER_ROLES = {
+    Layer.INPUT: Role.TRIGGER,
+    Layer.CONTEMPLATION: Role.CONTEXT,
+    Layer.ACTION: Role.ACTION,
+    Layer.OBSERVATION: Role.OUTCOME,
+    Layer.OUTPUT: Role.OUTCOME,
+}
 
 
 _NORMALIZERS = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from grimoire.streams.field import Affect
+
 
 class Kind(StrEnum):
     EPISODE = "episode"
@@ -23,6 +25,21 @@ class Layer(StrEnum):
     OUTPUT = "output"
     OBSERVATION = "observation"
     ACTION = "action"
+
+
+class Role(StrEnum):
+    """A memory's part in its hyperedge (an episode, run or transcript turn)."""
+
+    TRIGGER = "trigger"
+    CONTEXT = "context"
+    ACTION = "action"
+    OUTCOME = "outcome"
+
+
+@dataclass(frozen=True, slots=True)
+class HyperedgeRef:
+    edge_id: str
+    role: Role
 
 
 class EventType(StrEnum):
@@ -65,14 +82,31 @@ class MemoryCandidate:
     tags: tuple[str, ...] = field(default_factory=tuple)
     importance: float = 0.5
     regime: str = ""
+    keys: tuple[str, ...] = ()
+    episode_type: str = ""
+    outcome: str = ""
+    has_error: bool = False
+    affect: Affect | None = None
+    hyperedge: HyperedgeRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryRecord:
-    """A candidate with its canonical vector, ready to be stored."""
+    """A candidate with its vectors, ready to be stored.
+
+    Vectors are float32 bytes as Redis stores them: converting 384 floats per
+    record to and from Python tuples cost more than the write itself.
+    """
 
     candidate: MemoryCandidate
-    canonical: tuple[float, ...]
+    canonical: bytes
+    eidolon: bytes = b""
+    confidence: float = 0.5
+    quality: float = 0.5
+    quarantined: bool = False
+    off_topic: bool = False
+    admission: str = ""  # the admission factor breakdown (JSON), kept for audit
+    aggregate_of: str = ""  # for aggregates: the memory whose repeats it counts
 
     @property
     def id(self) -> str:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from grimoire.streams.exceptions import InvalidEvent
-from grimoire.streams.fields import INVALID_VALUE, Fields, InputLimits
+from grimoire.streams.fields import INVALID_VALUE, Fields, InputLimits, plausible_agent_id
 from grimoire.streams.normalize import UNSUPPORTED_SCHEMA, Rejection, decode_object
 
 RECALL_REQUEST_SCHEMA = "grimoire.recall_request/1"
@@ -36,8 +36,7 @@ def parse_recall_request(
     agent_id: str | None = None
     try:
         fields = Fields(decode_object(raw), input_limits)
-        maybe_agent = fields.data.get("agent_id")
-        agent_id = maybe_agent if isinstance(maybe_agent, str) and maybe_agent else None
+        agent_id = plausible_agent_id(fields.data, fields.limits)
         schema = fields.text("schema")
         if schema and schema != RECALL_REQUEST_SCHEMA:
             raise InvalidEvent(UNSUPPORTED_SCHEMA, f"expected {RECALL_REQUEST_SCHEMA}", "schema")

@@ -7,7 +7,7 @@ import re
 import unicodedata
 
 _WHITESPACE = re.compile(r"\s+")
-_WORD = re.compile(r"[0-9a-z]+(?:[._'][0-9a-z]+)*")
+_WORD = re.compile(r"[^\W_]+(?:[._'][^\W_]+)*")
 # Control characters other than tab, newline and carriage return mark binary or
 # corrupted payloads; text with them is rejected rather than silently stripped.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -104,3 +104,16 @@ def search_terms(text: str, *, limit: int = 32) -> tuple[str, ...]:
         if len(seen) >= limit:
             break
     return tuple(seen)
+
+
+def gist(text: str, *, max_tokens: int = 16) -> str:
+    """A 10-20 token compressed form: the text's first content-bearing tokens.
+
+    Extractive and deterministic; stopwords go first because they carry the
+    least, but the original order and casing of what remains is kept.
+    """
+    tokens = normalize_text(text).split(" ")
+    if len(tokens) <= max_tokens:
+        return " ".join(tokens)
+    kept = [t for t in tokens if t.casefold().strip(".,;:!?") not in STOPWORDS]
+    return " ".join(kept[:max_tokens]) + " …"

@@ -33,6 +33,7 @@ class TranscriptPart:
     layer: Layer
     text: str
     tool: str = ""
+    is_error: bool = False
 
 
 def _message(line: Any) -> Mapping[str, Any]:
@@ -72,8 +73,10 @@ def _block_part(block: Any, role: str, limits: InputLimits) -> TranscriptPart | 
         return TranscriptPart(Layer.ACTION, text, tool=name)
     if block_type == "tool_result":
         body = _block_text(block.get("content"), limits, "line.content.content")
-        status = "error" if block.get("is_error") is True else "result"
-        return TranscriptPart(Layer.OBSERVATION, f"tool_{status} {body}".strip())
+        failed = block.get("is_error") is True
+        status = "error" if failed else "result"
+        text = f"tool_{status} {body}".strip()
+        return TranscriptPart(Layer.OBSERVATION, text, is_error=failed)
     raise InvalidEvent(INVALID_VALUE, f"unknown content block type {block_type!r}", "line.content")
 
 
@@ -82,6 +85,8 @@ def transcript_parts(line: Any, limits: InputLimits) -> list[TranscriptPart]:
     role = message.get("role")
     if role is None:
         raise InvalidEvent(MISSING_FIELD, "message role is required", "line.role")
+    if not isinstance(role, str):
+        raise InvalidEvent(WRONG_TYPE, "message role must be a string", "line.role")
     if role not in _TEXT_LAYER:
         raise InvalidEvent(INVALID_VALUE, f"unsupported role {role!r}", "line.role")
     content = message.get("content")

@@ -13,35 +13,25 @@ from redis.commands.search.query import Query
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
 
-from grimoire.streams.records import MemoryRecord
+from grimoire.streams.admission import Neighbour
+from grimoire.streams.field import FieldState
+from grimoire.streams.write_plan import StoredNeighbour
+from grimoire.streams.writes import WriteBatch
+from grimoire.tables.agent_state import AgentStateStore
 from grimoire.tables.exceptions import SchemaMismatch
+from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
-from grimoire.tables.queries import FullTextQuery, tenant_filter
+from grimoire.tables.queries import FullTextQuery, KnnQuery, tenant_filter
+from grimoire.tables.record_codec import (
+    RETURN_FIELDS,
+    StoredMemory,
+    hash_fields,
+    stored_memory,
+    text_of,
+)
+from grimoire.tables.scripts import RedisScripts
 
 logger = logging.getLogger(__name__)
-
-RETURN_FIELDS = (
-    "memory_id",
-    "agent_id",
-    "kind",
-    "layer",
-    "text",
-    "ts",
-    "source_event_id",
-    "normalized_hash",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMemory:
-    id: str
-    agent_id: str
-    kind: str
-    layer: str
-    text: str
-    ts_ms: int
-    source_event_id: str
-    normalized_hash: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,69 +42,30 @@ class ScoredHit:
 
 class MemoryStore(Protocol):
     async def ensure_schema(self) -> None: ...
-    async def existing_ids(self, ids: Sequence[str]) -> set[str]: ...
-    async def put_many(self, records: Sequence[MemoryRecord]) -> list[bool]: ...
+
+    # write path
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
+    async def nearest(
+        self, queries: Sequence[tuple[str, bytes]]
+    ) -> list[StoredNeighbour | None]: ...
+    async def commit(self, batch: WriteBatch) -> None: ...
+
+    # read path
     async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
-    async def knn(self, agent_id: str, vector: Sequence[float], k: int) -> list[ScoredHit]: ...
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]: ...
     async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
     async def count(self, agent_id: str) -> int: ...
-    async def advance_watermark(self, watermarks: dict[str, int]) -> None: ...
     async def watermark(self, agent_id: str) -> int | None: ...
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _stored(doc: dict[str, Any]) -> StoredMemory:
-    return StoredMemory(
-        id=_text(doc["memory_id"]),
-        agent_id=_text(doc["agent_id"]),
-        kind=_text(doc["kind"]),
-        layer=_text(doc["layer"]),
-        text=_text(doc.get("text", "")),
-        ts_ms=int(float(_text(doc["ts"]))),
-        source_event_id=_text(doc.get("source_event_id", "")),
-        normalized_hash=_text(doc.get("normalized_hash", "")),
-    )
-
-
-def _hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
-    cand = record.candidate
-    prov = cand.provenance
-    fields: dict[str, Any] = {
-        "memory_id": cand.id,
-        "agent_id": cand.agent_id,
-        "kind": cand.kind.value,
-        "layer": cand.layer.value,
-        "text": cand.text,
-        "ts": cand.ts_ms,
-        "importance": cand.importance,
-        "normalized_hash": cand.normalized_hash,
-        "tags": "|".join(cand.tags),
-        "regime": cand.regime,
-        "source_event_id": prov.source_event_id,
-        "event_type": prov.event_type,
-        "session_id": prov.session_id,
-        "run_id": prov.run_id,
-        "actor_id": prov.actor_id,
-        "tool": prov.tool,
-        "provenance": prov.provenance,
-        # Transaction time: informational only, never an input to a decision.
-        "recorded_at": recorded_at_ms,
-        "canonical": np.asarray(record.canonical, dtype=np.float32).tobytes(),
-    }
-    for name, value in (("tick", cand.tick), ("block", cand.block)):
-        if value is not None:
-            fields[name] = value
-    return fields
 
 
 class RedisMemoryStore:
     """Memory records as Redis hashes indexed by RediSearch.
 
     The only writer of an agent's records is the worker owning that agent's
-    partition, so check-then-write in one pipeline round trip is race-free.
+    partition, so check-then-write across two round trips is race-free.
     """
 
     def __init__(self, redis: Redis, prefix: str, dims: int, *, clock_ms: Any = None) -> None:
@@ -124,6 +75,9 @@ class RedisMemoryStore:
         self._key_prefix = self._schema.index.prefix
         self._watermarks_key = f"{prefix}:watermarks"
         self._clock_ms = clock_ms
+        self.graph = RedisGraph(redis, prefix)
+        self.state = AgentStateStore(redis, prefix)
+        self._scripts = RedisScripts(redis)
 
     @property
     def index_name(self) -> str:
@@ -142,31 +96,76 @@ class RedisMemoryStore:
         if attributes is not None and len(attributes) != len(self._schema.fields):
             raise SchemaMismatch(f"index {self.index_name} differs from memory_index.yaml")
 
-    async def existing_ids(self, ids: Sequence[str]) -> set[str]:
-        if not ids:
-            return set()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for memory_id in ids:
-                pipe.exists(self.key(memory_id))
-            flags = await pipe.execute()
-        return {memory_id for memory_id, flag in zip(ids, flags, strict=True) if flag}
+    # ---- write path -------------------------------------------------------------
 
-    async def put_many(self, records: Sequence[MemoryRecord]) -> list[bool]:
-        if not records:
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
+        return await self.state.decided(pairs) if pairs else set()
+
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
+        return await self.state.load_fields(agent_ids)
+
+    async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
+        """Nearest live memory of each (agent, canonical vector), in one pipelined round trip."""
+        if not queries:
             return []
-        existing = await self.existing_ids([record.id for record in records])
-        now_ms = self._clock_ms() if self._clock_ms else 0
-        fresh = [record.id not in existing for record in records]
-        seen: set[str] = set()
         async with self._redis.pipeline(transaction=False) as pipe:
-            for index, record in enumerate(records):
-                if not fresh[index] or record.id in seen:
-                    fresh[index] = False
-                    continue
-                seen.add(record.id)
-                pipe.hset(self.key(record.id), mapping=_hash_fields(record, now_ms))
+            for agent_id, vector in queries:
+                knn = KnnQuery(
+                    agent_id, "canonical", 1, ("memory_id", "confidence", "kind", "text")
+                )
+                pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
+            replies = await pipe.execute()
+        found: list[StoredNeighbour | None] = []
+        for reply in replies:
+            docs = _docs(reply)
+            if not docs:
+                found.append(None)
+                continue
+            doc = _doc_fields(docs[0])
+            neighbour = Neighbour(
+                memory_id=text_of(doc["memory_id"]),
+                similarity=1.0 - float(text_of(doc["distance"])),
+                confidence=float(text_of(doc.get("confidence", "0.5"))),
+                text=text_of(doc.get("text", "")),
+            )
+            found.append(StoredNeighbour(neighbour, text_of(doc.get("kind", ""))))
+        return found
+
+    async def commit(self, batch: WriteBatch) -> None:
+        now_ms = self._clock_ms() if self._clock_ms else 0
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for record in batch.records:
+                cand = record.candidate
+                pipe.hset(self.key(record.id), mapping=hash_fields(record, now_ms))
+                self.graph.link(pipe, cand.agent_id, cand.id, cand.ts_ms, cand.keys)
+                if cand.hyperedge is not None:
+                    self.graph.bind(
+                        pipe, cand.agent_id, cand.hyperedge.edge_id, {cand.id: cand.hyperedge.role}
+                    )
+            for fold in batch.folds:
+                seed = hash_fields(fold.seed, now_ms)
+                self._scripts.fold_aggregate(pipe, self.key(fold.aggregate_id), seed, fold.ts_ms)
+                seed_cand = fold.seed.candidate
+                self.graph.link(pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys)
+            for reinforcement in batch.reinforcements:
+                self._scripts.reinforce(
+                    pipe, self.key(reinforcement.target_id), reinforcement.ts_ms
+                )
+            for decision in batch.decisions:
+                self.state.record_decision(
+                    pipe, decision.agent_id, decision.candidate_id, decision.action
+                )
+            for state in batch.fields:
+                self.state.save_field(pipe, state)
+            if batch.fields:
+                # ZADD GT keeps the maximum, so a redelivered old batch never moves it back.
+                marks = {state.agent_id: state.watermark_ms for state in batch.fields}
+                pipe.zadd(self._watermarks_key, marks, gt=True)
+            for delta in batch.stats:
+                self.state.count(pipe, delta.agent_id, dict(delta.counters))
             await pipe.execute()
-        return fresh
+
+    # ---- read path --------------------------------------------------------------
 
     async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]:
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -176,21 +175,23 @@ class RedisMemoryStore:
         found: list[StoredMemory | None] = []
         for row in rows:
             doc = dict(zip(RETURN_FIELDS, row, strict=True))
-            ok = doc["memory_id"] is not None and _text(doc["agent_id"]) == agent_id
-            found.append(_stored(doc) if ok else None)
+            ok = doc["memory_id"] is not None and text_of(doc["agent_id"]) == agent_id
+            found.append(stored_memory(doc) if ok else None)
         return found
 
-    async def knn(self, agent_id: str, vector: Sequence[float], k: int) -> list[ScoredHit]:
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]:
         query = VectorQuery(
             vector=np.asarray(vector, dtype=np.float32).tobytes(),
-            vector_field_name="canonical",
+            vector_field_name=lane,
             return_fields=list(RETURN_FIELDS),
             filter_expression=tenant_filter(agent_id),
             num_results=k,
             dtype="float32",
         )
         docs = await self._index.query(query)
-        hits = [ScoredHit(_stored(doc), 1.0 - float(doc["vector_distance"])) for doc in docs]
+        hits = [ScoredHit(stored_memory(doc), 1.0 - float(doc["vector_distance"])) for doc in docs]
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
         return hits
 
@@ -207,7 +208,9 @@ class RedisMemoryStore:
             .dialect(2)
         )
         result = await self._redis.ft(self.index_name).search(query)
-        hits = [ScoredHit(_stored(_doc_fields(doc)), _doc_score(doc)) for doc in _docs(result)]
+        hits = [
+            ScoredHit(stored_memory(_doc_fields(doc)), _doc_score(doc)) for doc in _docs(result)
+        ]
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
         return hits
 
@@ -218,11 +221,6 @@ class RedisMemoryStore:
             return int(result.get("total_results", 0))
         return int(result.total)
 
-    async def advance_watermark(self, watermarks: dict[str, int]) -> None:
-        if watermarks:
-            # ZADD GT keeps the maximum, so a redelivered old batch never moves it back.
-            await self._redis.zadd(self._watermarks_key, watermarks, gt=True)
-
     async def watermark(self, agent_id: str) -> int | None:
         score = await self._redis.zscore(self._watermarks_key, agent_id)
         return None if score is None else int(score)
@@ -230,13 +228,18 @@ class RedisMemoryStore:
 
 def _docs(result: Any) -> list[Any]:
     if isinstance(result, dict):  # RESP3
-        return list(result.get("results", []))
+        return list(result.get("results", result.get(b"results", [])))
+    if isinstance(result, list):  # raw RESP2: [total, id, [fields], ...]
+        return [result[i + 1] for i in range(1, len(result) - 1, 2)]
     return list(result.docs)
 
 
 def _doc_fields(doc: Any) -> dict[str, Any]:
     if isinstance(doc, dict):
-        return {_text(k): v for k, v in doc.get("extra_attributes", {}).items()}
+        extra = doc.get("extra_attributes", doc.get(b"extra_attributes", {}))
+        return {text_of(k): v for k, v in extra.items()}
+    if isinstance(doc, list):
+        return {text_of(doc[i]): doc[i + 1] for i in range(0, len(doc) - 1, 2)}
     return {name: getattr(doc, name) for name in RETURN_FIELDS if hasattr(doc, name)}
 
 

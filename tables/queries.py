@@ -35,3 +35,42 @@ class FullTextQuery:
             return tenant
         alternatives = "|".join(escape_tag(term) for term in self.terms)
         return f"{tenant} @text:({alternatives})"
+
+
+def live_filter(agent_id: str) -> str:
+    """The agent's memories that recall may return: not deleted, not quarantined."""
+    return f"{tenant_filter(agent_id)} -@deleted:{{1}} -@quarantined:{{1}}"
+
+
+@dataclass(frozen=True, slots=True)
+class KnnQuery:
+    """Top-k of one vector lane among one agent's live memories (raw FT.SEARCH arguments)."""
+
+    agent_id: str
+    lane: str
+    k: int
+    return_fields: tuple[str, ...]
+
+    def query_string(self) -> str:
+        return f"({live_filter(self.agent_id)})=>[KNN {self.k} @{self.lane} $vec AS distance]"
+
+    def arguments(self, vector: bytes) -> list[str | bytes | int]:
+        fields = (*self.return_fields, "distance")
+        return [
+            self.query_string(),
+            "PARAMS",
+            2,
+            "vec",
+            vector,
+            "RETURN",
+            len(fields),
+            *fields,
+            "SORTBY",
+            "distance",
+            "ASC",
+            "LIMIT",
+            0,
+            self.k,
+            "DIALECT",
+            2,
+        ]

@@ -31,6 +31,13 @@ class EpisodeV1(_Wire, namespace="grimoire.episode.v1"):
     run_id: str | None = None
     session_id: str | None = None
     actor_id: str | None = None
+    kind: str | None = None  # episode (default) | warning | insight | heuristic | ...
+    error: str | None = None
+    paths: list[str] | None = None
+    urls: list[str] | None = None
+    channel: str | None = None
+    entities: list[str] | None = None
+    affect: dict[str, float] | None = None  # PAD in [-1, 1] and/or named drives in [0, 1]
     schema: str = "grimoire.episode/1"
 
 
@@ -50,6 +57,10 @@ class ToolEventV1(_Wire, namespace="grimoire.tool_event.v1"):
     run_id: str | None = None
     session_id: str | None = None
     tags: list[str] | None = None
+    actor_id: str | None = None
+    channel: str | None = None
+    entities: list[str] | None = None
+    affect: dict[str, float] | None = None  # PAD in [-1, 1] and/or named drives in [0, 1]
     schema: str = "grimoire.tool_event/1"
 
 
@@ -61,6 +72,12 @@ class TranscriptV1(_Wire, namespace="grimoire.transcript.v1"):
     session_id: str | None = None
     run_id: str | None = None
     tick: int | None = None
+    turn_id: str | None = None  # groups the lines of one turn into one hyperedge
+    actor_id: str | None = None
+    tags: list[str] | None = None
+    channel: str | None = None
+    entities: list[str] | None = None
+    affect: dict[str, float] | None = None  # PAD in [-1, 1] and/or named drives in [0, 1]
     schema: str = "grimoire.transcript/1"
 
 
@@ -108,13 +125,24 @@ class RecallResultV1(_Wire, namespace="grimoire.recall_result.v1"):
 
 
 class MemoryEventV1(_Wire, namespace="grimoire.memory_event.v1"):
-    type: str  # GrimoireWrite | GrimoireDuplicate
+    # GrimoireWrite | GrimoireQuarantine | GrimoireReject | GrimoireMerge | GrimoireAggregate
+    type: str
     agent_id: str
-    memory_id: str
+    memory_id: str  # the record written, merged or aggregated into; the candidate's id if rejected
     source_event_id: str
     kind: str
     layer: str
     ts: int
+    candidate_id: str | None = None
+    action: str | None = None
+    reason: str | None = None
+    confidence: float | None = None
+    quality: float | None = None
+    admission: dict[str, float] | None = None  # composite and the five factors
+    off_topic: bool | None = None
+    target_id: str | None = None
+    nexus_keys: list[str] | None = None
+    hyperedge_id: str | None = None
     schema: str = "grimoire.memory_event/1"
 
 

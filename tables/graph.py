@@ -1,0 +1,65 @@
+"""The nexus index and hyperedges in Redis, namespaced per agent.
+
+nexus:  {prefix}:nexus:{agent}:{key}   ZSET memory id → event time (newest last)
+        the key's degree is the ZSET's cardinality: ZADD maintains it on every
+        write and ZCARD reads it in O(1), so nothing ever scans.
+hyper:  {prefix}:hyper:{agent}:{edge}  HASH memory id → role
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+
+@dataclass(frozen=True, slots=True)
+class GraphKeys:
+    prefix: str
+
+    def nexus(self, agent_id: str, key: str) -> str:
+        return f"{self.prefix}:nexus:{agent_id}:{key}"
+
+    def hyperedge(self, agent_id: str, edge_id: str) -> str:
+        return f"{self.prefix}:hyper:{agent_id}:{edge_id}"
+
+
+class RedisGraph:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self.keys = GraphKeys(prefix)
+
+    def link(
+        self, pipe: Any, agent_id: str, memory_id: str, ts_ms: int, keys: Sequence[str]
+    ) -> None:
+        """Queue the nexus-index writes of one memory on a pipeline (ZADD is idempotent)."""
+        for key in keys:
+            pipe.zadd(self.keys.nexus(agent_id, key), {memory_id: ts_ms})
+
+    def bind(self, pipe: Any, agent_id: str, edge_id: str, members: Mapping[str, str]) -> None:
+        """Queue a hyperedge's member → role entries on a pipeline."""
+        if members:
+            pipe.hset(self.keys.hyperedge(agent_id, edge_id), mapping=dict(members))
+
+    async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zcard(self.keys.nexus(agent_id, key))
+            counts = await pipe.execute()
+        return {key: int(count) for key, count in zip(keys, counts, strict=True)}
+
+    async def newest(self, agent_id: str, key: str, limit: int) -> list[str]:
+        if limit <= 0:
+            return []
+        members = await self._redis.zrevrange(self.keys.nexus(agent_id, key), 0, limit - 1)
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+
+    async def hyperedge(self, agent_id: str, edge_id: str) -> dict[str, str]:
+        raw = await self._redis.hgetall(self.keys.hyperedge(agent_id, edge_id))
+        return {_s(k): _s(v) for k, v in raw.items()}
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

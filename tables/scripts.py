@@ -1,0 +1,47 @@
+"""Server-side steps that must read and write one key atomically inside a pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from redis.asyncio import Redis
+
+# Create the aggregate from its seed on first sight (count 1 stands for the group's
+# original), then count the fold and keep the latest event time.
+_FOLD_AGGREGATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+  redis.call('HSET', KEYS[1], 'count', 1, 'last_seen', ARGV[1])
+end
+redis.call('HINCRBY', KEYS[1], 'count', 1)
+if tonumber(redis.call('HGET', KEYS[1], 'last_seen') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last_seen', ARGV[1])
+end
+return 1
+"""
+
+# Reinforce an existing memory; a memory deleted meanwhile is left alone.
+_REINFORCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'reinforced_count', 1)
+if tonumber(redis.call('HGET', KEYS[1], 'last_seen') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last_seen', ARGV[1])
+end
+return 1
+"""
+
+
+class RedisScripts:
+    def __init__(self, redis: Redis) -> None:
+        self._fold = redis.register_script(_FOLD_AGGREGATE)
+        self._reinforce = redis.register_script(_REINFORCE)
+
+    def fold_aggregate(self, pipe: Any, key: str, seed: Mapping[str, Any], ts_ms: int) -> None:
+        flat: list[Any] = []
+        for name, value in seed.items():
+            flat.extend((name, value))
+        self._fold(keys=[key], args=[ts_ms, *flat], client=pipe)
+
+    def reinforce(self, pipe: Any, key: str, ts_ms: int) -> None:
+        self._reinforce(keys=[key], args=[ts_ms], client=pipe)
