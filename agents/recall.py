@@ -100,6 +100,11 @@ class RecallHandler:
             },
         )
 
+    async def reply_failure(self, message: InputMessage, reason: str) -> None:
+        """Tell the caller its request could not be served (not its fault)."""
+        failure = Rejection(reason, "the recall could not be served", None, None)
+        await self._reply_error(message.value, failure)
+
     async def _reply_error(self, raw: bytes, rejection: Rejection) -> None:
         """Answer a bad request when it names where to reply, so callers need not time out."""
         try:

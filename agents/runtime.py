@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from grimoire.agents.ingest import IngestHandler
 from grimoire.agents.recall import LaneSizes, RecallHandler
 from grimoire.agents.sinks import EventSink
-from grimoire.infra.embedding import Embedder, SentenceTransformerEmbedder
+from grimoire.infra.embedding import CachingEmbedder, Embedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
 from grimoire.tables.memory_store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -35,6 +35,7 @@ class Runtime:
         self._handlers: Handlers | None = None
         self._lock = asyncio.Lock()
         self._redis = None
+        self.embedder: CachingEmbedder | None = None
 
     async def handlers(self) -> Handlers:
         if self._handlers is None:
@@ -54,6 +55,8 @@ class Runtime:
                     settings.model_path, threads=settings.embed_threads
                 ),
             )
+        embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)
+        self.embedder = embedder
         self._redis = create_redis(settings.redis_url, settings.redis_max_connections)
         store = RedisMemoryStore(
             self._redis,
@@ -65,7 +68,14 @@ class Runtime:
         topics = TopicNames(settings.topic_prefix)
         logger.info("runtime ready (prefix %s)", settings.topic_prefix)
         return Handlers(
-            ingest=IngestHandler(store, embedder, self._sink, topics, settings.input_limits),
+            ingest=IngestHandler(
+                store,
+                embedder,
+                self._sink,
+                topics,
+                settings.input_limits,
+                eidolon_weight=settings.eidolon_state_weight,
+            ),
             recall=RecallHandler(
                 store,
                 embedder,

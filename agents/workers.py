@@ -44,18 +44,25 @@ def _message(event: Any) -> InputMessage:
     return InputMessage(value=value, topic=msg.topic, partition=msg.partition, offset=msg.offset)
 
 
-async def _with_retry(what: str, action: Callable[[], Awaitable[Any]]) -> None:
-    """Retry infrastructure failures until they clear: skipping would lose events,
-    crashing would stall the partition. Bad input never reaches here (it is
-    dead-lettered inside the handler)."""
+async def _with_retry(
+    what: str, action: Callable[[], Awaitable[Any]], *, attempts: int | None = None
+) -> bool:
+    """Retry infrastructure failures: skipping would lose events, crashing would stall
+    the partition. Bad input never reaches here (it is dead-lettered inside the
+    handler). With `attempts`, gives up after that many and returns False."""
     backoff = 0.1
+    tried = 0
     while True:
         try:
             await action()
-            return
+            return True
         except asyncio.CancelledError:
             raise
         except Exception:
+            tried += 1
+            if attempts is not None and tried >= attempts:
+                logger.exception("%s failed %d times; giving up", what, tried)
+                return False
             logger.exception("%s failed; retrying in %.1fs", what, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
@@ -100,7 +107,15 @@ def register_agents(app: faust.App, runtime: Runtime, settings: Settings) -> Non
                 handlers = await runtime.handlers()
                 await handlers.recall.handle(message)
 
-            await _with_retry("recall", process)
+            # A recall is worth retrying briefly, never at the cost of every later
+            # request on the partition: after that the caller gets an error reply.
+            if not await _with_retry("recall", process, attempts=3):
+
+                async def answer_failure(message: InputMessage = message) -> None:
+                    handlers = await runtime.handlers()
+                    await handlers.recall.reply_failure(message, "internal_error")
+
+                await _with_retry("recall failure reply", answer_failure, attempts=3)
             yield None
 
     async def warm_up() -> None:

@@ -27,6 +27,8 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(64, ge=1)
     embed_batch_within_s: float = Field(0.05, gt=0)
     embed_threads: int = Field(1, ge=1)
+    embed_cache_size: int = Field(50_000, ge=0)
+    eidolon_state_weight: float = Field(0.25, ge=0, lt=1)
 
     max_text_chars: int = Field(16_000, ge=1)
     recall_default_k: int = Field(10, ge=1)

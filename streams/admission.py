@@ -35,8 +35,8 @@ from types import MappingProxyType
 
 from grimoire.streams.records import Kind
 
-# The composite is rounded so that band edges computed by hand (0.45, 0.55) are
-# not decided by binary floating-point noise in the last digits.
+# Factors and the composite are rounded so that band edges computed by hand
+# (0.45, 0.55, 0.3) are not decided by binary floating-point noise.
 _COMPOSITE_DIGITS = 9
 
 # Factual confidence, default estimator (see `estimate_factual_confidence`).
@@ -316,6 +316,11 @@ def _clamp(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
+def _factor(value: float) -> float:
+    # Same rounding as the composite: 0.6 - 0.4·0.75 must be 0.3, not 0.29999999999999993.
+    return round(_clamp(value), _COMPOSITE_DIGITS)
+
+
 def estimate_future_utility(c: AdmissionCandidate) -> float:
     """Deterministic stand-in for "will this help future decisions?", in [0, 1].
 
@@ -342,7 +347,7 @@ def estimate_future_utility(c: AdmissionCandidate) -> float:
     utility += UTILITY_SHORT if words < 4 else 0.0
     if not has_digits and _PHATIC.search(c.text) is not None:
         utility += UTILITY_PHATIC
-    return _clamp(utility)
+    return _factor(utility)
 
 
 def estimate_factual_confidence(
@@ -363,10 +368,10 @@ def estimate_factual_confidence(
     if _EVIDENCE.search(c.text) is not None:
         base += FACTUAL_EVIDENCE_BONUS
     if contradicted is not None:
-        return _clamp(base - FACTUAL_CONTRADICTION_PENALTY * contradicted.confidence)
+        return _factor(base - FACTUAL_CONTRADICTION_PENALTY * contradicted.confidence)
     if nearest is not None and nearest.similarity >= policy.off_topic_below:
         base += FACTUAL_ALIGN_GAIN * _clamp(nearest.similarity) * _clamp(nearest.confidence)
-    return _clamp(base)
+    return _factor(base)
 
 
 def _pole(words: set[str], pole_a: frozenset[str], pole_b: frozenset[str]) -> int:
@@ -402,7 +407,7 @@ def novelty(nearest: Neighbour | None) -> float:
     """1 - cosine similarity to the nearest memory, in [0, 1]; an empty store gives 1.0."""
     if nearest is None:
         return 1.0
-    return _clamp(1.0 - nearest.similarity)
+    return _factor(1.0 - nearest.similarity)
 
 
 def recency(ts_ms: int, now_ms: int, half_life_ms: int) -> float:
@@ -413,7 +418,7 @@ def recency(ts_ms: int, now_ms: int, half_life_ms: int) -> float:
     if half_life_ms <= 0:
         raise ValueError("half_life_ms must be positive")
     age = max(0, now_ms - ts_ms)
-    return float(2.0 ** (-age / half_life_ms))
+    return _factor(2.0 ** (-age / half_life_ms))
 
 
 def decide(
@@ -433,7 +438,7 @@ def decide(
     if nearest is not None and detect_contradiction(c.text, nearest, policy):
         contradicted = nearest
     factors = Factors(
-        future_utility=_clamp(utility) if utility is not None else estimate_future_utility(c),
+        future_utility=_factor(utility) if utility is not None else estimate_future_utility(c),
         factual_confidence=estimate_factual_confidence(c, nearest, contradicted, policy),
         # A contradiction adds the one thing the store lacks, the opposite claim,
         # however close its wording is.

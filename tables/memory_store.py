@@ -21,7 +21,7 @@ from grimoire.tables.agent_state import AgentStateStore
 from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
-from grimoire.tables.queries import FullTextQuery, KnnQuery, tenant_filter
+from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
 from grimoire.tables.record_codec import (
     RETURN_FIELDS,
     StoredMemory,
@@ -186,7 +186,7 @@ class RedisMemoryStore:
             vector=np.asarray(vector, dtype=np.float32).tobytes(),
             vector_field_name=lane,
             return_fields=list(RETURN_FIELDS),
-            filter_expression=tenant_filter(agent_id),
+            filter_expression=live_filter(agent_id),
             num_results=k,
             dtype="float32",
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redisvl.query.filter import Tag
+from redisvl.query.filter import FilterExpression, Tag
 
 _TAG_SPECIAL = set(",.<>{}[]\"':;!@#$%^&*()-+=~|/\\ ?")
 
@@ -30,16 +30,16 @@ class FullTextQuery:
     k: int
 
     def query_string(self) -> str:
-        tenant = str(tenant_filter(self.agent_id))
+        live = str(live_filter(self.agent_id))
         if not self.terms:
-            return tenant
+            return live
         alternatives = "|".join(escape_tag(term) for term in self.terms)
-        return f"{tenant} @text:({alternatives})"
+        return f"{live} @text:({alternatives})"
 
 
-def live_filter(agent_id: str) -> str:
+def live_filter(agent_id: str) -> FilterExpression:
     """The agent's memories that recall may return: not deleted, not quarantined."""
-    return f"{tenant_filter(agent_id)} -@deleted:{{1}} -@quarantined:{{1}}"
+    return tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("quarantined") != "1")
 
 
 @dataclass(frozen=True, slots=True)
