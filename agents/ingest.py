@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -82,8 +82,14 @@ class IngestHandler:
             fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
             states.append(fields[cand.agent_id])
 
+        before = _embed_counters(self.embedder)
         items = await self._plan_items(fresh, states)
         batch, outcomes = plan_batch(items, fields, policy=self.policy)
+        after = _embed_counters(self.embedder)
+        batch = replace(
+            batch,
+            metrics=tuple((name, after[name] - before[name]) for name in sorted(after)),
+        )
         await self.store.commit(batch)
         for result in outcomes:
             await self.sink.send(
@@ -123,6 +129,12 @@ class IngestHandler:
                 fresh, canonical, digests, states, stored, strict=True
             )
         ]
+
+
+def _embed_counters(embedder: Embedder) -> dict[str, float]:
+    """Cache counters of a caching embedder (absent for a bare model)."""
+    names = ("hits", "misses", "model_calls")
+    return {f"embed_{n}": float(getattr(embedder, n, 0)) for n in names}
 
 
 def _first_of_each(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidate]:

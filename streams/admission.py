@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -64,6 +64,8 @@ UTILITY_MAX_KEYS = 4
 UTILITY_SHORT = -0.2  # fewer than 4 words
 UTILITY_PHATIC = -0.15  # "thanks", "ok", "sounds good" without any number
 
+_EPISODE_TYPES = frozenset(UTILITY_BY_EPISODE_TYPE)
+
 _WORDS = re.compile(r"\S+")
 _NUMBER = re.compile(r"\d")
 _EVIDENCE = re.compile(r"\d|0x[0-9a-f]{6,}|https?://|(?:^|\s)[~.]?/[\w.-]+/", re.IGNORECASE)
@@ -81,23 +83,26 @@ _TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?")
 _NEGATION = re.compile(
     r"\b(?:not|no|never|none|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE
 )
+
+
+def _poles(a: str, b: str) -> tuple[frozenset[str], frozenset[str]]:
+    return frozenset(a.split()), frozenset(b.split())
+
+
 # Opposite poles; a text that uses one pole of a pair while the other text uses
 # the opposite pole flips polarity once, just as a negation does.
-_ANTONYMS: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
-    (
-        frozenset({"succeed", "succeeded", "succeeds", "success", "successful", "passed"}),
-        frozenset({"fail", "failed", "fails", "failure", "failing"}),
+_ANTONYMS = (
+    _poles("succeed succeeded succeeds success successful passed", "fail failed fails failure"),
+    _poles(
+        "increase increased increases rise rises rose rising",
+        "decrease decreased decreases fall falls fell falling",
     ),
-    (
-        frozenset({"increase", "increased", "increases", "increasing", "rise", "rises", "rose"}),
-        frozenset({"decrease", "decreased", "decreases", "decreasing", "fall", "falls", "fell"}),
-    ),
-    (frozenset({"above", "higher"}), frozenset({"below", "lower"})),
-    (frozenset({"enabled", "enable"}), frozenset({"disabled", "disable"})),
-    (frozenset({"bullish"}), frozenset({"bearish"})),
-    (frozenset({"profit", "profitable", "gain", "gains"}), frozenset({"loss", "losses"})),
-    (frozenset({"safe"}), frozenset({"unsafe", "dangerous"})),
-    (frozenset({"true"}), frozenset({"false"})),
+    _poles("above higher", "below lower"),
+    _poles("enable enabled", "disable disabled"),
+    _poles("bullish", "bearish"),
+    _poles("profit profitable gain gains", "loss losses"),
+    _poles("safe", "unsafe dangerous"),
+    _poles("true", "false"),
 )
 
 
@@ -118,13 +123,7 @@ class AdmissionWeights:
     type_prior: float = 0.15
 
     def __post_init__(self) -> None:
-        values = (
-            self.future_utility,
-            self.factual_confidence,
-            self.novelty,
-            self.recency,
-            self.type_prior,
-        )
+        values = astuple(self)
         # The bands are absolute numbers, so they only mean something if the
         # composite stays a convex combination of unit-interval factors.
         if min(values) < 0 or abs(sum(values) - 1.0) > 1e-9:
@@ -157,25 +156,12 @@ class TypePriors:
     alert: float = 0.9
 
     def prior(self, kind: Kind, episode_type: str = "observation") -> float:
-        if kind is Kind.EPISODE:
-            by_type = {
-                "observation": self.observation,
-                "report": self.report,
-                "coordination": self.coordination,
-                "action": self.action,
-                "regime_shift": self.regime_shift,
-                "alert": self.alert,
-            }
-            return by_type.get(episode_type, self.observation)
-        return {
-            Kind.WARNING: self.warning,
-            Kind.CAUSAL_LINK: self.causal_link,
-            Kind.HEURISTIC: self.heuristic,
-            Kind.INSIGHT: self.insight,
-            Kind.STRATEGY_FRAGMENT: self.strategy_fragment,
-            Kind.SUMMARY: self.summary,
-            Kind.AGGREGATE: self.aggregate,
-        }[kind]
+        # Fields are named after Kind values and episode types.
+        if kind is not Kind.EPISODE:
+            return float(getattr(self, kind.value))
+        return float(
+            getattr(self, episode_type if episode_type in _EPISODE_TYPES else "observation")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,16 +185,7 @@ class StandardConfidence:
     aggregate: float = 0.6
 
     def for_kind(self, kind: Kind) -> float:
-        return {
-            Kind.EPISODE: self.episode,
-            Kind.INSIGHT: self.insight,
-            Kind.HEURISTIC: self.heuristic,
-            Kind.WARNING: self.warning,
-            Kind.CAUSAL_LINK: self.causal_link,
-            Kind.STRATEGY_FRAGMENT: self.strategy_fragment,
-            Kind.SUMMARY: self.summary,
-            Kind.AGGREGATE: self.aggregate,
-        }[kind]
+        return float(getattr(self, kind.value))  # fields are named after Kind values
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +211,9 @@ class AdmissionPolicy:
             raise ValueError("merge_above must not exceed aggregate_above")
         if self.recency_half_life_ms <= 0:
             raise ValueError("recency_half_life_ms must be positive")
+
+
+DEFAULT_POLICY = AdmissionPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,14 +406,13 @@ def decide(
     *,
     nearest: Neighbour | None,
     now_ms: int,
-    policy: AdmissionPolicy | None = None,
+    policy: AdmissionPolicy = DEFAULT_POLICY,
     utility: float | None = None,
 ) -> AdmissionDecision:
     """Score a candidate and pick an action (precedence in the module docstring).
 
     `utility` replaces the default future-utility estimator, e.g. with a judge's score.
     """
-    policy = policy or AdmissionPolicy()
     contradicted = None
     if nearest is not None and detect_contradiction(c.text, nearest, policy):
         contradicted = nearest

@@ -17,6 +17,7 @@ from grimoire.streams.field import Affect
 from grimoire.streams.fields import INVALID_VALUE, Fields, InputLimits, plausible_agent_id
 from grimoire.streams.ids import content_event_id, memory_id
 from grimoire.streams.keys import KeySource, extract_keys
+from grimoire.streams.quality import score_importance
 from grimoire.streams.records import (
     EventType,
     HyperedgeRef,
@@ -151,7 +152,7 @@ class _Part:
     paths: tuple[str, ...] = ()
     urls: tuple[str, ...] = ()
     kind: Kind = Kind.EPISODE
-    importance: float = 0.5
+    importance: float | None = None  # None: derived from kind, type and error evidence
     episode_type: str = ""
     outcome: str = ""
 
@@ -177,6 +178,13 @@ def _candidates(
                 session_id=common.session_id,
             )
         )
+        has_error = bool(part.error) or any(key.startswith("err:") for key in keys)
+        importance = score_importance(
+            kind=part.kind,
+            episode_type=_IMPORTANCE_TYPES.get(part.episode_type, part.episode_type),
+            explicit=part.importance,
+            has_error=has_error,
+        )
         hyperedge = HyperedgeRef(edge_id, part.role) if edge_id and part.role is not None else None
         candidates.append(
             MemoryCandidate(
@@ -198,17 +206,25 @@ def _candidates(
                 tick=common.tick,
                 block=common.block,
                 tags=common.tags,
-                importance=part.importance,
+                importance=importance,
                 regime=common.regime,
                 keys=keys,
                 episode_type=part.episode_type,
                 outcome=part.outcome,
-                has_error=bool(part.error) or any(key.startswith("err:") for key in keys),
+                has_error=has_error,
                 affect=common.affect,
                 hyperedge=hyperedge,
             )
         )
     return Accepted(common.agent_id, common.source_event_id, common.ts_ms, tuple(candidates))
+
+
+# Tool calls weigh like actions, transcript lines like observations.
+_IMPORTANCE_TYPES = {"tool": "action", "transcript": "observation"}
+
+
+def _optional_unit(fields: Fields, name: str) -> float | None:
+    return fields.unit_float(name, 0.0) if fields.data.get(name) is not None else None
 
 
 def _run_edge(common: _Common) -> str | None:
@@ -243,7 +259,7 @@ def _episode(fields: Fields) -> Accepted:
         paths=fields.string_list("paths"),
         urls=fields.string_list("urls"),
         kind=Kind(kind_name),
-        importance=fields.unit_float("importance", 0.5),
+        importance=_optional_unit(fields, "importance"),
         episode_type=episode_type,
         outcome=outcome,
     )

@@ -151,6 +151,9 @@ class QualityWeights:
     red_flag_penalty: float = 0.1
 
 
+DEFAULT_WEIGHTS = QualityWeights()
+
+
 @dataclass(frozen=True, slots=True)
 class QualityScore:
     specificity: float
@@ -163,7 +166,8 @@ class QualityScore:
 
 
 def _clamp(value: float) -> float:
-    return min(1.0, max(0.0, value))
+    # Clamped and rounded (as in admission) so that 0.4 + 0.3 + 0.2 is exactly 0.9.
+    return round(min(1.0, max(0.0, value)), 9)
 
 
 def specificity(text: str) -> float:
@@ -215,14 +219,13 @@ def score_quality(
     *,
     novelty: float,
     consistency: float = NEUTRAL_CONSISTENCY,
-    weights: QualityWeights | None = None,
+    weights: QualityWeights = DEFAULT_WEIGHTS,
 ) -> QualityScore:
     """Score every dimension and the penalised, clamped total.
 
     A flag counts once however often it occurs: repetition of one habit is
     one defect, not several.
     """
-    weights = weights or QualityWeights()
     spec = specificity(text)
     action = actionability(text)
     verify = verifiability(text)
@@ -237,8 +240,7 @@ def score_quality(
         + weights.consistency * cons
         - weights.red_flag_penalty * len(flags)
     )
-    # Rounded like the admission composite, so hand-computed totals compare exactly.
-    return QualityScore(spec, action, nov, verify, cons, flags, round(_clamp(total), 9))
+    return QualityScore(spec, action, nov, verify, cons, flags, _clamp(total))
 
 
 def score_importance(

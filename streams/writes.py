@@ -60,6 +60,7 @@ class WriteBatch:
     decisions: tuple[Decision, ...] = ()
     fields: tuple[FieldState, ...] = ()
     stats: tuple[StatsDelta, ...] = ()
+    metrics: tuple[tuple[str, float], ...] = ()  # deployment-wide counters (not per agent)
 
     def is_empty(self) -> bool:
         return not (self.records or self.folds or self.reinforcements or self.decisions)

@@ -58,6 +58,10 @@ class MemoryStore(Protocol):
     ) -> list[ScoredHit]: ...
     async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
     async def count(self, agent_id: str) -> int: ...
+    async def metrics(self) -> dict[str, float]:
+        raw = await self._redis.hgetall(self._metrics_key)
+        return {text_of(k): float(text_of(v)) for k, v in raw.items()}
+
     async def watermark(self, agent_id: str) -> int | None: ...
 
 
@@ -74,6 +78,7 @@ class RedisMemoryStore:
         self._index = AsyncSearchIndex(self._schema, redis_client=redis)
         self._key_prefix = self._schema.index.prefix
         self._watermarks_key = f"{prefix}:watermarks"
+        self._metrics_key = f"{prefix}:metrics"
         self._clock_ms = clock_ms
         self.graph = RedisGraph(redis, prefix)
         self.state = AgentStateStore(redis, prefix)
@@ -163,6 +168,8 @@ class RedisMemoryStore:
                 pipe.zadd(self._watermarks_key, marks, gt=True)
             for delta in batch.stats:
                 self.state.count(pipe, delta.agent_id, dict(delta.counters))
+            for name, amount in batch.metrics:
+                pipe.hincrbyfloat(self._metrics_key, name, amount)
             await pipe.execute()
 
     # ---- read path --------------------------------------------------------------

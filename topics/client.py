@@ -148,9 +148,18 @@ class GrimoireClient:
             except RecallTimeout:
                 continue
 
-    async def publish_raw(self, topic: str, key: str, value: bytes) -> None:
+    async def publish_raw(self, topic: str, key: str, value: bytes, *, wait: bool = True) -> None:
+        """Publish bytes keyed by agent id. With wait=False, return once the record is
+        queued (the producer batches); `flush()` waits for everything queued."""
         assert self._producer is not None, "client not started"
-        await self._producer.send_and_wait(topic, value=value, key=key.encode())
+        if wait:
+            await self._producer.send_and_wait(topic, value=value, key=key.encode())
+        else:
+            await self._producer.send(topic, value=value, key=key.encode())
+
+    async def flush(self) -> None:
+        assert self._producer is not None, "client not started"
+        await self._producer.flush()
 
     async def publish_episode(self, episode: EpisodeV1) -> None:
         await self.publish_raw(self.topics.episodes, episode.agent_id, episode.dumps_json())

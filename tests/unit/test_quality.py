@@ -119,12 +119,12 @@ def test_actionability(text: str, expected: float) -> None:
         ("paid $1200 overall", 0.2),
         ("tool fetch_quotes returned: 3 quotes", 0.2),
         ("the job stopped with exit code 1", 0.2),
-        (f"tx {TX} at block 19000000 paid 31 gwei", 0.4 + 0.3 + 0.2),
+        (f"tx {TX} at block 19000000 paid 31 gwei", 0.9),  # 0.4 + 0.3 + 0.2
         (f"tx {TX} from {ADDRESS} at block 9, https://x.io, 5 ms, exit code 0", 1.0),  # 1.7
     ],
 )
 def test_verifiability(text: str, expected: float) -> None:
-    assert verifiability(text) == pytest.approx(expected)
+    assert verifiability(text) == expected  # exact: scores are rounded to 9 digits
 
 
 # --- red flags -------------------------------------------------------------------------------

@@ -1,0 +1,233 @@
+"""The write path through the real pipeline: transcripts into layered, linked memories;
+redelivery after a crash changes nothing; every decision is on the memory-events topic."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis.asyncio import Redis
+
+from grimoire.infra.settings import Settings
+from grimoire.tables.agent_state import AgentStateStore
+from grimoire.tables.graph import GraphKeys
+from grimoire.tables.index_schema import memory_schema
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
+
+BASE_TS = 1_790_000_000_000
+
+TURN = {
+    "type": "assistant",
+    "message": {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "The deploy failed; check the nginx config first."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "read_file",
+                "input": {"path": "/etc/nginx/nginx.conf"},
+            },
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "is_error": True,
+                "content": [{"type": "text", "text": "Permission denied: /etc/nginx/nginx.conf"}],
+            },
+            {"type": "text", "text": "The config is not readable; I will ask for sudo access."},
+        ],
+    },
+}
+
+
+async def _memory_events(bootstrap: str, topic: str, agent: str, want: int) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    events: list[dict[str, Any]] = []
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(events) < want:
+            for messages in (await consumer.getmany(timeout_ms=200)).values():
+                for message in messages:
+                    event = orjson.loads(message.value)
+                    if event["agent_id"] == agent:
+                        events.append(event)
+        # Anything that would wrongly follow (a duplicate) lands right behind.
+        for messages in (await consumer.getmany(timeout_ms=500)).values():
+            events.extend(e for m in messages if (e := orjson.loads(m.value))["agent_id"] == agent)
+    finally:
+        await consumer.stop()
+    return events
+
+
+async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
+    client: GrimoireClient,
+    settings: Settings,
+    redis_client: Redis,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+) -> None:
+    agent, _ = agent_ids
+    user_line = TranscriptV1(
+        agent_id=agent,
+        ts=BASE_TS,
+        turn_id="turn-7",
+        session_id="sess-1",
+        line={"type": "user", "message": {"role": "user", "content": "Why did the deploy fail?"}},
+    )
+    assistant_line = TranscriptV1(
+        agent_id=agent, ts=BASE_TS + 1, turn_id="turn-7", session_id="sess-1", line=TURN
+    )
+    await client.publish_transcript(user_line)
+    await client.publish_transcript(assistant_line)
+
+    edge_key = GraphKeys(settings.topic_prefix).hyperedge(agent, "turn:turn-7")
+
+    async def members() -> dict[bytes, bytes] | None:
+        found = await redis_client.hgetall(edge_key)
+        return found if len(found) == 5 else None
+
+    edge = await eventually(members, timeout=15)
+    prefix = memory_schema(settings.topic_prefix).index.prefix
+    layers: dict[str, str] = {}
+    for memory_id, role in edge.items():
+        record = await redis_client.hgetall(f"{prefix}:{memory_id.decode()}")
+        assert record[b"hyperedge_ids"] == b"turn:turn-7"
+        assert record[b"session_id"] == b"sess-1"
+        layers[record[b"layer"].decode()] = role.decode()
+    assert layers == {
+        "input": "trigger",
+        "contemplation": "context",
+        "action": "action",
+        "observation": "outcome",
+        "output": "outcome",
+    }
+    answer = await client.recall(agent, "nginx config permission denied", k=5)
+    assert any("Permission denied" in item.text for item in answer.items)
+
+
+async def test_redelivery_after_a_crash_changes_nothing(
+    client: GrimoireClient,
+    settings: Settings,
+    redis_client: Redis,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+) -> None:
+    agent, _ = agent_ids
+    marker = uuid.uuid4().hex[:8]
+    batch: list[Any] = [
+        EpisodeV1(
+            agent_id=agent,
+            ts=BASE_TS + i * 12_000,
+            tick=i,
+            event_id=f"hb-{i}",
+            text=f"heartbeat {marker}: pool depth stable, gas 30 gwei",
+            tags=["ops/heartbeat"],
+        )
+        for i in range(4)
+    ]
+    batch.append(
+        ToolEventV1(
+            agent_id=agent,
+            ts=BASE_TS + 60_000,
+            event_id="tool-1",
+            tool="swap",
+            error=f"execution reverted: slippage exceeded 0.5% ({marker})",
+            urls=["https://rpc.example.com/v1?key=SECRET"],
+        )
+    )
+
+    async def publish_all() -> None:
+        for event in batch:
+            if isinstance(event, EpisodeV1):
+                await client.publish_episode(event)
+            else:
+                await client.publish_tool_event(event)
+
+    state = AgentStateStore(redis_client, settings.topic_prefix)
+    graph = GraphKeys(settings.topic_prefix)
+
+    async def snapshot() -> dict[str, Any]:
+        stats = await state.stats(agent)
+        decided = await redis_client.hgetall(state.decided_key(agent))
+        nexus = {
+            key: await redis_client.zcard(graph.nexus(agent, key))
+            for key in (
+                "tag:ops/heartbeat",
+                "err:reverted",
+                "err:slippage",
+                "tool:swap",
+                "url:rpc.example.com/v1",
+            )
+        }
+        return {"stats": stats, "decided": decided, "nexus": nexus}
+
+    await publish_all()
+
+    async def all_decided() -> dict[str, Any] | None:
+        snap = await snapshot()
+        return snap if snap["stats"].get("candidates") == len(batch) else None
+
+    first = await eventually(all_decided, timeout=15)
+    assert first["nexus"]["err:reverted"] == 1
+    assert first["nexus"]["url:rpc.example.com/v1"] == 1  # no query string (no secrets)
+
+    # The "crash": the same events arrive again, then a sentinel behind them.
+    await publish_all()
+    await client.publish_episode(
+        EpisodeV1(
+            agent_id=agent, ts=BASE_TS + 90_000, event_id="sentinel", text=f"sentinel {marker}"
+        )
+    )
+
+    async def sentinel_decided() -> dict[str, Any] | None:
+        snap = await snapshot()
+        return snap if snap["stats"].get("candidates") == len(batch) + 1 else None
+
+    second = await eventually(sentinel_decided, timeout=15)
+    await asyncio.sleep(0.5)
+    second = await snapshot()
+    assert second["nexus"] == first["nexus"]
+    del second["decided"][next(k for k in second["decided"] if k not in first["decided"])]
+    assert second["decided"] == first["decided"]
+    events = await _memory_events(
+        settings.bootstrap_servers, client.topics.memory_events, agent, len(batch) + 1
+    )
+    assert len(events) == len(batch) + 1
+    assert len({e["candidate_id"] for e in events}) == len(events)
+
+    # Stats moved by exactly the sentinel's own decision, nothing for the redelivered copies.
+    sentinel = next(e for e in events if e["source_event_id"] == "sentinel")
+    expected = dict(first["stats"])
+    expected["candidates"] += 1
+    expected[sentinel["action"]] = expected.get(sentinel["action"], 0) + 1
+    if sentinel["off_topic"]:
+        expected["off_topic"] = expected.get("off_topic", 0) + 1
+    if sentinel.get("quality") is not None:
+        expected["quality_sum"] = expected.get("quality_sum", 0) + sentinel["quality"]
+    assert second["stats"].keys() == expected.keys()
+    for name, value in expected.items():
+        assert abs(second["stats"][name] - value) < 1e-6, name
+
+    for event in events:
+        assert set(event["admission"]) == {
+            "composite",
+            "future_utility",
+            "factual_confidence",
+            "novelty",
+            "recency",
+            "type_prior",
+        }
+    actions = sorted(e["action"] for e in events)
+    # Four identical heartbeats: the first is decided on its merits, the repeats
+    # fold into one aggregate instead of piling up.
+    assert actions.count("aggregate") == 3
