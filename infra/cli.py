@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="services + worker + simulated agent + recall questions")
     demo.add_argument("--ticks", type=int, default=6)
     demo.add_argument("--block-interval", type=float, default=None)
+    bench = sub.add_parser("bench", help="benchmarks (JSON on the last line)")
+    bench_kind = bench.add_subparsers(dest="bench", required=True)
+    ingest = bench_kind.add_parser("ingest", help="the real write path on a generated stream")
+    ingest.add_argument("--events", type=int, default=20_000)
+    ingest.add_argument("--agents", type=int, default=20)
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -78,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         from grimoire.infra.demo import run_demo
 
         return run_demo(settings, ticks=args.ticks, block_interval_s=args.block_interval)
+    if args.command == "bench" and args.bench == "ingest":
+        from grimoire.infra.bench_ingest import run_ingest_bench
+
+        result = run_ingest_bench(settings, events=args.events, agents=args.agents)
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
     return 2
 
 

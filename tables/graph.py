@@ -32,11 +32,21 @@ class RedisGraph:
         self.keys = GraphKeys(prefix)
 
     def link(
-        self, pipe: Any, agent_id: str, memory_id: str, ts_ms: int, keys: Sequence[str]
+        self,
+        pipe: Any,
+        agent_id: str,
+        memory_id: str,
+        ts_ms: int,
+        keys: Sequence[str],
+        *,
+        latest: bool = False,
     ) -> None:
-        """Queue the nexus-index writes of one memory on a pipeline (ZADD is idempotent)."""
+        """Queue the nexus-index writes of one memory on a pipeline (ZADD is idempotent).
+
+        `latest` only ever moves a member's time forward: an aggregate sits at
+        the time of its newest fold, whatever order folds arrive in."""
         for key in keys:
-            pipe.zadd(self.keys.nexus(agent_id, key), {memory_id: ts_ms})
+            pipe.zadd(self.keys.nexus(agent_id, key), {memory_id: ts_ms}, gt=latest)
 
     def bind(self, pipe: Any, agent_id: str, edge_id: str, members: Mapping[str, str]) -> None:
         """Queue a hyperedge's member → role entries on a pipeline."""

@@ -58,10 +58,7 @@ class MemoryStore(Protocol):
     ) -> list[ScoredHit]: ...
     async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
     async def count(self, agent_id: str) -> int: ...
-    async def metrics(self) -> dict[str, float]:
-        raw = await self._redis.hgetall(self._metrics_key)
-        return {text_of(k): float(text_of(v)) for k, v in raw.items()}
-
+    async def metrics(self) -> dict[str, float]: ...
     async def watermark(self, agent_id: str) -> int | None: ...
 
 
@@ -151,7 +148,9 @@ class RedisMemoryStore:
                 seed = hash_fields(fold.seed, now_ms)
                 self._scripts.fold_aggregate(pipe, self.key(fold.aggregate_id), seed, fold.ts_ms)
                 seed_cand = fold.seed.candidate
-                self.graph.link(pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys)
+                self.graph.link(
+                    pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
+                )
             for reinforcement in batch.reinforcements:
                 self._scripts.reinforce(
                     pipe, self.key(reinforcement.target_id), reinforcement.ts_ms
@@ -227,6 +226,10 @@ class RedisMemoryStore:
         if isinstance(result, dict):
             return int(result.get("total_results", 0))
         return int(result.total)
+
+    async def metrics(self) -> dict[str, float]:
+        raw = await self._redis.hgetall(self._metrics_key)
+        return {text_of(k): float(text_of(v)) for k, v in raw.items()}
 
     async def watermark(self, agent_id: str) -> int | None:
         score = await self._redis.zscore(self._watermarks_key, agent_id)

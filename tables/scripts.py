@@ -41,7 +41,11 @@ class RedisScripts:
         flat: list[Any] = []
         for name, value in seed.items():
             flat.extend((name, value))
-        self._fold(keys=[key], args=[ts_ms, *flat], client=pipe)
+        # Calling the Script object with a pipeline returns an un-awaited coroutine
+        # in redis.asyncio; queue EVALSHA and let the pipeline load the script.
+        pipe.scripts.add(self._fold)
+        pipe.evalsha(self._fold.sha, 1, key, ts_ms, *flat)
 
     def reinforce(self, pipe: Any, key: str, ts_ms: int) -> None:
-        self._reinforce(keys=[key], args=[ts_ms], client=pipe)
+        pipe.scripts.add(self._reinforce)
+        pipe.evalsha(self._reinforce.sha, 1, key, ts_ms)

@@ -445,7 +445,7 @@ def test_episode_becomes_one_observation_candidate() -> None:
 
 def test_episode_defaults() -> None:
     cand = only(accept(EPISODE, episode()))
-    assert cand.importance == 0.5
+    assert cand.importance == 0.3  # a routine observation, derived by score_importance
     assert cand.tick is None
     assert cand.block is None
     assert cand.tags == ()

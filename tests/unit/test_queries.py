@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from grimoire.streams.records import (
@@ -13,8 +14,14 @@ from grimoire.streams.records import (
     Provenance,
 )
 from grimoire.tables.index_schema import memory_schema, memory_schema_dict
-from grimoire.tables.memory_store import _hash_fields
-from grimoire.tables.queries import FullTextQuery, escape_tag, tenant_filter
+from grimoire.tables.queries import (
+    FullTextQuery,
+    KnnQuery,
+    escape_tag,
+    live_filter,
+    tenant_filter,
+)
+from grimoire.tables.record_codec import hash_fields
 
 
 @pytest.mark.parametrize(
@@ -45,27 +52,86 @@ def test_tenant_filter_requires_an_agent() -> None:
         tenant_filter("")
 
 
+# A record is live (recallable) unless it is deleted or quarantined; a hash that lacks
+# either field is live too, which is why both are negated matches.
+LIVE_1 = "((@agent_id:{agent1} (-@deleted:{1})) (-@quarantined:{1}))"
+LIVE_DASH = "((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1}))"
+
+
+def test_live_filter() -> None:
+    assert str(live_filter("agent1")) == LIVE_1
+    assert str(live_filter("agent-1")) == LIVE_DASH
+
+
+def test_live_filter_requires_an_agent() -> None:
+    with pytest.raises(ValueError):
+        live_filter("")
+
+
 def test_full_text_plain_terms() -> None:
     query = FullTextQuery("agent1", ("disk", "full"), 10)
-    assert query.query_string() == "@agent_id:{agent1} @text:(disk|full)"
+    assert query.query_string() == f"{LIVE_1} @text:(disk|full)"
 
 
 def test_full_text_escapes_agent_and_terms() -> None:
     query = FullTextQuery("agent-1", ("config.yaml", "don't", "node"), 5)
-    assert query.query_string() == "@agent_id:{agent\\-1} @text:(config\\.yaml|don\\'t|node)"
+    assert query.query_string() == (
+        "((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1}))"
+        " @text:(config\\.yaml|don\\'t|node)"
+    )
 
 
 def test_full_text_single_term() -> None:
-    assert FullTextQuery("a", ("x",), 1).query_string() == "@agent_id:{a} @text:(x)"
+    assert FullTextQuery("a", ("x",), 1).query_string() == (
+        "((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) @text:(x)"
+    )
 
 
-def test_full_text_without_terms_is_only_the_tenant_filter() -> None:
-    assert FullTextQuery("agent-1", (), 10).query_string() == "@agent_id:{agent\\-1}"
+def test_full_text_without_terms_is_only_the_live_filter() -> None:
+    assert FullTextQuery("agent-1", (), 10).query_string() == LIVE_DASH
 
 
 def test_full_text_without_agent_raises() -> None:
     with pytest.raises(ValueError):
         FullTextQuery("", ("disk",), 10).query_string()
+
+
+def test_knn_query_string() -> None:
+    query = KnnQuery("agent-1", "eidolon", 3, ("memory_id",))
+    assert query.query_string() == (
+        "(((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1})))"
+        "=>[KNN 3 @eidolon $vec AS distance]"
+    )
+
+
+def test_knn_query_arguments() -> None:
+    vector = np.ones(4, dtype=np.float32).tobytes()
+    query = KnnQuery("agent1", "canonical", 1, ("memory_id", "kind"))
+    assert query.arguments(vector) == [
+        f"({LIVE_1})=>[KNN 1 @canonical $vec AS distance]",
+        "PARAMS",
+        2,
+        "vec",
+        vector,
+        "RETURN",
+        3,
+        "memory_id",
+        "kind",
+        "distance",
+        "SORTBY",
+        "distance",
+        "ASC",
+        "LIMIT",
+        0,
+        1,
+        "DIALECT",
+        2,
+    ]
+
+
+def test_knn_query_without_agent_raises() -> None:
+    with pytest.raises(ValueError):
+        KnnQuery("", "canonical", 1, ()).query_string()
 
 
 def test_memory_schema_names() -> None:
@@ -84,6 +150,18 @@ def test_memory_schema_vector_field() -> None:
     assert memory_schema("p", dims=16).fields["canonical"].attrs.dims == 16
 
 
+def test_memory_schema_eidolon_lane_matches_canonical() -> None:
+    eidolon = memory_schema("p", dims=16).fields["eidolon"]
+    assert eidolon.type == "vector"
+    assert eidolon.attrs.dims == 16
+    assert str(eidolon.attrs.distance_metric.value).lower() == "cosine"
+
+
+def test_memory_schema_live_filter_fields_are_tags() -> None:
+    fields = memory_schema("p").fields
+    assert (fields["deleted"].type, fields["quarantined"].type) == ("tag", "tag")
+
+
 def test_memory_schema_tenant_and_text_fields() -> None:
     fields = memory_schema("grimoire").fields
     assert fields["agent_id"].type == "tag"
@@ -97,7 +175,7 @@ def test_memory_schema_dict_is_fresh_per_call() -> None:
     second = memory_schema_dict("two", 32)
     assert (first["index"]["name"], second["index"]["name"]) == ("one-memory", "two-memory")
     dims = [f["attrs"]["dims"] for f in first["fields"] if f["type"] == "vector"]
-    assert dims == [8]
+    assert dims == [8, 8]  # canonical and eidolon lanes
 
 
 def test_every_indexed_field_is_written_by_the_store() -> None:
@@ -114,7 +192,32 @@ def test_every_indexed_field_is_written_by_the_store() -> None:
         block=4,
         tags=("a", "b"),
     )
-    written = _hash_fields(MemoryRecord(candidate, (0.0,) * 4), 0)
+    vector = np.zeros(4, dtype=np.float32).tobytes()
+    written = hash_fields(MemoryRecord(candidate, vector, eidolon=vector), 0)
     indexed = {field["name"] for field in memory_schema_dict("p", 4)["fields"]}
     assert indexed <= set(written)
     assert written["tags"] == "a|b"
+    assert (written["deleted"], written["quarantined"]) == ("0", "0")
+    assert written["canonical"] == written["eidolon"] == vector
+
+
+def test_a_record_without_eidolon_writes_no_eidolon_field() -> None:
+    candidate = MemoryCandidate(
+        id="0194-y",
+        agent_id="agent-1",
+        kind=Kind.AGGREGATE,
+        layer=Layer.OBSERVATION,
+        text="disk full",
+        ts_ms=1,
+        provenance=Provenance(source_event_id="ev-1", event_type=EventType.EPISODE.value),
+        normalized_hash="h",
+    )
+    record = MemoryRecord(candidate, b"\0" * 16, quarantined=True, aggregate_of="0194-x")
+    written = hash_fields(record, 7)
+    assert "eidolon" not in written
+    assert "tick" not in written
+    assert (written["quarantined"], written["aggregate_of"], written["recorded_at"]) == (
+        "1",
+        "0194-x",
+        7,
+    )
