@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +30,13 @@ from grimoire.topics.schemas import EpisodeV1
 logger = logging.getLogger(__name__)
 
 PROBES = 30
+_PROBE_VOCABULARY = (
+    "granite orchid comet lantern harbor violin glacier saffron meadow falcon canyon "
+    "ember quartz willow tundra compass marble lotus beacon prairie cobalt juniper "
+    "summit thistle atlas cinder delta fjord garnet hazel iris jasper kelp lagoon "
+    "mosaic nectar onyx pylon quill raven sierra topaz umber vortex wharf yonder zephyr"
+)
+_PROBE_WORDS = _PROBE_VOCABULARY.split(" ")
 
 
 def _event_type(topics: TopicNames, topic: str) -> EventType:
@@ -67,8 +75,12 @@ async def _decided(state: AgentStateStore, agents: list[str]) -> float:
 async def _probe_latencies(client: GrimoireClient) -> list[float]:
     """Publish a fresh memory and time until a recall returns it, at a paced rate."""
     latencies: list[float] = []
+    rng = random.Random(11)
     for index in range(PROBES):
-        text = f"alert probe {index}: validator 0x{index:04x} missed {index + 2} blocks"
+        # Probes must not be near-duplicates of each other, or admission rightly
+        # merges them into the first one instead of storing them.
+        words = " ".join(rng.sample(_PROBE_WORDS, 7))
+        text = f"alert {index}: {words}"
         published = time.perf_counter()
         await client.publish_episode(
             EpisodeV1(

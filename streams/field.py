@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 DEFAULT_FOCUS_HALF_LIFE_MS = 60 * 60 * 1000  # an hour of event time
 DEFAULT_MAX_TRACKED_KEYS = 64
 DEFAULT_DIGEST_SIZE = 8
+DEFAULT_CONDITIONING_KEYS = 5
+_CONDITIONING_TYPES = frozenset({"tag", "err", "tool", "chan", "entity"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +73,20 @@ class FieldState:
         ranked = sorted(self.focus, key=lambda item: (-item[1], item[0]))
         return tuple(key for key, _ in ranked[:size])
 
-    def digest_text(self, size: int = DEFAULT_DIGEST_SIZE) -> str:
-        """The state as text for the embedder; empty when there is nothing to condition on."""
+    def digest_text(self, size: int = DEFAULT_CONDITIONING_KEYS) -> str:
+        """The state as text for the embedder; empty when there is nothing to condition on.
+
+        Only the heaviest topical keys (tags, errors, tools, channels, entities)
+        condition the vector, named in alphabetical order: ids, paths and small
+        shifts in weight would otherwise mint a new text, and a new embedding,
+        on nearly every event.
+        """
         parts = []
         if self.regime:
             parts.append(f"regime {self.regime}")
-        focus = " ".join(key.split(":", 1)[-1] for key in self.digest(size))
+        ranked = sorted(self.focus, key=lambda item: (-item[1], item[0]))
+        topical = [key for key, _ in ranked if key.split(":", 1)[0] in _CONDITIONING_TYPES]
+        focus = " ".join(sorted(key.split(":", 1)[-1] for key in topical[:size]))
         if focus:
             parts.append(f"focus {focus}")
         mood = self.affect.describe()

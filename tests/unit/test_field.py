@@ -141,10 +141,27 @@ def test_digest_text_format() -> None:
         ),
         focus=(("err:timeout", 1.5), ("path:/etc/x", 0.5), ("tool:swap", 0.5)),
     )
-    assert state.digest_text() == (
-        "regime storm; focus timeout /etc/x swap; mood pleased calm rage care"
-    )
+    # Paths do not condition the vector; the chosen keys are named alphabetically.
+    assert state.digest_text() == "regime storm; focus swap timeout; mood pleased calm rage care"
     assert state.digest_text(1) == "regime storm; focus timeout; mood pleased calm rage care"
+
+
+def test_digest_text_ignores_ids_and_weight_order() -> None:
+    state = FieldState(
+        AGENT,
+        focus=(
+            ("session:s-1", 9.0),
+            ("run:r-7", 8.0),
+            ("entity:eth", 1.0),
+            ("tool:swap", 3.0),
+            ("tag:ops/deploy", 2.0),
+        ),
+    )
+    assert state.digest_text() == "focus eth ops/deploy swap"
+    reweighted = FieldState(
+        AGENT, focus=(("entity:eth", 5.0), ("tool:swap", 1.0), ("tag:ops/deploy", 2.0))
+    )
+    assert reweighted.digest_text() == state.digest_text()
 
 
 def test_digest_text_leaves_out_empty_parts() -> None:
@@ -180,4 +197,5 @@ def test_advancing_is_deterministic_and_order_of_keys_is_irrelevant() -> None:
     assert advance_all(FieldState(AGENT), swapped) == first
     assert first.regime == "calm"
     # a decayed over 10 s, the late c only over the 5 s it is behind: b > c > a
-    assert first.digest_text() == "regime calm; focus b c a; mood excited"
+    assert first.digest() == ("tag:b", "tag:c", "tag:a")
+    assert first.digest_text() == "regime calm; focus a b c; mood excited"

@@ -472,7 +472,7 @@ async def test_the_eidolon_depends_on_the_field_state_not_only_the_text() -> Non
 
     # One model call for the contents and the state digests together.
     assert rig.fake.calls == 1
-    assert rig.fake.texts == [OPENING, DEPTH, "regime bull; focus bull", "regime bear; focus bear"]
+    assert rig.fake.texts == [OPENING, DEPTH, "regime bull", "regime bear"]
 
     a_canonical, a_eidolon = _vectors(rig, "a")
     b_canonical, b_eidolon = _vectors(rig, "b")
@@ -482,7 +482,7 @@ async def test_the_eidolon_depends_on_the_field_state_not_only_the_text() -> Non
     assert a_eidolon != b_eidolon  # same text, another regime
 
     # eidolon = normalise(0.75·canonical + 0.25·state)
-    blended = 0.75 * rig.fake.vector(DEPTH) + 0.25 * rig.fake.vector("regime bull; focus bull")
+    blended = 0.75 * rig.fake.vector(DEPTH) + 0.25 * rig.fake.vector("regime bull")
     expected = blended / np.linalg.norm(blended)
     np.testing.assert_allclose(np.frombuffer(a_eidolon, dtype=np.float32), expected, atol=1e-6)
 
@@ -503,9 +503,9 @@ async def test_the_same_state_gives_the_same_eidolon_across_batches() -> None:
     assert split.fake.calls == 2  # one per batch; the second embeds its text and its digest
     assert split.fake.texts == [
         OPENING,
-        "regime bull; focus bull",
+        "regime bull",
         DEPTH,
-        "regime bull; focus bull",
+        "regime bull",
     ]
 
 
