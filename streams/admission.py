@@ -53,6 +53,9 @@ UTILITY_BY_EPISODE_TYPE: Mapping[str, float] = MappingProxyType(
         "report": 0.05,
         "coordination": 0.05,
         "action": 0.15,
+        # A conversation line is the agent's own experience (what it was told or
+        # said): more reusable than a routine heartbeat.
+        "dialogue": 0.15,
         "regime_shift": 0.25,
         "alert": 0.25,
     }
@@ -152,6 +155,7 @@ class TypePriors:
     report: float = 0.2
     coordination: float = 0.2
     action: float = 0.4
+    dialogue: float = 0.5
     regime_shift: float = 0.7
     alert: float = 0.9
 

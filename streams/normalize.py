@@ -181,7 +181,7 @@ def _candidates(
         has_error = bool(part.error) or any(key.startswith("err:") for key in keys)
         importance = score_importance(
             kind=part.kind,
-            episode_type=_IMPORTANCE_TYPES.get(part.episode_type, part.episode_type),
+            episode_type=part.episode_type,
             explicit=part.importance,
             has_error=has_error,
         )
@@ -217,10 +217,6 @@ def _candidates(
             )
         )
     return Accepted(common.agent_id, common.source_event_id, common.ts_ms, tuple(candidates))
-
-
-# Tool calls weigh like actions, transcript lines like observations.
-_IMPORTANCE_TYPES = {"tool": "action", "transcript": "observation"}
 
 
 def _optional_unit(fields: Fields, name: str) -> float | None:
@@ -287,7 +283,7 @@ def _tool_event(fields: Fields) -> Accepted:
         error=error,
         paths=paths,
         urls=urls,
-        episode_type="tool",
+        episode_type="action",  # a tool call is something the agent did
         outcome="error" if error else "ok",
     )
     return _candidates(common, EventType.TOOL, [part], _run_edge(common))
@@ -312,7 +308,7 @@ def _transcript(fields: Fields) -> Accepted:
             role=_LAYER_ROLES[part.layer],
             tool=part.tool,
             error=part.text if part.is_error else "",
-            episode_type="transcript",
+            episode_type="action" if part.layer is Layer.ACTION else "dialogue",
         )
         for part in transcript_parts(line, fields.limits)
     ]

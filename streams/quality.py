@@ -122,6 +122,7 @@ IMPORTANCE_BY_EPISODE_TYPE: Mapping[str, float] = MappingProxyType(
         "report": 0.4,
         "coordination": 0.4,
         "action": 0.5,
+        "dialogue": 0.5,
         "regime_shift": 0.8,
         "alert": 0.9,
     }

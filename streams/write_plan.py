@@ -26,7 +26,7 @@ from grimoire.streams.admission import (
 from grimoire.streams.field import FieldState
 from grimoire.streams.ids import memory_id
 from grimoire.streams.quality import QualityScore, score_quality
-from grimoire.streams.records import Kind, Layer, MemoryCandidate, MemoryRecord
+from grimoire.streams.records import Kind, MemoryCandidate, MemoryRecord
 from grimoire.streams.writes import (
     AggregateFold,
     Decision,
@@ -136,7 +136,7 @@ def plan_batch(
                 text=cand.text,
                 ts_ms=cand.ts_ms,
                 importance=cand.importance,
-                episode_type=_episode_type(cand),
+                episode_type=cand.episode_type or "observation",
                 has_error=cand.has_error,
                 key_count=len(cand.keys),
             ),
@@ -201,14 +201,6 @@ def plan_batch(
         stats=stats,
     )
     return batch, outcomes
-
-
-def _episode_type(cand: MemoryCandidate) -> str:
-    if cand.episode_type in ("tool", "transcript"):
-        # Tool calls are actions; transcript lines read as observations, except
-        # the agent's own tool use.
-        return "action" if cand.layer is Layer.ACTION else "observation"
-    return cand.episode_type or "observation"
 
 
 def _aggregate_seed(

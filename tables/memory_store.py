@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,11 +93,26 @@ class RedisMemoryStore:
         if not await self._index.exists():
             await self._index.create(overwrite=False)
             logger.info("created index %s", self.index_name)
+            await self._wait_for_initial_scan()
             return
         info = await self._redis.ft(self.index_name).info()
         attributes = info.get("attributes") if isinstance(info, dict) else None
         if attributes is not None and len(attributes) != len(self._schema.fields):
             raise SchemaMismatch(f"index {self.index_name} differs from memory_index.yaml")
+
+    async def _wait_for_initial_scan(self, timeout_s: float = 60.0) -> None:
+        """A new index scans the existing keyspace in the background, and searches
+        meanwhile see part of it; wait so the first recall is complete."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            info = await self._redis.ft(self.index_name).info()
+            indexing = (
+                info.get("indexing", info.get(b"indexing", 0)) if isinstance(info, dict) else 0
+            )
+            if float(text_of(indexing)) == 0:
+                return
+            await asyncio.sleep(0.05)
+        logger.warning("index %s still scanning after %.0fs", self.index_name, timeout_s)
 
     # ---- write path -------------------------------------------------------------
 

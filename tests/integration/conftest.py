@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.infra.services import LocalServices, ServicePorts
@@ -109,6 +110,34 @@ async def _eventually(check: Check, *, timeout: float, interval: float = 0.05) -
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
         await asyncio.sleep(interval)
+
+
+async def _read_topic(bootstrap: str, topic: str, *, until: Any, timeout: float) -> list[Any]:
+    """Read every partition of a topic from the start until `until(records)` holds."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    records: list[Any] = []
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        while not until(records) and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            for messages in batches.values():
+                records.extend(messages)
+    finally:
+        await consumer.stop()
+    return records
+
+
+@pytest.fixture
+def read_topic() -> Callable[..., Awaitable[list[Any]]]:
+    return _read_topic
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
@@ -28,29 +27,6 @@ B_EPISODES = (
     "funding rate on perp flipped negative",
     "oracle heartbeat missed for two blocks",
 )
-
-
-async def _read_topic(bootstrap: str, topic: str, *, until: Any, timeout: float) -> list[Any]:
-    """Read every partition of a topic from the start until `until(records)` holds."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    records: list[Any] = []
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while not until(records) and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=200)
-            for messages in batches.values():
-                records.extend(messages)
-    finally:
-        await consumer.stop()
-    return records
 
 
 async def _publish(
@@ -95,7 +71,11 @@ async def _recall_count(client: GrimoireClient, agent: str, query: str, n: int) 
 
 
 async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
-    client: GrimoireClient, settings: Settings, agent_ids: tuple[str, str], eventually: Any
+    client: GrimoireClient,
+    settings: Settings,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+    read_topic: Any,
 ) -> None:
     agent, _ = agent_ids
     marker = uuid.uuid4().hex
@@ -114,7 +94,7 @@ async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
     def all_dead(records: list[Any]) -> bool:
         return len(_dead_letters_with(records, marker)) >= len(bad_payloads)
 
-    records = await _read_topic(
+    records = await read_topic(
         settings.bootstrap_servers, client.topics.dead_letters, until=all_dead, timeout=15
     )
     dead = _dead_letters_with(records, marker)
@@ -143,6 +123,7 @@ async def test_publishing_the_same_events_twice_changes_nothing(
     redis_client: Redis,
     agent_ids: tuple[str, str],
     eventually: Any,
+    read_topic: Any,
 ) -> None:
     agent, _ = agent_ids
     prefix = memory_schema(settings.topic_prefix).index.prefix
@@ -183,14 +164,14 @@ async def test_publishing_the_same_events_twice_changes_nothing(
         events = [orjson.loads(r.value) for r in records]
         return [e for e in events if e["agent_id"] == agent and e["type"] == "GrimoireWrite"]
 
-    records = await _read_topic(
+    records = await read_topic(
         settings.bootstrap_servers,
         client.topics.memory_events,
         until=lambda rs: len(writes_for_agent(rs)) >= len(episodes) + 1,
         timeout=10,
     )
     await asyncio.sleep(0.5)  # a duplicate write event would land right behind the sentinel's
-    records = await _read_topic(
+    records = await read_topic(
         settings.bootstrap_servers, client.topics.memory_events, until=lambda rs: False, timeout=1
     )
     writes = writes_for_agent(records)

@@ -4,12 +4,10 @@ redelivery after a crash changes nothing; every decision is on the memory-events
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
@@ -43,30 +41,6 @@ TURN = {
         ],
     },
 }
-
-
-async def _memory_events(bootstrap: str, topic: str, agent: str, want: int) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    events: list[dict[str, Any]] = []
-    try:
-        await consumer._client.force_metadata_update()  # noqa: SLF001
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(events) < want:
-            for messages in (await consumer.getmany(timeout_ms=200)).values():
-                for message in messages:
-                    event = orjson.loads(message.value)
-                    if event["agent_id"] == agent:
-                        events.append(event)
-        # Anything that would wrongly follow (a duplicate) lands right behind.
-        for messages in (await consumer.getmany(timeout_ms=500)).values():
-            events.extend(e for m in messages if (e := orjson.loads(m.value))["agent_id"] == agent)
-    finally:
-        await consumer.stop()
-    return events
 
 
 async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
@@ -121,6 +95,7 @@ async def test_redelivery_after_a_crash_changes_nothing(
     redis_client: Redis,
     agent_ids: tuple[str, str],
     eventually: Any,
+    read_topic: Any,
 ) -> None:
     agent, _ = agent_ids
     marker = uuid.uuid4().hex[:8]
@@ -199,8 +174,25 @@ async def test_redelivery_after_a_crash_changes_nothing(
     assert second["nexus"] == first["nexus"]
     del second["decided"][next(k for k in second["decided"] if k not in first["decided"])]
     assert second["decided"] == first["decided"]
-    events = await _memory_events(
-        settings.bootstrap_servers, client.topics.memory_events, agent, len(batch) + 1
+
+    def of_agent(records: list[Any]) -> list[dict[str, Any]]:
+        decoded = [orjson.loads(record.value) for record in records]
+        return [event for event in decoded if event["agent_id"] == agent]
+
+    await read_topic(
+        settings.bootstrap_servers,
+        client.topics.memory_events,
+        until=lambda records: len(of_agent(records)) >= len(batch) + 1,
+        timeout=10,
+    )
+    await asyncio.sleep(0.5)  # anything that would wrongly follow (a duplicate) lands right behind
+    events = of_agent(
+        await read_topic(
+            settings.bootstrap_servers,
+            client.topics.memory_events,
+            until=lambda _: False,
+            timeout=1,
+        )
     )
     assert len(events) == len(batch) + 1
     assert len({e["candidate_id"] for e in events}) == len(events)
