@@ -86,10 +86,9 @@ class IngestHandler:
         items = await self._plan_items(fresh, states)
         batch, outcomes = plan_batch(items, fields, policy=self.policy)
         after = _embed_counters(self.embedder)
-        batch = replace(
-            batch,
-            metrics=tuple((name, after[name] - before[name]) for name in sorted(after)),
-        )
+        counters = {name: after[name] - before[name] for name in after}
+        counters.update(ingest_batches=1.0, ingest_candidates=float(len(fresh)))
+        batch = replace(batch, metrics=tuple(sorted(counters.items())))
         await self.store.commit(batch)
         for result in outcomes:
             await self.sink.send(

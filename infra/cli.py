@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ingest = bench_kind.add_parser("ingest", help="the real write path on a generated stream")
     ingest.add_argument("--events", type=int, default=20_000)
     ingest.add_argument("--agents", type=int, default=20)
+    ingest.add_argument(
+        "--mix", choices=["both", "repetitive", "distinct"], default="both", help="stream(s) to run"
+    )
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench" and args.bench == "ingest":
         from grimoire.infra.bench_ingest import run_ingest_bench
 
-        result = run_ingest_bench(settings, events=args.events, agents=args.agents)
+        mixes = ("repetitive", "distinct") if args.mix == "both" else (args.mix,)
+        result = run_ingest_bench(settings, events=args.events, agents=args.agents, mixes=mixes)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     return 2

@@ -423,6 +423,8 @@ async def test_the_cache_spares_the_model_across_batches() -> None:
         "embed_hits": 0.0,
         "embed_misses": 2.0,
         "embed_model_calls": 1.0,
+        "ingest_batches": 1.0,
+        "ingest_candidates": 2.0,
     }
 
     await rig.ingest.handle(
@@ -439,6 +441,8 @@ async def test_the_cache_spares_the_model_across_batches() -> None:
         "embed_hits": 2.0,
         "embed_misses": 2.0,
         "embed_model_calls": 1.0,
+        "ingest_batches": 2.0,
+        "ingest_candidates": 4.0,
     }
     assert [e["action"] for e in rig.events()] == ["admit", "admit", "aggregate", "admit"]
 
