@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 def run_worker(settings: Settings) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # The model shares the cores with the event loop, Redis and the broker: idle
+    # OpenMP threads must sleep rather than spin, or they starve everything else.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import faust
 
     from grimoire.infra.app import create_app

@@ -10,22 +10,12 @@ from pathlib import Path
 
 from grimoire.infra.settings import Settings
 
-_FORWARDED = (
-    "broker_url",
-    "redis_url",
-    "topic_prefix",
-    "partitions",
-    "block_interval_s",
-    "log_level",
-    "max_text_chars",
-)
-
-
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a child process see exactly these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRIMOIRE_")}
-    for name in _FORWARDED:
-        env[f"GRIMOIRE_{name.upper()}"] = str(getattr(settings, name))
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"GRIMOIRE_{name.upper()}"] = str(value)
     env["HF_HUB_OFFLINE"] = "1"
     return env
 
