@@ -10,6 +10,7 @@ from pathlib import Path
 
 from grimoire.infra.settings import Settings
 
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a child process see exactly these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRIMOIRE_")}
