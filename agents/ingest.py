@@ -158,7 +158,6 @@ def _field_update(cand: MemoryCandidate) -> FieldUpdate:
 
 def _event(result: Outcome) -> bytes:
     cand, decision = result.candidate, result.decision
-    factors = decision.factors
     return MemoryEventV1(
         type=_EVENT_TYPES[decision.action],
         agent_id=cand.agent_id,
@@ -172,14 +171,7 @@ def _event(result: Outcome) -> bytes:
         reason=decision.reason,
         confidence=decision.confidence,
         quality=result.quality.total if result.quality else None,
-        admission={
-            "composite": decision.composite,
-            "future_utility": factors.future_utility,
-            "factual_confidence": factors.factual_confidence,
-            "novelty": factors.novelty,
-            "recency": factors.recency,
-            "type_prior": factors.type_prior,
-        },
+        admission=decision.breakdown(),
         off_topic=decision.off_topic,
         target_id=decision.target_id,
         nexus_keys=list(cand.keys),

@@ -51,6 +51,31 @@ async def _recall(settings: Settings, agent_id: str, query: str, k: int) -> None
             sys.stdout.buffer.write(orjson.dumps(item.asdict()) + b"\n")
 
 
+async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
+    from dataclasses import asdict
+
+    from grimoire.tables.agent_state import AgentStateStore, AgentStats
+    from grimoire.tables.redis_client import create_redis
+
+    redis = create_redis(settings.redis_url, 2)
+    try:
+        state = AgentStateStore(redis, settings.topic_prefix)
+        stats = AgentStats.from_counters(await state.stats(agent_id))
+        field = await state.field(agent_id)
+        return {
+            "agent_id": agent_id,
+            **asdict(stats),
+            "admission_rate": round(stats.admission_rate, 4),
+            "average_quality": round(stats.average_quality, 4),
+            "watermark_ms": field.watermark_ms,
+            "tick": field.tick,
+            "regime": field.regime,
+            "focus": list(field.digest()),
+        }
+    finally:
+        await redis.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grimoire", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     recall.add_argument("--agent", required=True)
     recall.add_argument("--k", type=int, default=5)
     recall.add_argument("query")
+    stats = sub.add_parser("stats", help="an agent's write-path counters and field state (JSON)")
+    stats.add_argument("--agent", required=True)
     demo = sub.add_parser("demo", help="services + worker + simulated agent + recall questions")
     demo.add_argument("--ticks", type=int, default=6)
     demo.add_argument("--block-interval", type=float, default=None)
@@ -84,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         return local_services.main([args.action])
     if args.command == "recall":
         asyncio.run(_recall(settings, args.agent, args.query, args.k))
+        return 0
+    if args.command == "stats":
+        report = asyncio.run(_stats(settings, args.agent))
+        sys.stdout.write(orjson.dumps(report).decode() + "\n")
         return 0
     if args.command == "demo":
         from grimoire.infra.demo import run_demo

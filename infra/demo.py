@@ -12,6 +12,8 @@ from grimoire.infra.demo_script import QUESTIONS, tick_events
 from grimoire.infra.services import LocalServices, ServicePorts
 from grimoire.infra.settings import Settings
 from grimoire.infra.worker_process import start_worker, stop_worker
+from grimoire.tables.agent_state import AgentStateStore, AgentStats
+from grimoire.tables.redis_client import create_redis
 from grimoire.topics.client import GrimoireClient
 
 logger = logging.getLogger(__name__)
@@ -38,12 +40,30 @@ async def _simulate(settings: Settings, ticks: int, cadence_s: float) -> None:
                 await client.publish_transcript(events.transcript)
             _say(f"tick {tick}: published 3 events for each of {', '.join(AGENTS)}")
             await asyncio.sleep(max(0.0, cadence_s - (time.monotonic() - started)))
+        await _print_stats(settings)
         for question in QUESTIONS:
             answer = await client.recall(AGENTS[0], question, k=3)
             _say(f"\nrecall[{AGENTS[0]}] {question!r}  ({answer.timings_ms.get('total')} ms)")
             for rank, item in enumerate(answer.items, start=1):
                 lanes = "+".join(item.lanes)
                 _say(f"  {rank}. [{item.layer}/{lanes} {item.score:.4f}] {item.text}")
+
+
+async def _print_stats(settings: Settings) -> None:
+    redis = create_redis(settings.redis_url, 2)
+    try:
+        state = AgentStateStore(redis, settings.topic_prefix)
+        for agent in AGENTS:
+            stats = AgentStats.from_counters(await state.stats(agent))
+            field = await state.field(agent)
+            _say(
+                f"\n{agent}: {stats.candidates} candidates, {stats.admitted} admitted, "
+                f"{stats.rejected} rejected, {stats.aggregated} folded into aggregates, "
+                f"{stats.merged} merged (admission rate {stats.admission_rate:.0%}, "
+                f"mean quality {stats.average_quality:.2f}); focus: {', '.join(field.digest(5))}"
+            )
+    finally:
+        await redis.aclose()
 
 
 def run_demo(settings: Settings, *, ticks: int, block_interval_s: float | None) -> int:

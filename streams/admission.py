@@ -295,6 +295,18 @@ class AdmissionDecision:
     target_id: str | None = None
     contradicted_id: str | None = None
 
+    def breakdown(self) -> dict[str, float]:
+        """The composite and its five factors, as recorded with every decision."""
+        factors = self.factors
+        return {
+            "composite": self.composite,
+            "future_utility": factors.future_utility,
+            "factual_confidence": factors.factual_confidence,
+            "novelty": factors.novelty,
+            "recency": factors.recency,
+            "type_prior": factors.type_prior,
+        }
+
 
 def _clamp(value: float) -> float:
     return min(1.0, max(0.0, value))

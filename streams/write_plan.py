@@ -96,17 +96,11 @@ def _nearest(item: PlanItem, admitted: Sequence[_Admitted]) -> tuple[Neighbour |
 
 
 def admission_json(decision: AdmissionDecision) -> str:
-    factors = decision.factors
     return orjson.dumps(
         {
             "action": decision.action.value,
             "reason": decision.reason,
-            "composite": decision.composite,
-            "future_utility": factors.future_utility,
-            "factual_confidence": factors.factual_confidence,
-            "novelty": factors.novelty,
-            "recency": factors.recency,
-            "type_prior": factors.type_prior,
+            **decision.breakdown(),
             "off_topic": decision.off_topic,
         }
     ).decode()

@@ -11,13 +11,52 @@ partition, so read-modify-write within one batch is safe.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
 from grimoire.streams.field import Affect, FieldState
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStats:
+    """An agent's write-path counters and what the control surface derives from them."""
+
+    candidates: int = 0
+    admitted: int = 0
+    quarantined: int = 0
+    rejected: int = 0
+    merged: int = 0
+    aggregated: int = 0
+    off_topic: int = 0
+    quality_sum: float = 0.0
+
+    @classmethod
+    def from_counters(cls, counters: Mapping[str, float]) -> AgentStats:
+        return cls(
+            candidates=int(counters.get("candidates", 0)),
+            admitted=int(counters.get("admit", 0)),
+            quarantined=int(counters.get("quarantine", 0)),
+            rejected=int(counters.get("reject", 0)),
+            merged=int(counters.get("merge", 0)),
+            aggregated=int(counters.get("aggregate", 0)),
+            off_topic=int(counters.get("off_topic", 0)),
+            quality_sum=float(counters.get("quality_sum", 0.0)),
+        )
+
+    @property
+    def stored(self) -> int:
+        return self.admitted + self.quarantined
+
+    @property
+    def admission_rate(self) -> float:
+        return self.stored / self.candidates if self.candidates else 0.0
+
+    @property
+    def average_quality(self) -> float:
+        return self.quality_sum / self.stored if self.stored else 0.0
 
 
 def field_to_json(state: FieldState) -> bytes:

@@ -3,8 +3,11 @@ bring back its hard-coded 1.5 s fetch wait."""
 
 from __future__ import annotations
 
+import pytest
+
 from grimoire.infra.app import create_app
 from grimoire.infra.settings import Settings
+from grimoire.infra.worker_process import settings_env
 
 
 def _settings(**overrides: object) -> Settings:
@@ -37,3 +40,15 @@ async def test_every_input_topic_has_an_agent() -> None:
         "unit.transcripts",
         "unit.recall-requests",
     }
+
+
+def test_a_child_process_environment_reproduces_every_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parent = _settings(embed_batch_size=7, web_enabled=True, rrf_k=11, partitions=2)
+    monkeypatch.setenv("GRIMOIRE_EMBED_BATCH_SIZE", "999")  # the parent's own value must win
+    env = settings_env(parent)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert env["GRIMOIRE_EMBED_BATCH_SIZE"] == "7"
+    assert Settings(_env_file=None) == parent  # type: ignore[call-arg]

@@ -199,3 +199,24 @@ def test_advancing_is_deterministic_and_order_of_keys_is_irrelevant() -> None:
     # a decayed over 10 s, the late c only over the 5 s it is behind: b > c > a
     assert first.digest() == ("tag:b", "tag:c", "tag:a")
     assert first.digest_text() == "regime calm; focus a b c; mood excited"
+
+
+def test_agent_stats_derive_rate_and_quality_from_the_counters() -> None:
+    from grimoire.tables.agent_state import AgentStats
+
+    stats = AgentStats.from_counters(
+        {
+            "candidates": 10,
+            "admit": 3,
+            "quarantine": 1,
+            "reject": 4,
+            "merge": 1,
+            "aggregate": 1,
+            "quality_sum": 2.0,
+        }
+    )
+    assert stats.stored == 4
+    assert stats.admission_rate == 4 / 10
+    assert stats.average_quality == 2.0 / 4
+    assert AgentStats().admission_rate == 0.0
+    assert AgentStats().average_quality == 0.0
