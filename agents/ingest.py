@@ -11,7 +11,7 @@ import numpy as np
 from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.messages import InputMessage
 from grimoire.agents.sinks import EventSink
-from grimoire.infra.embedding import Embedder
+from grimoire.infra.embedding import Embedder, EmbedUsage, embed_with_usage
 from grimoire.streams.admission import Action, AdmissionPolicy
 from grimoire.streams.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.field import FieldState, FieldUpdate, advance
@@ -82,12 +82,16 @@ class IngestHandler:
             fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
             states.append(fields[cand.agent_id])
 
-        before = _embed_counters(self.embedder)
-        items = await self._plan_items(fresh, states)
+        items, usage = await self._plan_items(fresh, states)
         batch, outcomes = plan_batch(items, fields, policy=self.policy)
-        after = _embed_counters(self.embedder)
-        counters = {name: after[name] - before[name] for name in after}
-        counters.update(ingest_batches=1.0, ingest_candidates=float(len(fresh)))
+        counters = {
+            "embed_hits": float(usage.hits),
+            "embed_misses": float(usage.misses),
+            "embed_model_calls": float(usage.model_calls),
+            "embed_model_seconds": usage.model_seconds,
+            "ingest_batches": 1.0,
+            "ingest_candidates": float(len(fresh)),
+        }
         batch = replace(batch, metrics=tuple(sorted(counters.items())))
         await self.store.commit(batch)
         for result in outcomes:
@@ -99,11 +103,11 @@ class IngestHandler:
 
     async def _plan_items(
         self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]
-    ) -> list[PlanItem]:
+    ) -> tuple[list[PlanItem], EmbedUsage]:
         """Embed contents and state digests in one model call; blend the eidolon vectors."""
         digests = [state.digest_text() for state in states]
         texts = list(dict.fromkeys([*(c.text for c in fresh), *(d for d in digests if d)]))
-        vectors = await self.embedder.embed(texts)
+        vectors, usage = await embed_with_usage(self.embedder, texts)
         by_text = {text: vectors[row] for row, text in enumerate(texts)}
         canonical = [by_text[c.text] for c in fresh]
         stored = await self.store.nearest(
@@ -112,7 +116,7 @@ class IngestHandler:
                 for c, v in zip(fresh, canonical, strict=True)
             ]
         )
-        return [
+        items = [
             PlanItem(
                 candidate=cand,
                 canonical=vector,
@@ -128,12 +132,7 @@ class IngestHandler:
                 fresh, canonical, digests, states, stored, strict=True
             )
         ]
-
-
-def _embed_counters(embedder: Embedder) -> dict[str, float]:
-    """Cache counters of a caching embedder (absent for a bare model)."""
-    names = ("hits", "misses", "model_calls")
-    return {f"embed_{n}": float(getattr(embedder, n, 0)) for n in names}
+        return items, usage
 
 
 def _first_of_each(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidate]:

@@ -52,7 +52,9 @@ class Runtime:
             embedder = await loop.run_in_executor(
                 None,
                 lambda: SentenceTransformerEmbedder(
-                    settings.model_path, threads=settings.embed_threads
+                    settings.model_path,
+                    threads=settings.embed_threads,
+                    max_batch=settings.embed_batch_size,
                 ),
             )
         embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)

@@ -164,6 +164,7 @@ async def _run_mix(
         "admission_rate": round(admitted / len(texts), 4),
         "cache_hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
         "batch_size": settings.embed_batch_size,
+        "model_busy": round(metrics.get("embed_model_seconds", 0.0) / ingest_s, 3),
         "mean_batch": round(
             metrics.get("ingest_candidates", 0.0) / max(1.0, metrics.get("ingest_batches", 0.0)), 1
         ),

@@ -6,9 +6,11 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -39,7 +41,9 @@ class SentenceTransformerEmbedder:
     thread keeps batches in order and lets torch use the cores itself.
     """
 
-    def __init__(self, model_path: Path | None = None, *, threads: int = 1) -> None:
+    def __init__(
+        self, model_path: Path | None = None, *, threads: int = 1, max_batch: int = 64
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -49,9 +53,20 @@ class SentenceTransformerEmbedder:
         self.dims = int(self._model.get_embedding_dimension() or 384)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embed")
         self.model_calls = 0
+        self.model_seconds = 0.0  # time spent inside the model: the worker's main cost
+        self._max_batch = max(1, max_batch)
+        self._queue: deque[tuple[list[str], asyncio.Future[tuple[Vectors, float]]]] = deque()
+        self._drainer: asyncio.Task[None] | None = None
         logger.info("loaded embedding model %s (%d dims)", path, self.dims)
 
-    def _encode(self, texts: list[str]) -> Vectors:
+    def _encode_timed(self, texts: list[str]) -> tuple[Vectors, float]:
+        started = time.perf_counter()
+        vectors = self._encode_now(texts)
+        elapsed = time.perf_counter() - started
+        self.model_seconds += elapsed
+        return vectors, elapsed
+
+    def _encode_now(self, texts: list[str]) -> Vectors:
         vectors = self._model.encode(
             texts,
             batch_size=max(1, len(texts)),
@@ -62,14 +77,73 @@ class SentenceTransformerEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
+        return (await self.embed_timed(texts))[0]
+
+    async def embed_timed(self, texts: Sequence[str]) -> tuple[Vectors, float]:
+        """Vectors, and this call's share of the seconds spent inside the model.
+
+        Calls that arrive while the model is busy (several ingest agents, recall
+        queries) wait in a queue and go to the model together, up to
+        `max_batch` texts a call: fewer, fuller batches for the same work.
+        """
         if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
-        self.model_calls += 1
+            return np.zeros((0, self.dims), dtype=np.float32), 0.0
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._encode, list(texts))
+        future: asyncio.Future[tuple[Vectors, float]] = loop.create_future()
+        self._queue.append((list(texts), future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            chunk = [self._queue.popleft()]
+            size = len(chunk[0][0])
+            while self._queue and size + len(self._queue[0][0]) <= self._max_batch:
+                request = self._queue.popleft()
+                chunk.append(request)
+                size += len(request[0])
+            texts = [text for request_texts, _ in chunk for text in request_texts]
+            self.model_calls += 1
+            try:
+                vectors, seconds = await loop.run_in_executor(
+                    self._executor, self._encode_timed, texts
+                )
+            except Exception as exc:
+                for _, waiter in chunk:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            start = 0
+            for request_texts, waiter in chunk:
+                end = start + len(request_texts)
+                if not waiter.done():
+                    waiter.set_result((vectors[start:end], seconds * len(request_texts) / size))
+                start = end
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedUsage:
+    """What one embedding call cost. Ingest agents share one embedder concurrently,
+    so usage is reported per call rather than read off shared counters."""
+
+    hits: int = 0
+    misses: int = 0
+    model_calls: int = 0
+    model_seconds: float = 0.0
+
+
+async def embed_with_usage(embedder: Embedder, texts: Sequence[str]) -> tuple[Vectors, EmbedUsage]:
+    measured = getattr(embedder, "embed_with_usage", None)
+    if measured is not None:
+        result: tuple[Vectors, EmbedUsage] = await measured(texts)
+        return result
+    vectors = await embedder.embed(texts)
+    return vectors, EmbedUsage(misses=len(set(texts)), model_calls=1 if texts else 0)
 
 
 class CachingEmbedder:
@@ -98,6 +172,9 @@ class CachingEmbedder:
         return self.hits / total if total else 0.0
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
+        return (await self.embed_with_usage(texts))[0]
+
+    async def embed_with_usage(self, texts: Sequence[str]) -> tuple[Vectors, EmbedUsage]:
         keys = [self._key(text) for text in texts]
         missing: dict[bytes, str] = {}
         for key, text in zip(keys, texts, strict=True):
@@ -105,12 +182,18 @@ class CachingEmbedder:
                 self._cache.move_to_end(key)
             elif key not in missing:
                 missing[key] = text
+        hits = len(texts) - len(missing)
         self.misses += len(missing)
-        self.hits += len(texts) - len(missing)
+        self.hits += hits
         fresh: dict[bytes, npt.NDArray[np.float32]] = {}
+        seconds = 0.0
         if missing:
             self.model_calls += 1
-            vectors = await self._inner.embed(list(missing.values()))
+            timed = getattr(self._inner, "embed_timed", None)
+            if timed is not None:
+                vectors, seconds = await timed(list(missing.values()))
+            else:
+                vectors = await self._inner.embed(list(missing.values()))
             fresh = dict(zip(missing, vectors, strict=True))
         out = np.empty((len(texts), self.dims), dtype=np.float32)
         for row, key in enumerate(keys):
@@ -118,4 +201,5 @@ class CachingEmbedder:
         self._cache.update(fresh)
         while len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
-        return out
+        usage = EmbedUsage(hits, len(missing), 1 if missing else 0, seconds)
+        return out, usage

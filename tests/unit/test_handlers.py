@@ -423,6 +423,7 @@ async def test_the_cache_spares_the_model_across_batches() -> None:
         "embed_hits": 0.0,
         "embed_misses": 2.0,
         "embed_model_calls": 1.0,
+        "embed_model_seconds": 0.0,  # the fake model reports no time
         "ingest_batches": 1.0,
         "ingest_candidates": 2.0,
     }
@@ -441,6 +442,7 @@ async def test_the_cache_spares_the_model_across_batches() -> None:
         "embed_hits": 2.0,
         "embed_misses": 2.0,
         "embed_model_calls": 1.0,
+        "embed_model_seconds": 0.0,
         "ingest_batches": 2.0,
         "ingest_candidates": 4.0,
     }

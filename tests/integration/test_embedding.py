@@ -1,0 +1,55 @@
+"""The real model (all-MiniLM-L6-v2, offline): coalesced calls and the cache."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from grimoire.infra.embedding import CachingEmbedder, SentenceTransformerEmbedder
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[SentenceTransformerEmbedder]:
+    embedder = SentenceTransformerEmbedder(max_batch=64)
+    yield embedder
+    embedder.close()
+
+
+def _texts(prefix: str, count: int) -> list[str]:
+    return [f"{prefix} event {i}: the oracle price moved {i} basis points" for i in range(count)]
+
+
+async def test_concurrent_calls_share_one_model_call_up_to_the_batch_cap(
+    model: SentenceTransformerEmbedder,
+) -> None:
+    groups = [_texts("alpha", 20), _texts("beta", 20), _texts("gamma", 20)]
+    alone = [await model.embed(group) for group in groups]
+
+    calls_before = model.model_calls
+    together = await asyncio.gather(*(model.embed(group) for group in groups))
+    assert model.model_calls - calls_before == 1  # 60 texts fit in one call of at most 64
+    for mine, reference in zip(together, alone, strict=True):
+        np.testing.assert_allclose(mine, reference, atol=1e-5)
+
+    calls_before = model.model_calls
+    await asyncio.gather(*(model.embed(group) for group in (*groups, _texts("delta", 20))))
+    assert model.model_calls - calls_before == 2  # 80 texts: the cap splits them
+
+
+async def test_vectors_are_normalised_and_the_cache_skips_the_model(
+    model: SentenceTransformerEmbedder,
+) -> None:
+    cache = CachingEmbedder(model, capacity=100)
+    texts = ["disk full on /var", "disk full on /var", "RPC timed out"]
+    first = await cache.embed(texts)
+    assert first.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(first[0], first[1])
+    calls = model.model_calls
+    again = await cache.embed(list(reversed(texts)))
+    assert model.model_calls == calls
+    np.testing.assert_array_equal(again[::-1], first)
+    assert (cache.hits, cache.misses) == (4, 2)
