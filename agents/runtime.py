@@ -7,6 +7,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from redis.asyncio import Redis
+
 from grimoire.agents.ingest import IngestHandler
 from grimoire.agents.recall import LaneSizes, RecallHandler
 from grimoire.agents.sinks import EventSink
@@ -34,8 +36,7 @@ class Runtime:
         self._embedder = embedder
         self._handlers: Handlers | None = None
         self._lock = asyncio.Lock()
-        self._redis = None
-        self.embedder: CachingEmbedder | None = None
+        self._redis: Redis | None = None
 
     async def handlers(self) -> Handlers:
         if self._handlers is None:
@@ -58,7 +59,6 @@ class Runtime:
                 ),
             )
         embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)
-        self.embedder = embedder
         self._redis = create_redis(settings.redis_url, settings.redis_max_connections)
         store = RedisMemoryStore(
             self._redis,
