@@ -1,0 +1,518 @@
+"""Daimoi (SPEC §5 step 2): deterministic, budgeted walks over nexus keys.
+
+Seeds from the vector/BM25 lanes are expanded into their structural neighbourhood:
+a walker ranks a memory's keys, fetches the newest memories sharing the top keys,
+scores them and continues from its best unexpanded node. The walk is pure; the
+graph comes in through `GraphView`, whose methods take *batches* so one expansion
+costs a constant number of round trips however many neighbours it touches.
+
+Semantics (all deterministic, no clock, no randomness):
+
+* Seeds are deduplicated by id (best score kept) and sorted by (-score, id); seeds
+  whose node is missing or deleted are dropped. Walker ``i`` starts at
+  ``usable_seeds[i % len(usable_seeds)]`` with the seed's score as its strength and
+  uses ``circuits[i % len(circuits)]`` as its key-weight profile (none when empty).
+* Hops count from the seed (hop 0). Only nodes at hop ``< max_hops`` are expanded,
+  so returned memories are at most ``max_hops`` away. Each walker makes at most
+  ``max_hops`` *real* expansions (its step budget, as in the seed design). A node
+  already expanded over the same keys (same scores) by an earlier walker is
+  re-derived from the in-walk caches without any graph call and without spending a
+  step, so walkers that share a seed and circuit fan out instead of repeating
+  each other.
+* Walkers take turns one step each (round robin) until all are done.
+* One expansion: rank the node's keys (one ``degrees`` call for keys whose degree
+  is not cached yet), drop the keys this walker already walked (their neighbours
+  are known), keep ``max_keys_per_node``, one ``newest`` call for the keys
+  not fetched yet, one ``nodes`` call for unseen neighbours, and at most
+  `MAX_REPLACEMENT_DEPTH` ``nodes`` calls to resolve compaction replacements.
+* A neighbour with ``replaced_by`` is replaced by its summary (followed up to
+  `MAX_REPLACEMENT_DEPTH` links); if the summary is missing or deleted the original
+  stands. Deleted memories and the seeds themselves are never returned.
+* Neighbour score = parent strength * key strength * recency * utility * kind
+  preference * (1 - spam), where the key strength is the ranked key score squashed
+  into (0, 1) by ``s / (1 + s)`` so scores shrink with distance.
+* The global candidate set is capped at ``max_total_candidates``: within one
+  expansion the best-scored new candidates are admitted first; a node that is not
+  admitted is not walked either. A memory reached several times keeps its best
+  score (ties: fewer hops, then lower walker) and the sorted union of its keys.
+* Output is sorted by (-score, memory_id).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from grimoire.streams.keys import (
+    DEFAULT_WEIGHTS,
+    KeyWeights,
+    commonness_penalty,
+    key_type,
+    type_weight,
+)
+from grimoire.streams.records import Kind
+
+DEFAULT_FIELD_BONUS = 1.4
+DEFAULT_HALF_LIFE_MS = 7 * 24 * 3600 * 1000
+MAX_REPLACEMENT_DEPTH = 3
+
+# Kind preference (summary > aggregate > human > bot). Kinds other than summary and
+# aggregate are judged by their actor; an unknown actor counts as human.
+SUMMARY_PREFERENCE = 1.3
+AGGREGATE_PREFERENCE = 1.15
+HUMAN_PREFERENCE = 1.0
+BOT_PREFERENCE = 0.85
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the walk needs to know about one memory."""
+
+    memory_id: str
+    kind: str
+    keys: tuple[str, ...]
+    ts_ms: int
+    utility: float = 0.5
+    deleted: bool = False
+    replaced_by: str = ""
+    spam: float = 0.0
+    actor: str = ""
+
+
+class GraphView(Protocol):
+    """Batched read access to one agent's memory graph."""
+
+    async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
+        """Known memories among `memory_ids` (missing ones are left out)."""
+        ...
+
+    async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
+        """How many memories carry each key (missing keys count as 0)."""
+        ...
+
+    async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
+        """Per key, up to `limit` memory ids carrying it, newest first."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WalkBudget:
+    """Count budgets of one walk (SPEC §5 step 2 defaults)."""
+
+    num_walkers: int = 8
+    max_hops: int = 2
+    max_keys_per_node: int = 6
+    max_neighbors_per_key: int = 25
+    max_total_candidates: int = 400
+
+    def __post_init__(self) -> None:
+        for name in (
+            "num_walkers",
+            "max_hops",
+            "max_keys_per_node",
+            "max_neighbors_per_key",
+            "max_total_candidates",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """A walker's key-weight profile: multipliers per key type (`keys.KeyType`)."""
+
+    name: str
+    type_multipliers: tuple[tuple[str, float], ...] = ()
+
+    def multiplier(self, key: str) -> float:
+        ktype = key_type(key)
+        for name, factor in self.type_multipliers:
+            if name == ktype:
+                return factor
+        return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    memory_id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    memory_id: str
+    score: float
+    via_keys: tuple[str, ...]
+    hops: int
+    walker: int
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+def rank_keys(
+    node: NodeInfo,
+    degrees: Mapping[str, int],
+    field_digest: Sequence[str] | frozenset[str] = (),
+    circuit: Circuit | None = None,
+    weights: KeyWeights = DEFAULT_WEIGHTS,
+    field_bonus: float = DEFAULT_FIELD_BONUS,
+    limit: int | None = None,
+) -> list[tuple[str, float]]:
+    """The node's keys with their scores, best first (ties by key), at most `limit`.
+
+    score = type weight * field bonus (key in digest) * commonness penalty(degree)
+    * circuit multiplier. A key missing from `degrees` has degree 0; a malformed
+    key (not `<type>:<value>`) is skipped rather than failing the recall.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    digest = field_digest if isinstance(field_digest, frozenset) else frozenset(field_digest)
+    scored: list[tuple[str, float]] = []
+    for key in sorted(set(node.keys)):
+        try:
+            score = type_weight(key, weights)
+        except ValueError:
+            continue
+        if key in digest:
+            score *= field_bonus
+        score *= commonness_penalty(max(0, degrees.get(key, 0)))
+        if circuit is not None:
+            score *= circuit.multiplier(key)
+        scored.append((key, score))
+    scored.sort(key=lambda item: (-item[1], item[0]))
+    return scored if limit is None else scored[:limit]
+
+
+def key_strength(key_score: float) -> float:
+    """A ranked key score squashed into [0, 1): s / (1 + s)."""
+    if key_score <= 0.0:
+        return 0.0
+    return key_score / (1.0 + key_score)
+
+
+def recency(age_ms: int, half_life_ms: int) -> float:
+    """2^(-age / half_life); a timestamp in the future counts as age 0."""
+    if half_life_ms <= 0:
+        raise ValueError(f"half_life_ms must be > 0, got {half_life_ms}")
+    return math.pow(2.0, -max(0, age_ms) / half_life_ms)
+
+
+def kind_preference(kind: str, actor: str = "") -> float:
+    """summary 1.3 > aggregate 1.15 > human 1.0 > bot 0.85 (other kinds by actor)."""
+    if kind == Kind.SUMMARY:
+        return SUMMARY_PREFERENCE
+    if kind == Kind.AGGREGATE:
+        return AGGREGATE_PREFERENCE
+    return BOT_PREFERENCE if actor == "bot" else HUMAN_PREFERENCE
+
+
+def _clamp01(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def score_neighbour(
+    node: NodeInfo,
+    *,
+    seed_strength: float,
+    key_strength: float,
+    now_ms: int,
+    half_life_ms: int = DEFAULT_HALF_LIFE_MS,
+) -> float:
+    """seed strength * key strength * recency * utility * kind preference * (1 - spam).
+
+    Utility and spam are clamped to [0, 1].
+    """
+    return (
+        seed_strength
+        * key_strength
+        * recency(now_ms - node.ts_ms, half_life_ms)
+        * _clamp01(node.utility)
+        * kind_preference(node.kind, node.actor)
+        * (1.0 - _clamp01(node.spam))
+    )
+
+
+# --------------------------------------------------------------------------- the walk
+
+
+@dataclass(slots=True)
+class _Hit:
+    score: float
+    hops: int
+    walker: int
+    keys: set[str] = field(default_factory=set)
+
+    def better_than(self, score: float, hops: int, walker: int) -> bool:
+        return (-self.score, self.hops, self.walker) <= (-score, hops, walker)
+
+
+@dataclass(slots=True)
+class _Walker:
+    index: int
+    circuit: Circuit | None
+    frontier: dict[str, tuple[float, int]]  # memory id -> (strength, hops)
+    expanded: set[str] = field(default_factory=set)
+    walked_keys: set[str] = field(default_factory=set)
+    steps: int = 0
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Caches:
+    nodes: dict[str, NodeInfo | None] = field(default_factory=dict)
+    degrees: dict[str, int] = field(default_factory=dict)
+    newest: dict[str, list[str]] = field(default_factory=dict)
+
+
+async def _load_nodes(graph: GraphView, caches: _Caches, ids: Sequence[str]) -> None:
+    missing = sorted({i for i in ids if i not in caches.nodes})
+    if not missing:
+        return
+    found = await graph.nodes(missing)
+    for memory_id in missing:
+        caches.nodes[memory_id] = found.get(memory_id)
+
+
+def _live(caches: _Caches, memory_id: str) -> NodeInfo | None:
+    node = caches.nodes.get(memory_id)
+    return None if node is None or node.deleted else node
+
+
+async def _resolve(graph: GraphView, caches: _Caches, ids: Sequence[str]) -> dict[str, NodeInfo]:
+    """Live node per id after following compaction links (batched per link depth)."""
+    resolved: dict[str, NodeInfo] = {}
+    pending: dict[str, NodeInfo] = {}  # original id -> current (compacted) node
+    for memory_id in ids:
+        node = _live(caches, memory_id)
+        if node is None:
+            continue
+        resolved[memory_id] = node
+        if node.replaced_by:
+            pending[memory_id] = node
+    for _ in range(MAX_REPLACEMENT_DEPTH):
+        if not pending:
+            break
+        await _load_nodes(graph, caches, [n.replaced_by for n in pending.values()])
+        still: dict[str, NodeInfo] = {}
+        for memory_id, node in pending.items():
+            target = _live(caches, node.replaced_by)
+            if target is None or target.memory_id == node.memory_id:
+                continue  # summary gone: the original stands
+            resolved[memory_id] = target
+            if target.replaced_by:
+                still[memory_id] = target
+        pending = still
+    return resolved
+
+
+async def _choose_keys(
+    graph: GraphView,
+    caches: _Caches,
+    node: NodeInfo,
+    walked_keys: set[str],
+    *,
+    circuit: Circuit | None,
+    digest: frozenset[str],
+    budget: WalkBudget,
+    weights: KeyWeights,
+    field_bonus: float,
+) -> list[tuple[str, float]]:
+    """The node's best `max_keys_per_node` keys that this walker has not walked yet."""
+    unknown = sorted({k for k in node.keys if k not in caches.degrees})
+    if unknown:
+        found = await graph.degrees(unknown)
+        for key in unknown:
+            caches.degrees[key] = found.get(key, 0)
+    ranked = [
+        (key, score)
+        for key, score in rank_keys(node, caches.degrees, digest, circuit, weights, field_bonus)
+        if key not in walked_keys
+    ][: budget.max_keys_per_node]
+    return ranked
+
+
+async def _neighbours(
+    graph: GraphView,
+    caches: _Caches,
+    node: NodeInfo,
+    strength: float,
+    ranked: Sequence[tuple[str, float]],
+    *,
+    budget: WalkBudget,
+    now_ms: int,
+    half_life_ms: int,
+) -> dict[str, tuple[float, set[str]]]:
+    """Scored neighbours of `node` over `ranked` keys: id -> (best score, every key)."""
+    if not ranked or budget.max_neighbors_per_key == 0:
+        return {}
+    unfetched = sorted(k for k, _ in ranked if k not in caches.newest)
+    if unfetched:
+        found_lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
+        for key in unfetched:
+            caches.newest[key] = list(found_lists.get(key, []))[: budget.max_neighbors_per_key]
+    await _load_nodes(graph, caches, [i for k, _ in ranked for i in caches.newest[k]])
+    raw_ids = sorted({i for k, _ in ranked for i in caches.newest[k] if i != node.memory_id})
+    resolved = await _resolve(graph, caches, raw_ids)
+    out: dict[str, tuple[float, set[str]]] = {}
+    for key, key_score in ranked:
+        strength_k = key_strength(key_score)
+        for raw_id in caches.newest[key]:
+            target = resolved.get(raw_id)
+            if target is None or target.memory_id == node.memory_id:
+                continue
+            score = score_neighbour(
+                target,
+                seed_strength=strength,
+                key_strength=strength_k,
+                now_ms=now_ms,
+                half_life_ms=half_life_ms,
+            )
+            prev = out.get(target.memory_id)
+            if prev is None:
+                out[target.memory_id] = (score, {key})
+            else:
+                prev[1].add(key)
+                if score > prev[0]:
+                    out[target.memory_id] = (score, prev[1])
+    return out
+
+
+async def walk(
+    seeds: Sequence[Seed],
+    graph: GraphView,
+    *,
+    now_ms: int,
+    field_digest: Sequence[str] = (),
+    budget: WalkBudget = WalkBudget(),
+    weights: KeyWeights = DEFAULT_WEIGHTS,
+    circuits: Sequence[Circuit] = (),
+    field_bonus: float = DEFAULT_FIELD_BONUS,
+    recency_half_life_ms: int = DEFAULT_HALF_LIFE_MS,
+) -> list[Related]:
+    """Related memories reached from `seeds`, best first (see the module docstring)."""
+    if field_bonus <= 0.0:
+        raise ValueError(f"field_bonus must be > 0, got {field_bonus}")
+    if recency_half_life_ms <= 0:
+        raise ValueError(f"recency_half_life_ms must be > 0, got {recency_half_life_ms}")
+    if (
+        not seeds
+        or budget.num_walkers == 0
+        or budget.max_hops == 0
+        or budget.max_total_candidates == 0
+    ):
+        return []
+
+    best_seed: dict[str, float] = {}
+    for seed in seeds:
+        if seed.memory_id not in best_seed or seed.score > best_seed[seed.memory_id]:
+            best_seed[seed.memory_id] = seed.score
+    seed_ids = frozenset(best_seed)
+    caches = _Caches()
+    await _load_nodes(graph, caches, sorted(seed_ids))
+    usable = sorted(
+        (i for i in seed_ids if _live(caches, i) is not None),
+        key=lambda i: (-best_seed[i], i),
+    )
+    if not usable:
+        return []
+
+    walkers = [
+        _Walker(
+            index=w,
+            circuit=circuits[w % len(circuits)] if circuits else None,
+            frontier={usable[w % len(usable)]: (best_seed[usable[w % len(usable)]], 0)},
+        )
+        for w in range(budget.num_walkers)
+    ]
+    digest = frozenset(field_digest)
+    expanded_under: set[tuple[str, tuple[tuple[str, float], ...]]] = set()
+    hits: dict[str, _Hit] = {}
+
+    async def step(walker: _Walker) -> None:
+        """Expand until one real expansion is spent or nothing is left to expand."""
+        while True:
+            choices = [
+                (-strength, memory_id)
+                for memory_id, (strength, hops) in walker.frontier.items()
+                if memory_id not in walker.expanded and hops < budget.max_hops
+            ]
+            if not choices:
+                walker.done = True
+                return
+            _, memory_id = min(choices)
+            strength, hops = walker.frontier[memory_id]
+            walker.expanded.add(memory_id)
+            node = _live(caches, memory_id)
+            if node is None:
+                continue
+            ranked = await _choose_keys(
+                graph,
+                caches,
+                node,
+                walker.walked_keys,
+                circuit=walker.circuit,
+                digest=digest,
+                budget=budget,
+                weights=weights,
+                field_bonus=field_bonus,
+            )
+            walker.walked_keys.update(key for key, _ in ranked)
+            marker = (memory_id, tuple(ranked))
+            free = marker in expanded_under
+            expanded_under.add(marker)
+            found = await _neighbours(
+                graph,
+                caches,
+                node,
+                strength,
+                ranked,
+                budget=budget,
+                now_ms=now_ms,
+                half_life_ms=recency_half_life_ms,
+            )
+            child_hops = hops + 1
+            for child_id, (score, keys) in sorted(
+                found.items(), key=lambda item: (-item[1][0], item[0])
+            ):
+                if child_id in seed_ids:
+                    continue
+                hit = hits.get(child_id)
+                if hit is None:
+                    if len(hits) >= budget.max_total_candidates:
+                        continue
+                    hits[child_id] = _Hit(score, child_hops, walker.index, set(keys))
+                else:
+                    if not hit.better_than(score, child_hops, walker.index):
+                        hit.score, hit.hops, hit.walker = score, child_hops, walker.index
+                    hit.keys.update(keys)
+                prev = walker.frontier.get(child_id)
+                if prev is None:
+                    walker.frontier[child_id] = (score, child_hops)
+                elif child_id not in walker.expanded:
+                    walker.frontier[child_id] = (max(prev[0], score), min(prev[1], child_hops))
+            if not free:
+                walker.steps += 1
+                if walker.steps >= budget.max_hops:
+                    walker.done = True
+                return
+
+    while any(not w.done for w in walkers):
+        for walker in walkers:
+            if not walker.done:
+                await step(walker)
+
+    related = [
+        Related(
+            memory_id=memory_id,
+            score=hit.score,
+            via_keys=tuple(sorted(hit.keys)),
+            hops=hit.hops,
+            walker=hit.walker,
+        )
+        for memory_id, hit in hits.items()
+    ]
+    related.sort(key=lambda r: (-r.score, r.memory_id))
+    return related
