@@ -1,0 +1,230 @@
+"""Multi-factor rerank of fused candidates (SPEC §5 step 3).
+
+score = boost · (0.30·rrf + 0.25·effective_confidence + 0.20·quality
+                 + 0.15·recency + 0.10·regime_match [+ w_affect·affect])
+
+Every factor is in [0, 1] so the weights read as shares of the score. Each
+result keeps its factor breakdown so `explain` can show why it ranked where it
+did. Ordering is (-score, memory_id): the same request on the same state gives
+the same list (SPEC §5 step 5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from grimoire.streams.decay import DAY_MS, LINEAGE_PROVENANCES
+from grimoire.streams.field import Affect
+from grimoire.streams.records import Kind
+
+# Recency is a retrieval preference, not forgetting (that is decay's job), so
+# it uses one half-life for every kind; a week keeps last week's lessons visible.
+DEFAULT_RECENCY_HALF_LIFE_MS: Final = 7 * DAY_MS
+
+# Which record survives when several share a normalized_hash: a summary stands in
+# for the sources it replaced and an aggregate carries their repeat count, so
+# both say more than any single copy (SPEC §5 step 1 "prefer summaries/aggregates").
+_KIND_PREFERENCE: Final = {Kind.SUMMARY.value: 0, Kind.AGGREGATE.value: 1}
+_OTHER_KIND: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RerankWeights:
+    rrf: float = 0.30
+    effective_confidence: float = 0.25
+    quality: float = 0.20
+    recency: float = 0.15
+    regime_match: float = 0.10
+    affect: float = 0.0  # mood-congruent retrieval; off unless a caller opts in
+    lineage_boost: float = 1.2  # predecessor "bloodstain" premium, multiplies the sum
+
+
+DEFAULT_RERANK_WEIGHTS: Final = RerankWeights()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One fused hit with what the reranker needs; `rrf` is the raw fused score."""
+
+    memory_id: str
+    rrf: float
+    effective_confidence: float
+    quality: float
+    ts_ms: int
+    regime: str = ""
+    kind: Kind | str = Kind.EPISODE
+    provenance: str = "self"
+    normalized_hash: str = ""
+    affect: Affect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """Per-factor values in [0, 1] (before weighting) plus the applied boost."""
+
+    rrf: float
+    effective_confidence: float
+    quality: float
+    recency: float
+    regime_match: float
+    affect: float
+    boost: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "rrf": self.rrf,
+            "effective_confidence": self.effective_confidence,
+            "quality": self.quality,
+            "recency": self.recency,
+            "regime_match": self.regime_match,
+            "affect": self.affect,
+            "boost": self.boost,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    candidate: Candidate
+    score: float
+    factors: Factors
+
+    @property
+    def memory_id(self) -> str:
+        return self.candidate.memory_id
+
+
+def _unit(value: float) -> float:
+    # Inputs come from stored fields; clamping keeps one bad value from
+    # outweighing every other factor.
+    return min(1.0, max(0.0, value))
+
+
+def recency(age_ms: float, half_life_ms: float) -> float:
+    """`2^(-age / half_life)`; a future timestamp counts as age 0."""
+    if half_life_ms <= 0:
+        raise ValueError("recency half-life must be positive")
+    return float(2.0 ** (-max(0.0, age_ms) / half_life_ms))
+
+
+def regime_match(candidate_regime: str, query_regime: str) -> float:
+    """1 for the same regime, 0.5 when either side is unknown (""), else 0."""
+    mine = candidate_regime.strip().casefold()
+    theirs = query_regime.strip().casefold()
+    if not mine or not theirs:
+        return 0.5
+    return 1.0 if mine == theirs else 0.0
+
+
+def affect_congruence(memory: Affect | None, state: Affect | None) -> float:
+    """PAD cosine mapped to [0, 1]; 0.5 (neutral) when either side is missing or zero."""
+    if memory is None or state is None:
+        return 0.5
+    a = (memory.pleasure, memory.arousal, memory.dominance)
+    b = (state.pleasure, state.arousal, state.dominance)
+    norm = math.hypot(*a) * math.hypot(*b)
+    if norm == 0.0:
+        return 0.5
+    cosine = sum(x * y for x, y in zip(a, b, strict=True)) / norm
+    return _unit((1.0 + cosine) / 2.0)
+
+
+def _score(
+    candidate: Candidate,
+    *,
+    max_rrf: float,
+    now_ms: int,
+    regime: str,
+    affect: Affect | None,
+    weights: RerankWeights,
+    recency_half_life_ms: float,
+) -> Scored:
+    factors = Factors(
+        # Raw RRF sums are tiny (≈ 1/61); dividing by the list's best makes the
+        # top hit 1.0 so RRF competes on the same scale as the other factors.
+        rrf=_unit(candidate.rrf / max_rrf) if max_rrf > 0 else 0.0,
+        effective_confidence=_unit(candidate.effective_confidence),
+        quality=_unit(candidate.quality),
+        recency=recency(now_ms - candidate.ts_ms, recency_half_life_ms),
+        regime_match=regime_match(candidate.regime, regime),
+        affect=affect_congruence(candidate.affect, affect),
+        boost=(
+            weights.lineage_boost
+            if candidate.provenance.strip().casefold() in LINEAGE_PROVENANCES
+            else 1.0
+        ),
+    )
+    weighted = (
+        weights.rrf * factors.rrf
+        + weights.effective_confidence * factors.effective_confidence
+        + weights.quality * factors.quality
+        + weights.recency * factors.recency
+        + weights.regime_match * factors.regime_match
+        + weights.affect * factors.affect
+    )
+    return Scored(candidate=candidate, score=factors.boost * weighted, factors=factors)
+
+
+def _survivor_key(scored: Scored) -> tuple[int, float, str]:
+    preference = _KIND_PREFERENCE.get(str(scored.candidate.kind), _OTHER_KIND)
+    return (preference, -scored.score, scored.memory_id)
+
+
+def dedupe(scored: Iterable[Scored]) -> list[Scored]:
+    """One result per memory_id (best score) and per non-empty normalized_hash.
+
+    Within a hash group the survivor is a summary, else an aggregate, else the
+    best-scoring copy; ties go to the smaller memory_id. Output order is
+    unspecified; callers sort.
+    """
+    by_id: dict[str, Scored] = {}
+    for item in scored:
+        held = by_id.get(item.memory_id)
+        if held is None or _survivor_key(item) < _survivor_key(held):
+            by_id[item.memory_id] = item
+    by_hash: dict[str, Scored] = {}
+    unhashed: list[Scored] = []
+    for item in by_id.values():
+        digest = item.candidate.normalized_hash
+        if not digest:
+            unhashed.append(item)
+            continue
+        held = by_hash.get(digest)
+        if held is None or _survivor_key(item) < _survivor_key(held):
+            by_hash[digest] = item
+    return [*by_hash.values(), *unhashed]
+
+
+def rerank(
+    candidates: Sequence[Candidate],
+    *,
+    now_ms: int,
+    regime: str = "",
+    affect: Affect | None = None,
+    weights: RerankWeights = DEFAULT_RERANK_WEIGHTS,
+    recency_half_life_ms: float = DEFAULT_RECENCY_HALF_LIFE_MS,
+) -> list[Scored]:
+    """Score, dedupe (see `dedupe`) and sort by (-score, memory_id).
+
+    `now_ms` is the request's event time (`as_of`), never the wall clock.
+    RRF is normalised over the whole input, before dedupe, so dropping a copy
+    never rescales the others.
+    """
+    max_rrf = max((c.rrf for c in candidates), default=0.0)
+    scored = [
+        _score(
+            c,
+            max_rrf=max_rrf,
+            now_ms=now_ms,
+            regime=regime,
+            affect=affect,
+            weights=weights,
+            recency_half_life_ms=recency_half_life_ms,
+        )
+        for c in candidates
+    ]
+    result = dedupe(scored)
+    result.sort(key=lambda s: (-s.score, s.memory_id))
+    return result
