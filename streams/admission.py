@@ -33,6 +33,7 @@ from dataclasses import astuple, dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from grimoire.streams.decay import recency as decay_recency
 from grimoire.streams.records import Kind
 
 # Factors and the composite are rounded so that band edges computed by hand
@@ -411,10 +412,7 @@ def recency(ts_ms: int, now_ms: int, half_life_ms: int) -> float:
 
     A timestamp ahead of `now_ms` (clock skew between producers) counts as now.
     """
-    if half_life_ms <= 0:
-        raise ValueError("half_life_ms must be positive")
-    age = max(0, now_ms - ts_ms)
-    return _factor(2.0 ** (-age / half_life_ms))
+    return _factor(decay_recency(now_ms - ts_ms, half_life_ms))
 
 
 def decide(

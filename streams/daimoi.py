@@ -40,11 +40,11 @@ Semantics (all deterministic, no clock, no randomness):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from grimoire.streams.decay import recency
 from grimoire.streams.keys import (
     DEFAULT_WEIGHTS,
     KeyWeights,
@@ -191,13 +191,6 @@ def key_strength(key_score: float) -> float:
     if key_score <= 0.0:
         return 0.0
     return key_score / (1.0 + key_score)
-
-
-def recency(age_ms: int, half_life_ms: int) -> float:
-    """2^(-age / half_life); a timestamp in the future counts as age 0."""
-    if half_life_ms <= 0:
-        raise ValueError(f"half_life_ms must be > 0, got {half_life_ms}")
-    return math.pow(2.0, -max(0, age_ms) / half_life_ms)
 
 
 def kind_preference(kind: str, actor: str = "") -> float:

@@ -145,6 +145,13 @@ def retention(elapsed_ms: float, half_life_ms: float, strength: float = 1.0) -> 
     return float(2.0 ** (-elapsed_ms / (half_life_ms * strength)))
 
 
+def recency(age_ms: float, half_life_ms: float) -> float:
+    """`2^(-age / half_life)` at strength 1: the one recency curve every ranking shares.
+
+    A timestamp in the future counts as age 0."""
+    return retention(age_ms, half_life_ms)
+
+
 def effective_confidence(
     confidence: float,
     last_accessed_ms: int,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from grimoire.streams.decay import DAY_MS, LINEAGE_PROVENANCES
+from grimoire.streams.decay import DAY_MS, LINEAGE_PROVENANCES, recency
 from grimoire.streams.field import Affect
 from grimoire.streams.records import Kind
 
@@ -100,13 +100,6 @@ def _unit(value: float) -> float:
     # Inputs come from stored fields; clamping keeps one bad value from
     # outweighing every other factor.
     return min(1.0, max(0.0, value))
-
-
-def recency(age_ms: float, half_life_ms: float) -> float:
-    """`2^(-age / half_life)`; a future timestamp counts as age 0."""
-    if half_life_ms <= 0:
-        raise ValueError("recency half-life must be positive")
-    return float(2.0 ** (-max(0.0, age_ms) / half_life_ms))
 
 
 def regime_match(candidate_regime: str, query_regime: str) -> float:
