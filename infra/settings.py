@@ -39,7 +39,10 @@ class Settings(BaseSettings):
     recall_concurrency: int = Field(4, ge=1)
 
     # Tuned for tansu (see README "Faust on tansu"); defaults suit Apache Kafka too.
-    consumer_fetch_max_wait_ms: int = Field(20, ge=1)
+    # How long an empty fetch may wait. Lower answers recalls sooner when idle but
+    # makes the broker and consumer poll harder: on 2 cores 20 ms cost ~7 % of
+    # ingest throughput against 50 ms, for ~10 ms of recall latency.
+    consumer_fetch_max_wait_ms: int = Field(50, ge=1)
     broker_session_timeout_s: float = 3.0
     broker_heartbeat_interval_s: float = 0.5
     broker_rebalance_timeout_s: float = 10.0
