@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from grimoire.agents.dead_letters import dead_letter
-from grimoire.agents.messages import InputMessage
+from grimoire.agents.messages import UNKNOWN_AGENT, InputMessage
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import Embedder
 from grimoire.streams.fields import InputLimits
@@ -124,7 +124,7 @@ class RecallHandler:
             items=[],
             error=f"{rejection.reason}: {rejection.detail}",
         )
-        await self.sink.send(reply_to, rejection.agent_id or "_unknown", error.dumps_json())
+        await self.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error.dumps_json())
 
 
 def _item(memory: StoredMemory, score: float, lanes: list[str]) -> RecallItemV1:
