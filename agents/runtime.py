@@ -54,7 +54,7 @@ class Runtime:
                 None,
                 lambda: SentenceTransformerEmbedder(
                     settings.model_path,
-                    threads=settings.embed_threads,
+                    lanes=settings.embed_lanes,
                     max_batch=settings.embed_batch_size,
                 ),
             )

@@ -192,7 +192,7 @@ def run_ingest_bench(
         }
     )
     try:
-        embedder = SentenceTransformerEmbedder(settings.model_path, threads=settings.embed_threads)
+        embedder = SentenceTransformerEmbedder(settings.model_path, lanes=settings.embed_lanes)
 
         async def run_mixes() -> dict[str, Any]:
             results = {

