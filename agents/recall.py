@@ -17,7 +17,7 @@ from grimoire.streams.fields import InputLimits
 from grimoire.streams.fusion import reciprocal_rank_fusion
 from grimoire.streams.normalize import Rejection
 from grimoire.streams.requests import RecallLimits, RecallQuery, parse_recall_request
-from grimoire.streams.text import search_terms
+from grimoire.streams.text import gist, search_terms
 from grimoire.tables.memory_store import MemoryStore, StoredMemory
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallItemV1, RecallResultV1
@@ -133,6 +133,7 @@ def _item(memory: StoredMemory, score: float, lanes: list[str]) -> RecallItemV1:
         agent_id=memory.agent_id,
         kind=memory.kind,
         layer=memory.layer,
+        gist=gist(memory.text),
         text=memory.text,
         ts=memory.ts_ms,
         score=score,

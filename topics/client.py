@@ -49,6 +49,9 @@ class RecallAnswer:
     items: tuple[RecallItemV1, ...]
     watermark: int | None
     timings_ms: dict[str, float]
+    budget: dict[str, int]
+    mode: str | None = None
+    as_of: int | None = None
 
 
 def _answer(payload: dict[str, Any]) -> RecallAnswer:
@@ -63,6 +66,9 @@ def _answer(payload: dict[str, Any]) -> RecallAnswer:
         items=items,
         watermark=payload.get("watermark"),
         timings_ms=payload.get("timings_ms") or {},
+        budget=payload.get("budget") or {},
+        mode=payload.get("mode"),
+        as_of=payload.get("as_of"),
     )
 
 
@@ -180,8 +186,16 @@ class GrimoireClient:
         *,
         k: int | None = None,
         as_of: int | None = None,
+        filters: dict[str, Any] | None = None,
+        budgets: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
+        mode: str | None = None,
+        explain: bool | None = None,
+        expand_episodes: bool | None = None,
+        record_usage: bool | None = None,
         timeout: float = 10.0,
     ) -> RecallAnswer:
+        """Ask and await the reply; see `RecallRequestV1` for the optional parts."""
         correlation_id = uuid.uuid4().hex
         request = RecallRequestV1(
             agent_id=agent_id,
@@ -190,6 +204,13 @@ class GrimoireClient:
             correlation_id=correlation_id,
             k=k,
             as_of=as_of,
+            filters=filters,
+            budgets=budgets,
+            state=state,
+            mode=mode,
+            explain=explain,
+            expand_episodes=expand_episodes,
+            record_usage=record_usage,
         )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = future

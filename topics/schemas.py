@@ -93,12 +93,31 @@ class OutcomeV1(_Wire, namespace="grimoire.outcome.v1"):
 
 
 class RecallRequestV1(_Wire, namespace="grimoire.recall_request.v1"):
+    """A recall request; everything but the four first fields is optional.
+
+    `filters`: since / until (event time, ms or ISO-8601), session_id, run_id,
+    actor_id, event_type_prefix, kinds [..], layers [..].
+    `budgets`: canonical_k, eidolon_k, bm25_k, num_walkers, max_hops,
+    max_keys_per_node, max_neighbors_per_key, max_total_candidates, max_items,
+    token_budget, full_text_items (absent → configured defaults).
+    `state`: digest [keys], regime, affect {pleasure, arousal, dominance, …},
+    circuit (absent → the agent's current field state).
+    `mode`: auto | none | light | semantic | full (Self-RAG style decision).
+    """
+
     agent_id: str
     query: str
     reply_to: str
     correlation_id: str
-    k: int | None = None
-    as_of: int | None = None
+    k: int | None = None  # shorthand for budgets.max_items
+    as_of: int | None = None  # the request's event time; default: the agent's watermark
+    filters: dict[str, Any] | None = None
+    budgets: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+    mode: str | None = None
+    explain: bool | None = None
+    expand_episodes: bool | None = None  # attach hyperedge siblings (with roles)
+    record_usage: bool | None = None  # false: a read that leaves usage counters alone
     schema: str = "grimoire.recall_request/1"
 
 
@@ -107,18 +126,30 @@ class RecallItemV1(_Wire, namespace="grimoire.recall_item.v1"):
     agent_id: str
     kind: str
     layer: str
-    text: str
+    gist: str
     ts: int
     score: float
-    lanes: list[str]
+    lanes: list[str]  # the lanes and walk that brought it: canonical, eidolon, bm25, walk
     source_event_id: str
+    text: str | None = None  # only the top `full_text_items` carry their full text
+    reasons: list[str] | None = None  # the nexus keys that linked it (walk), then lanes
+    scores: dict[str, float] | None = None  # per-factor breakdown when `explain`
+    tokens: int | None = None
+    session_id: str | None = None
+    hyperedge_ids: list[str] | None = None
+    episode: list[dict[str, str]] | None = None  # siblings {id, role, gist} on request
 
 
 class RecallResultV1(_Wire, namespace="grimoire.recall_result.v1"):
     correlation_id: str
     agent_id: str
     items: list[RecallItemV1]
-    watermark: int | None = None
+    watermark: int | None = None  # latest event time ingested for the agent
+    watermark_tick: int | None = None
+    watermark_block: int | None = None
+    as_of: int | None = None
+    mode: str | None = None
+    budget: dict[str, int] | None = None  # tokens_used, token_budget, items, max_items
     timings_ms: dict[str, float] | None = None
     error: str | None = None
     schema: str = "grimoire.recall_result/1"
