@@ -1,11 +1,11 @@
-"""Recall: canonical KNN + BM25 full text, fused by RRF, answered on `reply_to`."""
+"""Recall: decode the request, resolve it against the agent's state, run the flow,
+answer on `reply_to`."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -13,26 +13,21 @@ from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.messages import UNKNOWN_AGENT, InputMessage
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import Embedder
+from grimoire.streams.circuits import circuits_for
+from grimoire.streams.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
+from grimoire.streams.field import Affect, FieldState
 from grimoire.streams.fields import InputLimits
-from grimoire.streams.fusion import reciprocal_rank_fusion
 from grimoire.streams.normalize import Rejection
+from grimoire.streams.recall_flow import RankingPolicy, RecallContext, RecalledItem, run_recall
+from grimoire.streams.recall_options import RetrievalMode
 from grimoire.streams.requests import RecallLimits, RecallQuery, parse_recall_request
-from grimoire.streams.text import gist, search_terms
-from grimoire.tables.memory_store import MemoryStore, StoredMemory
+from grimoire.streams.retrieval_decision import decide_mode
+from grimoire.streams.text import search_terms
+from grimoire.tables.memory_store import MemoryStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallItemV1, RecallResultV1
 
 logger = logging.getLogger(__name__)
-
-CANONICAL_LANE = "canonical"
-BM25_LANE = "bm25"
-
-
-@dataclass(frozen=True, slots=True)
-class LaneSizes:
-    canonical_k: int = 20
-    bm25_k: int = 20
-    rrf_k: int = 60
 
 
 @dataclass
@@ -43,7 +38,8 @@ class RecallHandler:
     topics: TopicNames
     limits: RecallLimits = field(default_factory=RecallLimits)
     input_limits: InputLimits = field(default_factory=InputLimits)
-    lanes: LaneSizes = field(default_factory=LaneSizes)
+    policy: RankingPolicy = field(default_factory=RankingPolicy)
+    eidolon_weight: float = DEFAULT_STATE_WEIGHT
 
     async def handle(self, message: InputMessage) -> None:
         parsed = parse_recall_request(message.value, self.limits, self.input_limits)
@@ -56,49 +52,61 @@ class RecallHandler:
 
     async def recall(self, query: RecallQuery) -> RecallResultV1:
         started = time.perf_counter()
-        vectors = await self.embedder.embed([query.query])
-        embedded = time.perf_counter()
+        state = (await self.store.load_fields([query.agent_id]))[query.agent_id]
+        watermark = await self.store.watermark(query.agent_id)
+        # Recency and decay run on the request's event time, never the wall clock.
+        now_ms = query.as_of_ms if query.as_of_ms is not None else (watermark or 0)
+        state = _with_overrides(state, query)
         terms = search_terms(query.query)
-        dense, lexical, watermark = await asyncio.gather(
-            self.store.knn(query.agent_id, vectors[0].tolist(), self.lanes.canonical_k),
-            self.store.full_text(query.agent_id, terms, self.lanes.bm25_k),
-            self.store.watermark(query.agent_id),
+        mode = decide_mode(query.mode, search_terms=terms, has_memories=watermark is not None)
+        ctx = RecallContext(
+            now_ms=now_ms,
+            mode=mode,
+            terms=terms,
+            regime=state.regime,
+            digest=state.digest(),
+            affect=state.affect if state.affect != Affect() else None,
+            circuits=circuits_for(query.state.circuit),
         )
-        searched = time.perf_counter()
-        memories: dict[str, StoredMemory] = {}
-        for hit in (*dense, *lexical):
-            memories.setdefault(hit.memory.id, hit.memory)
-        fused = reciprocal_rank_fusion(
-            {
-                CANONICAL_LANE: [hit.memory.id for hit in dense],
-                BM25_LANE: [hit.memory.id for hit in lexical],
-            },
-            k=self.lanes.rrf_k,
+        if mode is not RetrievalMode.NONE:
+            ctx = await self._with_vectors(ctx, query.query, state)
+        embedded = time.perf_counter()
+        source = self.store.recall_source(query.agent_id)
+        outcome = await run_recall(
+            query, ctx, source, policy=self.policy, stopwatch=time.perf_counter
         )
-        items: list[RecallItemV1] = []
-        seen_hashes: set[str] = set()
-        for hit in fused:
-            memory = memories[hit.id]
-            # Repetitive streams store one text many times: keep the best-ranked copy.
-            if memory.normalized_hash and memory.normalized_hash in seen_hashes:
-                continue
-            seen_hashes.add(memory.normalized_hash)
-            items.append(_item(memory, round(hit.score, 9), list(hit.lanes)))
-            if len(items) == query.k:
-                break
-        done = time.perf_counter()
+        timings = {"embed": round((embedded - started) * 1000, 3), **dict(outcome.timings_ms)}
+        timings["total"] = round((time.perf_counter() - started) * 1000, 3)
         return RecallResultV1(
             correlation_id=query.correlation_id,
             agent_id=query.agent_id,
-            items=items,
+            items=[_item(query, item) for item in outcome.items],
             watermark=watermark,
-            timings_ms={
-                "embed": round((embedded - started) * 1000, 3),
-                "search": round((searched - embedded) * 1000, 3),
-                "fuse": round((done - searched) * 1000, 3),
-                "total": round((done - started) * 1000, 3),
+            watermark_tick=state.tick,
+            watermark_block=state.block,
+            as_of=now_ms,
+            mode=mode.value,
+            budget={
+                "tokens_used": outcome.tokens_used,
+                "token_budget": query.budgets.token_budget,
+                "items": len(outcome.items),
+                "max_items": query.budgets.max_items,
             },
+            timings_ms=timings,
         )
+
+    async def _with_vectors(
+        self, ctx: RecallContext, text: str, state: FieldState
+    ) -> RecallContext:
+        """The query and the state digest in one model call; the eidolon query is
+        conditioned on the state exactly as memories are at ingest."""
+        digest_text = state.digest_text()
+        texts = [text, digest_text] if digest_text else [text]
+        vectors = await self.embedder.embed(texts)
+        canonical = vectors[0]
+        digest_vector = vectors[1] if digest_text else None
+        eidolon = eidolon_vector(canonical, digest_vector, state_weight=self.eidolon_weight)
+        return replace(ctx, canonical=canonical, eidolon=eidolon)
 
     async def reply_failure(self, message: InputMessage, reason: str) -> None:
         """Tell the caller its request could not be served (not its fault)."""
@@ -127,16 +135,40 @@ class RecallHandler:
         await self.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error.dumps_json())
 
 
-def _item(memory: StoredMemory, score: float, lanes: list[str]) -> RecallItemV1:
+def _with_overrides(state: FieldState, query: RecallQuery) -> FieldState:
+    """The agent's field state with whatever the request brought in its place."""
+    override = query.state
+    if override.digest is not None:
+        focus = tuple(sorted((key, 1.0) for key in set(override.digest)))
+        state = replace(state, focus=focus)
+    if override.regime is not None:
+        state = replace(state, regime=override.regime)
+    if override.affect is not None:
+        state = replace(state, affect=override.affect)
+    return state
+
+
+def _item(query: RecallQuery, item: RecalledItem) -> RecallItemV1:
+    record = item.record
     return RecallItemV1(
-        id=memory.id,
-        agent_id=memory.agent_id,
-        kind=memory.kind,
-        layer=memory.layer,
-        gist=gist(memory.text),
-        text=memory.text,
-        ts=memory.ts_ms,
-        score=score,
-        lanes=lanes,
-        source_event_id=memory.source_event_id,
+        id=record.memory_id,
+        agent_id=query.agent_id,
+        kind=record.kind,
+        layer=record.layer,
+        gist=item.gist,
+        ts=record.ts_ms,
+        score=item.score,
+        lanes=list(item.lanes),
+        source_event_id=record.source_event_id,
+        text=item.text,
+        reasons=list(item.reasons),
+        scores=dict(item.factors) if query.explain else None,
+        tokens=item.tokens,
+        session_id=record.session_id or None,
+        hyperedge_ids=list(record.hyperedge_ids) or None,
+        episode=[
+            {"id": s.memory_id, "role": s.role, "gist": s.gist, "edge": s.edge_id}
+            for s in item.episode
+        ]
+        or None,
     )

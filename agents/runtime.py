@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from grimoire.agents.ingest import IngestHandler
-from grimoire.agents.recall import LaneSizes, RecallHandler
+from grimoire.agents.recall import RecallHandler
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import CachingEmbedder, Embedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
@@ -85,7 +85,8 @@ class Runtime:
                 topics,
                 settings.recall_limits,
                 settings.input_limits,
-                LaneSizes(settings.recall_canonical_k, settings.recall_bm25_k, settings.rrf_k),
+                settings.ranking_policy,
+                eidolon_weight=settings.eidolon_state_weight,
             ),
         )
 

@@ -7,7 +7,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from grimoire.streams.daimoi import WalkBudget
 from grimoire.streams.fields import InputLimits
+from grimoire.streams.recall_flow import RankingPolicy
+from grimoire.streams.recall_options import RecallBudgets
 from grimoire.streams.requests import RecallLimits
 
 
@@ -34,8 +37,17 @@ class Settings(BaseSettings):
     max_text_chars: int = Field(16_000, ge=1)
     recall_default_k: int = Field(10, ge=1)
     recall_max_k: int = Field(100, ge=1)
-    recall_canonical_k: int = Field(20, ge=1)
-    recall_bm25_k: int = Field(20, ge=1)
+    recall_canonical_k: int = Field(20, ge=0)
+    recall_eidolon_k: int = Field(30, ge=0)
+    recall_bm25_k: int = Field(20, ge=0)
+    recall_token_budget: int = Field(2_000, ge=0)
+    recall_full_text_items: int = Field(3, ge=0)
+    walk_num_walkers: int = Field(8, ge=0)
+    walk_max_hops: int = Field(2, ge=0)
+    walk_max_keys_per_node: int = Field(6, ge=0)
+    walk_max_neighbors_per_key: int = Field(25, ge=0)
+    walk_max_total_candidates: int = Field(400, ge=0)
+    mmr_lambda: float = Field(0.7, ge=0, le=1)
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 
@@ -64,4 +76,23 @@ class Settings(BaseSettings):
 
     @property
     def recall_limits(self) -> RecallLimits:
-        return RecallLimits(default_k=self.recall_default_k, max_k=self.recall_max_k)
+        defaults = RecallBudgets(
+            canonical_k=self.recall_canonical_k,
+            eidolon_k=self.recall_eidolon_k,
+            bm25_k=self.recall_bm25_k,
+            walk=WalkBudget(
+                num_walkers=self.walk_num_walkers,
+                max_hops=self.walk_max_hops,
+                max_keys_per_node=self.walk_max_keys_per_node,
+                max_neighbors_per_key=self.walk_max_neighbors_per_key,
+                max_total_candidates=self.walk_max_total_candidates,
+            ),
+            max_items=self.recall_default_k,
+            token_budget=self.recall_token_budget,
+            full_text_items=self.recall_full_text_items,
+        )
+        return RecallLimits(defaults=defaults, max_k=self.recall_max_k)
+
+    @property
+    def ranking_policy(self) -> RankingPolicy:
+        return RankingPolicy(rrf_k=self.rrf_k, mmr_lambda=self.mmr_lambda)

@@ -40,11 +40,10 @@ class Ranked(Protocol):
 
 
 R = TypeVar("R", bound=Ranked)
+VectorLike = Sequence[float] | npt.NDArray[np.float32]
 
 
-def _unit_rows(
-    ids: Sequence[str], vectors: Mapping[str, Sequence[float]]
-) -> npt.NDArray[np.float64]:
+def _unit_rows(ids: Sequence[str], vectors: Mapping[str, VectorLike]) -> npt.NDArray[np.float64]:
     dims = {len(vectors[i]) for i in ids if i in vectors}
     if len(dims) > 1:
         raise ValueError("mmr vectors must share one dimension")
@@ -62,7 +61,7 @@ def _unit_rows(
 
 def mmr(
     items: Sequence[R],
-    vectors: Mapping[str, Sequence[float]],
+    vectors: Mapping[str, VectorLike],
     *,
     lambda_: float = DEFAULT_MMR_LAMBDA,
     limit: int | None = None,

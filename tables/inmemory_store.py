@@ -16,9 +16,11 @@ import numpy as np
 
 from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
+from grimoire.streams.recall_source import RecallSource
 from grimoire.streams.text import search_terms
 from grimoire.streams.write_plan import StoredNeighbour
 from grimoire.streams.writes import WriteBatch
+from grimoire.tables.inmemory_recall import InMemoryRecallSource
 from grimoire.tables.memory_store import ScoredHit
 from grimoire.tables.record_codec import RETURN_FIELDS, StoredMemory, hash_fields, stored_memory
 
@@ -49,8 +51,9 @@ def _cosine(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
 
 
 class InMemoryMemoryStore:
-    def __init__(self, *, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, *, clock_ms: Callable[[], int] | None = None, dims: int = 384) -> None:
         self._clock_ms = clock_ms
+        self._dims = dims
         self._records: dict[str, Hash] = {}
         self._nexus: dict[tuple[str, str], dict[str, int]] = {}
         self._hyperedges: dict[tuple[str, str], dict[str, str]] = {}
@@ -202,6 +205,23 @@ class InMemoryMemoryStore:
 
     async def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
+
+    def recall_source(self, agent_id: str) -> RecallSource:
+        return InMemoryRecallSource(self, agent_id, self._dims)
+
+    def hashes(self) -> list[Hash]:
+        return list(self._records.values())
+
+    def touch(self, memory_id: str, as_of_ms: int) -> None:
+        """The usage-accounting script's effect (see scripts._TOUCH)."""
+        doc = self._records.get(memory_id)
+        if doc is None:
+            return
+        doc["included_count_total"] = str(int(_text(doc.get("included_count_total", "0"))) + 1)
+        decayed = float(_text(doc.get("included_count_decay", "0"))) + 1
+        doc["included_count_decay"] = repr(decayed)
+        if float(_text(doc.get("last_accessed", "0"))) < as_of_ms:
+            doc["last_accessed"] = str(as_of_ms)
 
     # ---- inspection (what RedisMemoryStore exposes through .graph and .state) ---
 

@@ -16,6 +16,7 @@ from redisvl.query import VectorQuery
 
 from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
+from grimoire.streams.recall_source import RecallSource
 from grimoire.streams.write_plan import StoredNeighbour
 from grimoire.streams.writes import WriteBatch
 from grimoire.tables.agent_state import AgentStateStore
@@ -23,6 +24,7 @@ from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
+from grimoire.tables.recall_source import RedisRecallSource
 from grimoire.tables.record_codec import (
     RETURN_FIELDS,
     StoredMemory,
@@ -31,6 +33,7 @@ from grimoire.tables.record_codec import (
     text_of,
 )
 from grimoire.tables.scripts import RedisScripts
+from grimoire.tables.search_replies import doc_fields, doc_score, docs
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,7 @@ class MemoryStore(Protocol):
     async def count(self, agent_id: str) -> int: ...
     async def metrics(self) -> dict[str, float]: ...
     async def watermark(self, agent_id: str) -> int | None: ...
+    def recall_source(self, agent_id: str) -> RecallSource: ...
 
 
 class RedisMemoryStore:
@@ -73,6 +77,7 @@ class RedisMemoryStore:
     def __init__(self, redis: Redis, prefix: str, dims: int, *, clock_ms: Any = None) -> None:
         self._redis = redis
         self._schema = memory_schema(prefix, dims)
+        self._dims = dims
         self._index = AsyncSearchIndex(self._schema, redis_client=redis)
         self._key_prefix = self._schema.index.prefix
         self._watermarks_key = f"{prefix}:watermarks"
@@ -135,11 +140,11 @@ class RedisMemoryStore:
             replies = await pipe.execute()
         found: list[StoredNeighbour | None] = []
         for reply in replies:
-            docs = _docs(reply)
-            if not docs:
+            matches = docs(reply)
+            if not matches:
                 found.append(None)
                 continue
-            doc = _doc_fields(docs[0])
+            doc = doc_fields(matches[0])
             neighbour = Neighbour(
                 memory_id=text_of(doc["memory_id"]),
                 similarity=1.0 - float(text_of(doc["distance"])),
@@ -230,9 +235,7 @@ class RedisMemoryStore:
             .dialect(2)
         )
         result = await self._redis.ft(self.index_name).search(query)
-        hits = [
-            ScoredHit(stored_memory(_doc_fields(doc)), _doc_score(doc)) for doc in _docs(result)
-        ]
+        hits = [ScoredHit(stored_memory(doc_fields(doc)), doc_score(doc)) for doc in docs(result)]
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
         return hits
 
@@ -251,23 +254,14 @@ class RedisMemoryStore:
         score = await self._redis.zscore(self._watermarks_key, agent_id)
         return None if score is None else int(score)
 
-
-def _docs(result: Any) -> list[Any]:
-    if isinstance(result, dict):  # RESP3
-        return list(result.get("results", result.get(b"results", [])))
-    if isinstance(result, list):  # raw RESP2: [total, id, [fields], ...]
-        return [result[i + 1] for i in range(1, len(result) - 1, 2)]
-    return list(result.docs)
-
-
-def _doc_fields(doc: Any) -> dict[str, Any]:
-    if isinstance(doc, dict):
-        extra = doc.get("extra_attributes", doc.get(b"extra_attributes", {}))
-        return {text_of(k): v for k, v in extra.items()}
-    if isinstance(doc, list):
-        return {text_of(doc[i]): doc[i + 1] for i in range(0, len(doc) - 1, 2)}
-    return {name: getattr(doc, name) for name in RETURN_FIELDS if hasattr(doc, name)}
-
-
-def _doc_score(doc: Any) -> float:
-    return float(doc["score"] if isinstance(doc, dict) else doc.score)
+    def recall_source(self, agent_id: str) -> RecallSource:
+        """A read view bound to one agent, for one request (it caches records)."""
+        return RedisRecallSource(
+            self._redis,
+            index_name=self.index_name,
+            key_prefix=self._key_prefix,
+            graph_keys=self.graph.keys,
+            scripts=self._scripts,
+            agent_id=agent_id,
+            dims=self._dims,
+        )

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redisvl.query.filter import FilterExpression, Tag
+from redisvl.query.filter import FilterExpression, Num, Tag
+
+from grimoire.streams.recall_options import NO_FILTERS, RecallFilters
 
 _TAG_SPECIAL = set(",.<>{}[]\"':;!@#$%^&*()-+=~|/\\ ?")
 
@@ -28,9 +30,10 @@ class FullTextQuery:
     agent_id: str
     terms: tuple[str, ...]
     k: int
+    filters: RecallFilters = NO_FILTERS
 
     def query_string(self) -> str:
-        live = str(live_filter(self.agent_id))
+        live = str(recall_filter(self.agent_id, self.filters))
         if not self.terms:
             return live
         alternatives = "|".join(escape_tag(term) for term in self.terms)
@@ -42,6 +45,30 @@ def live_filter(agent_id: str) -> FilterExpression:
     return tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("quarantined") != "1")
 
 
+def recall_filter(agent_id: str, filters: RecallFilters = NO_FILTERS) -> FilterExpression:
+    """The live filter narrowed by a request's provenance filters: every lane runs
+    the same expression, so the lanes and the walk agree on what may come back."""
+    expression = live_filter(agent_id)
+    if filters.since_ms is not None:
+        expression &= Num("ts") >= filters.since_ms
+    if filters.until_ms is not None:
+        expression &= Num("ts") <= filters.until_ms
+    for name, value in (
+        ("session_id", filters.session_id),
+        ("run_id", filters.run_id),
+        ("actor_id", filters.actor_id),
+    ):
+        if value:
+            expression &= Tag(name) == value
+    if filters.event_type_prefix:
+        expression &= FilterExpression(f"@event_type:{{{escape_tag(filters.event_type_prefix)}*}}")
+    if filters.kinds:
+        expression &= Tag("kind") == list(filters.kinds)
+    if filters.layers:
+        expression &= Tag("layer") == list(filters.layers)
+    return expression
+
+
 @dataclass(frozen=True, slots=True)
 class KnnQuery:
     """Top-k of one vector lane among one agent's live memories (raw FT.SEARCH arguments)."""
@@ -50,9 +77,11 @@ class KnnQuery:
     lane: str
     k: int
     return_fields: tuple[str, ...]
+    filters: RecallFilters = NO_FILTERS
 
     def query_string(self) -> str:
-        return f"({live_filter(self.agent_id)})=>[KNN {self.k} @{self.lane} $vec AS distance]"
+        where = recall_filter(self.agent_id, self.filters)
+        return f"({where})=>[KNN {self.k} @{self.lane} $vec AS distance]"
 
     def arguments(self, vector: bytes) -> list[str | bytes | int]:
         fields = (*self.return_fields, "distance")

@@ -31,11 +31,24 @@ end
 return 1
 """
 
+# Usage accounting for a memory included in a recall reply. `last_accessed` only
+# moves forward in event time, so replaying requests out of order lands the same.
+_TOUCH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'included_count_total', 1)
+redis.call('HINCRBYFLOAT', KEYS[1], 'included_count_decay', 1)
+if tonumber(redis.call('HGET', KEYS[1], 'last_accessed') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last_accessed', ARGV[1])
+end
+return 1
+"""
+
 
 class RedisScripts:
     def __init__(self, redis: Redis) -> None:
         self._fold = redis.register_script(_FOLD_AGGREGATE)
         self._reinforce = redis.register_script(_REINFORCE)
+        self._touch = redis.register_script(_TOUCH)
 
     def fold_aggregate(self, pipe: Any, key: str, seed: Mapping[str, Any], ts_ms: int) -> None:
         flat: list[Any] = []
@@ -49,3 +62,7 @@ class RedisScripts:
     def reinforce(self, pipe: Any, key: str, ts_ms: int) -> None:
         pipe.scripts.add(self._reinforce)
         pipe.evalsha(self._reinforce.sha, 1, key, ts_ms)
+
+    def touch(self, pipe: Any, key: str, as_of_ms: int) -> None:
+        pipe.scripts.add(self._touch)
+        pipe.evalsha(self._touch.sha, 1, key, as_of_ms)

@@ -9,6 +9,7 @@ import pytest
 
 from grimoire.streams.fields import InputLimits
 from grimoire.streams.normalize import Rejection
+from grimoire.streams.recall_options import RecallBudgets
 from grimoire.streams.requests import (
     RECALL_REQUEST_SCHEMA,
     RecallLimits,
@@ -46,7 +47,6 @@ def test_minimal_request() -> None:
     assert parsed(request()) == RecallQuery(
         agent_id="agent-1",
         query="disk full",
-        k=10,
         reply_to="grimoire.replies.client-1",
         correlation_id="c-1",
         as_of_ms=None,
@@ -54,7 +54,7 @@ def test_minimal_request() -> None:
 
 
 def test_default_k_comes_from_limits() -> None:
-    assert parsed(request(), RecallLimits(default_k=7)).k == 7
+    assert parsed(request(), RecallLimits(defaults=RecallBudgets(max_items=7))).k == 7
 
 
 @pytest.mark.parametrize("k", [1, 5, 100])

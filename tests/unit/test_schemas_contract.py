@@ -7,6 +7,7 @@ import pytest
 
 from grimoire.streams.fields import InputLimits
 from grimoire.streams.normalize import SCHEMAS, Accepted, Rejection, normalize_event
+from grimoire.streams.recall_options import RecallBudgets
 from grimoire.streams.records import EventType, Layer
 from grimoire.streams.requests import (
     RECALL_REQUEST_SCHEMA,
@@ -169,15 +170,17 @@ def test_recall_request_record_is_accepted() -> None:
     assert result == RecallQuery(
         agent_id="golem-7",
         query="funding flip",
-        k=5,
         reply_to="grimoire.replies.sdk-1",
         correlation_id="corr-1",
         as_of_ms=TS,
+        budgets=RecallBudgets(max_items=5),
     )
 
 
 def test_minimal_recall_request_record_gets_default_k() -> None:
     record = RecallRequestV1(agent_id="a", query="q", reply_to="r", correlation_id="c")
-    result = parse_recall_request(record.dumps_json(), RecallLimits(default_k=4), LIMITS)
+    result = parse_recall_request(
+        record.dumps_json(), RecallLimits(defaults=RecallBudgets(max_items=4)), LIMITS
+    )
     assert isinstance(result, RecallQuery)
     assert (result.k, result.as_of_ms) == (4, None)

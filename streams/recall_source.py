@@ -1,0 +1,113 @@
+"""What recall reads: one agent's records, lanes and graph, behind one Protocol.
+
+A source is bound to one agent when it is made, so tenancy is decided once, in
+the storage layer's query builders, and nothing in the recall flow can ask for
+another agent's memories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from grimoire.streams.daimoi import GraphView, NodeInfo
+from grimoire.streams.field import Affect
+from grimoire.streams.recall_options import RecallFilters
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneHit:
+    memory_id: str
+    score: float  # larger is better in every lane
+
+
+@dataclass(frozen=True, slots=True)
+class RecallRecord:
+    """The fields of a stored memory that ranking, filtering and packing read."""
+
+    memory_id: str
+    kind: str
+    layer: str
+    text: str
+    ts_ms: int
+    gist: str = ""
+    confidence: float = 0.5
+    quality: float = 0.5
+    importance: float = 0.5
+    strength: float = 1.0
+    last_accessed_ms: int | None = None
+    decay_class: str = ""
+    provenance: str = "self"
+    regime: str = ""
+    affect: Affect | None = None
+    normalized_hash: str = ""
+    deleted: bool = False
+    quarantined: bool = False
+    replaced_by: str = ""
+    session_id: str = ""
+    run_id: str = ""
+    actor_id: str = ""
+    event_type: str = ""
+    source_event_id: str = ""
+    hyperedge_ids: tuple[str, ...] = ()
+    nexus_keys: tuple[str, ...] = ()
+    vector: Vector | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def live(self) -> bool:
+        return not (self.deleted or self.quarantined)
+
+    def admitted_by(self, filters: RecallFilters) -> bool:
+        return filters.admits(
+            ts_ms=self.ts_ms,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            actor_id=self.actor_id,
+            event_type=self.event_type,
+            kind=self.kind,
+            layer=self.layer,
+        )
+
+    def node(self) -> NodeInfo:
+        """The walk's view. A compacted source stays walkable through its summary
+        link; whether it may be returned is decided later, by `live`."""
+        return NodeInfo(
+            memory_id=self.memory_id,
+            kind=self.kind,
+            keys=self.nexus_keys,
+            ts_ms=self.ts_ms,
+            utility=self.importance,
+            deleted=(self.deleted and not self.replaced_by) or self.quarantined,
+            replaced_by=self.replaced_by,
+            actor=self.actor_id,
+        )
+
+
+class RecallSource(GraphView, Protocol):
+    """One agent's memories as recall reads them. Every method takes a batch."""
+
+    async def knn(
+        self, lane: str, vector: Vector, k: int, filters: RecallFilters
+    ) -> list[LaneHit]: ...
+
+    async def full_text(
+        self, terms: Sequence[str], k: int, filters: RecallFilters
+    ) -> list[LaneHit]: ...
+
+    async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
+        """Known records among `memory_ids`, with their canonical vectors."""
+        ...
+
+    async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
+        """Members (memory id → role) of each known hyperedge."""
+        ...
+
+    async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
+        """Usage accounting for memories included in a reply (SPEC §5 step 5)."""
+        ...

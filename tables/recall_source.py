@@ -1,0 +1,260 @@
+"""`RecallSource` on Redis: lanes through RediSearch, the graph through the nexus
+ZSETs and hyperedge hashes, records through pipelined HMGET. Bound to one agent.
+
+Every method is one round trip however large its batch, and records are cached
+for the life of the source (one request), so the walk and the ranking never
+fetch a memory twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from redis.asyncio import Redis
+
+from grimoire.streams.daimoi import NodeInfo
+from grimoire.streams.field import Affect
+from grimoire.streams.recall_options import RecallFilters
+from grimoire.streams.recall_source import LaneHit, RecallRecord, Vector
+from grimoire.tables.graph import GraphKeys
+from grimoire.tables.queries import FullTextQuery, KnnQuery
+from grimoire.tables.record_codec import text_of
+from grimoire.tables.scripts import RedisScripts
+from grimoire.tables.search_replies import doc_fields, doc_score, docs
+
+RECORD_FIELDS = (
+    "memory_id",
+    "agent_id",
+    "kind",
+    "layer",
+    "text",
+    "gist",
+    "ts",
+    "confidence",
+    "quality",
+    "importance",
+    "strength",
+    "last_accessed",
+    "decay_class",
+    "provenance",
+    "regime",
+    "affect",
+    "normalized_hash",
+    "deleted",
+    "quarantined",
+    "replaced_by_summary_id",
+    "session_id",
+    "run_id",
+    "actor_id",
+    "event_type",
+    "source_event_id",
+    "hyperedge_ids",
+    "nexus_keys",
+    "canonical",
+)
+
+
+class RedisRecallSource:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        index_name: str,
+        key_prefix: str,
+        graph_keys: GraphKeys,
+        scripts: RedisScripts,
+        agent_id: str,
+        dims: int,
+    ) -> None:
+        self._redis = redis
+        self._index = index_name
+        self._key_prefix = key_prefix
+        self._graph = graph_keys
+        self._scripts = scripts
+        self._agent = agent_id
+        self._dims = dims
+        self._records: dict[str, RecallRecord | None] = {}
+
+    def _key(self, memory_id: str) -> str:
+        return f"{self._key_prefix}:{memory_id}"
+
+    # ---- lanes ----------------------------------------------------------------------
+
+    async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
+        query = KnnQuery(self._agent, lane, k, ("memory_id",), filters)
+        blob = np.asarray(vector, dtype=np.float32).tobytes()
+        reply = await self._redis.execute_command("FT.SEARCH", self._index, *query.arguments(blob))
+        hits = []
+        for doc in docs(reply):
+            fields = doc_fields(doc)
+            hits.append(
+                LaneHit(text_of(fields["memory_id"]), 1.0 - float(text_of(fields["distance"])))
+            )
+        hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
+        return hits
+
+    async def full_text(
+        self, terms: Sequence[str], k: int, filters: RecallFilters
+    ) -> list[LaneHit]:
+        if not terms or k <= 0:
+            return []
+        query = FullTextQuery(self._agent, tuple(terms), k, filters)
+        reply = await self._redis.execute_command(
+            "FT.SEARCH",
+            self._index,
+            query.query_string(),
+            "SCORER",
+            "BM25",
+            "WITHSCORES",
+            "RETURN",
+            1,
+            "memory_id",
+            "LIMIT",
+            0,
+            k,
+            "DIALECT",
+            2,
+        )
+        hits = [
+            LaneHit(text_of(doc_fields(doc)["memory_id"]), doc_score(doc))
+            for doc in docs(reply, with_scores=True)
+        ]
+        hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
+        return hits
+
+    # ---- records and graph ---------------------------------------------------------
+
+    async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
+        missing = sorted({i for i in memory_ids if i not in self._records})
+        if missing:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for memory_id in missing:
+                    pipe.hmget(self._key(memory_id), list(RECORD_FIELDS))
+                rows = await pipe.execute()
+            for memory_id, row in zip(missing, rows, strict=True):
+                self._records[memory_id] = decode_record(
+                    dict(zip(RECORD_FIELDS, row, strict=True)), self._agent, self._dims
+                )
+        return {i: r for i in memory_ids if (r := self._records.get(i)) is not None}
+
+    async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
+        return {i: record.node() for i, record in (await self.records(memory_ids)).items()}
+
+    async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zcard(self._graph.nexus(self._agent, key))
+            counts = await pipe.execute()
+        return {key: int(count) for key, count in zip(keys, counts, strict=True)}
+
+    async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
+        if not keys or limit <= 0:
+            return {key: [] for key in keys}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zrevrange(self._graph.nexus(self._agent, key), 0, limit - 1)
+            found = await pipe.execute()
+        return {
+            key: [text_of(m) for m in members] for key, members in zip(keys, found, strict=True)
+        }
+
+    async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
+        if not edge_ids:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for edge in edge_ids:
+                pipe.hgetall(self._graph.hyperedge(self._agent, edge))
+            rows = await pipe.execute()
+        return {
+            edge: {text_of(k): text_of(v) for k, v in row.items()}
+            for edge, row in zip(edge_ids, rows, strict=True)
+            if row
+        }
+
+    async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
+        if not memory_ids:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for memory_id in memory_ids:
+                self._scripts.touch(pipe, self._key(memory_id), as_of_ms)
+            await pipe.execute()
+
+
+def decode_record(doc: Mapping[str, Any], agent_id: str, dims: int) -> RecallRecord | None:
+    """A stored hash as recall reads it; another agent's record reads as missing."""
+    if doc.get("memory_id") is None or text_of(doc.get("agent_id") or b"") != agent_id:
+        return None
+    blob = doc.get("canonical")
+    vector = None
+    if isinstance(blob, bytes) and len(blob) == dims * 4:
+        vector = np.frombuffer(blob, dtype=np.float32)
+    return RecallRecord(
+        memory_id=text_of(doc["memory_id"]),
+        kind=_text(doc, "kind"),
+        layer=_text(doc, "layer"),
+        text=_text(doc, "text"),
+        gist=_text(doc, "gist"),
+        ts_ms=int(_number(doc, "ts", 0.0)),
+        confidence=_number(doc, "confidence", 0.5),
+        quality=_number(doc, "quality", 0.5),
+        importance=_number(doc, "importance", 0.5),
+        strength=_number(doc, "strength", 1.0),
+        last_accessed_ms=int(v) if (v := _number(doc, "last_accessed", -1.0)) >= 0 else None,
+        decay_class=_text(doc, "decay_class"),
+        provenance=_text(doc, "provenance") or "self",
+        regime=_text(doc, "regime"),
+        affect=_affect(doc.get("affect")),
+        normalized_hash=_text(doc, "normalized_hash"),
+        deleted=_text(doc, "deleted") == "1",
+        quarantined=_text(doc, "quarantined") == "1",
+        replaced_by=_text(doc, "replaced_by_summary_id"),
+        session_id=_text(doc, "session_id"),
+        run_id=_text(doc, "run_id"),
+        actor_id=_text(doc, "actor_id"),
+        event_type=_text(doc, "event_type"),
+        source_event_id=_text(doc, "source_event_id"),
+        hyperedge_ids=_split(doc, "hyperedge_ids"),
+        nexus_keys=_split(doc, "nexus_keys"),
+        vector=vector,
+    )
+
+
+def _text(doc: Mapping[str, Any], name: str) -> str:
+    value = doc.get(name)
+    return "" if value is None else text_of(value)
+
+
+def _number(doc: Mapping[str, Any], name: str, default: float) -> float:
+    value = doc.get(name)
+    if value is None:
+        return default
+    try:
+        return float(text_of(value))
+    except ValueError:
+        return default
+
+
+def _split(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    raw = _text(doc, name)
+    return tuple(part for part in raw.split("|") if part) if raw else ()
+
+
+def _affect(raw: Any) -> Affect | None:
+    if raw is None:
+        return None
+    try:
+        data = orjson.loads(raw)
+        drives = tuple((str(k), float(v)) for k, v in data.get("drives", ()))
+        return Affect(
+            pleasure=float(data.get("pleasure", 0.0)),
+            arousal=float(data.get("arousal", 0.0)),
+            dominance=float(data.get("dominance", 0.0)),
+            drives=drives,
+        )
+    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+        return None
