@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     walk_max_neighbors_per_key: int = Field(25, ge=0)
     walk_max_total_candidates: int = Field(400, ge=0)
     mmr_lambda: float = Field(0.7, ge=0, le=1)
+    lane_weight_bm25: float = Field(1.0, ge=0)
+    lane_weight_canonical: float = Field(0.5, ge=0)
+    lane_weight_eidolon: float = Field(0.25, ge=0)
+    lane_weight_walk: float = Field(0.25, ge=0)
+    rerank_depth: int = Field(20, ge=1)
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 
@@ -95,4 +100,14 @@ class Settings(BaseSettings):
 
     @property
     def ranking_policy(self) -> RankingPolicy:
-        return RankingPolicy(rrf_k=self.rrf_k, mmr_lambda=self.mmr_lambda)
+        return RankingPolicy(
+            rrf_k=self.rrf_k,
+            mmr_lambda=self.mmr_lambda,
+            rerank_depth=self.rerank_depth,
+            lane_weights=(
+                ("bm25", self.lane_weight_bm25),
+                ("canonical", self.lane_weight_canonical),
+                ("eidolon", self.lane_weight_eidolon),
+                ("walk", self.lane_weight_walk),
+            ),
+        )

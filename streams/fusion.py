@@ -17,12 +17,16 @@ class FusedHit:
 
 
 def reciprocal_rank_fusion(
-    lanes: Mapping[str, Sequence[str]], *, k: int = DEFAULT_RRF_K
+    lanes: Mapping[str, Sequence[str]],
+    *,
+    k: int = DEFAULT_RRF_K,
+    weights: Mapping[str, float] | None = None,
 ) -> list[FusedHit]:
-    """Fuse ranked id lists: score(id) = sum over lanes of 1 / (k + rank).
+    """Fuse ranked id lists: score(id) = sum over lanes of w_lane / (k + rank).
 
     Ranks are 1-based. An id repeated inside one lane counts at its best rank.
-    Ties sort by id so the same lanes always give the same order.
+    A lane missing from `weights` weighs 1. Ties sort by id so the same lanes
+    always give the same order.
     """
     if k < 0:
         raise ValueError("rrf k must be non-negative")
@@ -33,7 +37,8 @@ def reciprocal_rank_fusion(
         for rank, item_id in enumerate(lanes[lane], start=1):
             best_rank.setdefault(item_id, rank)
         for item_id, rank in best_rank.items():
-            scores[item_id] = scores.get(item_id, 0.0) + 1.0 / (k + rank)
+            weight = 1.0 if weights is None else weights.get(lane, 1.0)
+            scores[item_id] = scores.get(item_id, 0.0) + weight / (k + rank)
             seen_in.setdefault(item_id, []).append((lane, rank))
     fused = [
         FusedHit(

@@ -9,8 +9,8 @@ in-memory source.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from grimoire.streams.daimoi import Circuit, Related, Seed, walk
@@ -33,6 +33,12 @@ from grimoire.streams.rerank import (
 from grimoire.streams.retrieval_decision import lanes_for, walks
 
 WALK_LANE: Final = "walk"
+DEFAULT_LANE_WEIGHTS: Final = (
+    ("bm25", 1.0),
+    ("canonical", 0.5),
+    ("eidolon", 0.25),
+    (WALK_LANE, 0.25),
+)
 MAX_REPLACEMENT_DEPTH: Final = 3
 
 
@@ -44,6 +50,14 @@ class RankingPolicy:
     decay: DecayPolicy = DEFAULT_DECAY_POLICY
     recency_half_life_ms: int = DEFAULT_RECENCY_HALF_LIFE_MS
     max_episode_siblings: int = 8
+    # How far down the fused list the rerank looks: priors reorder a shortlist
+    # of relevant memories, they do not promote weakly related ones into it.
+    rerank_depth: int = 20
+    # Exact terms (names, errors, paths) are the most precise evidence an agent's
+    # memory has; the vector lanes catch paraphrase and the walk and the eidolon
+    # lane associate, so they add to a lexical match rather than outvote it.
+    # Measured on LoCoMo (make bench-locomo): equal weights lost 0.05-0.10 R@5.
+    lane_weights: tuple[tuple[str, float], ...] = DEFAULT_LANE_WEIGHTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +118,7 @@ async def run_recall(
             related[hit.memory_id] = hit
         ranked[WALK_LANE] = list(related)
     timer.lap("walk")
-    fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k)
+    fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k, weights=dict(policy.lane_weights))
     records = await _resolved_records(source, [hit.id for hit in fused])
     timer.lap("fetch")
     candidates, vectors, origin = _candidates(query, ctx, policy, fused, records)
@@ -180,7 +194,7 @@ async def _walk(
     ranked: Mapping[str, Sequence[str]],
     policy: RankingPolicy,
 ) -> list[Related]:
-    seeds_fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k)
+    seeds_fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k, weights=dict(policy.lane_weights))
     if not seeds_fused:
         return []
     top = seeds_fused[0].score
@@ -274,8 +288,23 @@ def _candidates(
         )
         if record.vector is not None:
             vectors[memory_id] = record.vector
-    ordered = sorted(candidates.values(), key=lambda c: c.memory_id)
+        if len(candidates) >= policy.rerank_depth:
+            break
+    ordered = sorted(_spread(candidates.values()), key=lambda c: c.memory_id)
     return ordered, vectors, origin
+
+
+def _spread(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Min-max the fused scores over the shortlist. Raw RRF sums crowd together
+    (rank 1 and rank 20 of one lane differ by a quarter), which would let the
+    priors of the rerank, not relevance, decide the order."""
+    pool = list(candidates)
+    if not pool:
+        return pool
+    low, high = min(c.rrf for c in pool), max(c.rrf for c in pool)
+    if high <= low:
+        return [replace(c, rrf=1.0) for c in pool]
+    return [replace(c, rrf=(c.rrf - low) / (high - low)) for c in pool]
 
 
 def _pack_input(
