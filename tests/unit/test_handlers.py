@@ -11,6 +11,7 @@ have cosine s / sqrt(n·m).
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -786,3 +787,35 @@ async def test_unparseable_request_is_only_dead_lettered() -> None:
     assert [topic for topic, _, _ in rig.sink.sent] == [TOPICS.dead_letters]
     (dead,) = rig.on(TOPICS.dead_letters)
     assert dead["reason"] == "invalid_json"
+
+
+async def test_randomised_tenancy_agents_sharing_texts_and_keys_never_mix() -> None:
+    rng = random.Random(20261122)
+    words = ["disk", "cpu", "node", "seven", "backup", "deploy", "staging", "prod"]
+    words += ["oracle", "gas", "reorg", "funding"]
+    agents = [f"agent-{i}" for i in range(4)]
+    rig = Rig()
+    owned: dict[str, set[str]] = {a: set() for a in agents}
+    batch = []
+    for n in range(80):
+        agent = rng.choice(agents)
+        # Shared vocabulary, shared tags and, every fifth event, the very same text.
+        text = "disk full on node seven" if n % 5 == 0 else " ".join(rng.sample(words, 5))
+        tags = [f"topic/{w}" for w in rng.sample(words, 2)]
+        batch.append(episode(agent, text, TS + n, f"e{n}", tags=tags))
+        owned[agent].add(f"e{n}")
+    await rig.ingest.handle(EventType.EPISODE, messages(*batch))
+    rig.sink.sent.clear()
+    for n in range(40):
+        agent = rng.choice(agents)
+        text = " ".join(rng.sample(words, 3))
+        await rig.recall.handle(
+            recall_request(agent_id=agent, query=text, k=20, correlation_id=f"q{n}")
+        )
+    replies = rig.on(REPLY_TO)
+    assert len(replies) == 40
+    for reply in replies:
+        agent = reply["agent_id"]
+        assert reply["items"], reply
+        assert {item["agent_id"] for item in reply["items"]} == {agent}
+        assert {item["source_event_id"] for item in reply["items"]} <= owned[agent]

@@ -221,3 +221,38 @@ def test_a_record_without_eidolon_writes_no_eidolon_field() -> None:
         "0194-x",
         7,
     )
+
+
+def test_recall_filter_adds_every_provenance_filter_to_the_live_filter() -> None:
+    from grimoire.streams.recall_options import RecallFilters
+    from grimoire.tables.queries import recall_filter
+
+    filters = RecallFilters(
+        since_ms=5,
+        until_ms=9,
+        session_id="s.1",
+        run_id="r",
+        actor_id="bob",
+        event_type_prefix="tool",
+        kinds=("episode", "summary"),
+        layers=("input",),
+    )
+    assert str(recall_filter("a-1", filters)) == (
+        "((((((((((@agent_id:{a\\-1} (-@deleted:{1})) (-@quarantined:{1})) @ts:[5 +inf])"
+        " @ts:[-inf 9]) @session_id:{s\\.1}) @run_id:{r}) @actor_id:{bob})"
+        " @event_type:{tool*}) @kind:{episode|summary}) @layer:{input})"
+    )
+    assert str(recall_filter("a", RecallFilters())) == str(live_filter("a"))
+
+
+def test_knn_and_full_text_queries_carry_the_filters() -> None:
+    from grimoire.streams.recall_options import RecallFilters
+
+    only = RecallFilters(kinds=("insight",))
+    knn = KnnQuery("a", "eidolon", 30, ("memory_id",), only).query_string()
+    assert knn == (
+        "((((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) @kind:{insight}))"
+        "=>[KNN 30 @eidolon $vec AS distance]"
+    )
+    text = FullTextQuery("a", ("disk", "full"), 5, only).query_string()
+    assert text.endswith("@kind:{insight}) @text:(disk|full)")

@@ -134,3 +134,73 @@ def test_rejection_keeps_agent_id() -> None:
     result = parse_recall_request(request(agent_id=3, k=0), LIMITS, INPUT)
     assert isinstance(result, Rejection)
     assert result.agent_id is None
+
+
+def test_filters_budgets_state_and_flags_are_parsed() -> None:
+    from grimoire.streams.recall_options import RecallFilters, RetrievalMode
+
+    q = parsed(
+        request(
+            filters={
+                "since": 1_700_000_000_000,
+                "until": "2026-01-01T00:00:00Z",
+                "session_id": "s1",
+                "run_id": "r1",
+                "actor_id": "ops",
+                "event_type_prefix": "tool",
+                "kinds": ["insight", "episode"],
+                "layers": ["action"],
+            },
+            budgets={"eidolon_k": 5, "max_hops": 1, "token_budget": 300, "max_items": 4},
+            state={"digest": ["err:timeout"], "regime": "bear", "circuit": "causal"},
+            mode="light",
+            explain=True,
+            expand_episodes=True,
+            record_usage=False,
+        )
+    )
+    assert q.filters == RecallFilters(
+        since_ms=1_700_000_000_000,
+        until_ms=1_767_225_600_000,
+        session_id="s1",
+        run_id="r1",
+        actor_id="ops",
+        event_type_prefix="tool",
+        kinds=("episode", "insight"),
+        layers=("action",),
+    )
+    assert (q.budgets.eidolon_k, q.budgets.walk.max_hops, q.budgets.token_budget, q.k) == (
+        5,
+        1,
+        300,
+        4,
+    )
+    assert q.state.digest == ("err:timeout",) and q.state.regime == "bear"
+    assert (q.mode, q.explain, q.expand_episodes, q.record_usage) == (
+        RetrievalMode.LIGHT,
+        True,
+        True,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"filters": {"kinds": ["dream"]}}, "filters.kinds"),
+        ({"filters": {"since": 1_800_000_000_000, "until": 1_700_000_000_000}}, "filters.since"),
+        ({"budgets": {"max_hops": 99}}, "budgets.max_hops"),
+        ({"budgets": {"token_budget": -1}}, "token_budget"),
+        ({"budgets": []}, "budgets"),
+        ({"state": {"circuit": "telepathy"}}, "state.circuit"),
+        ({"mode": "maximal"}, "mode"),
+        ({"explain": "yes"}, "explain"),
+        ({"k": 3, "budgets": {"max_items": 4}}, "k"),
+    ],
+)
+def test_bad_optional_parts_are_rejected_with_their_field(
+    overrides: dict[str, Any], field: str
+) -> None:
+    result = parse_recall_request(request(**overrides), LIMITS, INPUT)
+    assert isinstance(result, Rejection)
+    assert result.field == field

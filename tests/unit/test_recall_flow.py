@@ -1,0 +1,335 @@
+"""grimoire.streams.recall_flow on a dict-backed RecallSource: lifecycle, compaction,
+budgets, filters, token budget, episodes, usage and tenancy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from grimoire.streams.daimoi import NodeInfo, WalkBudget
+from grimoire.streams.packing import ITEM_OVERHEAD_TOKENS, estimate_tokens
+from grimoire.streams.recall_flow import RecallContext, RecallOutcome, run_recall
+from grimoire.streams.recall_options import RecallBudgets, RecallFilters, RetrievalMode
+from grimoire.streams.recall_source import LaneHit, RecallRecord, Vector
+from grimoire.streams.requests import RecallQuery
+from grimoire.streams.text import search_terms
+
+NOW = 1_800_000_000_000
+DIMS = 8
+
+
+def unit(seed: int) -> Vector:
+    vector = np.random.default_rng(seed).normal(size=DIMS).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+class DictSource:
+    """RecallSource over a list of records of one agent (tenancy is the caller's)."""
+
+    def __init__(self, records: Sequence[RecallRecord], edges: Mapping[str, dict[str, str]] = {}):
+        self.by_id = {r.memory_id: r for r in records}
+        self.edges = dict(edges)
+        self.touched: list[tuple[str, int]] = []
+        self.graph_calls = 0
+
+    def _eligible(self, filters: RecallFilters) -> list[RecallRecord]:
+        return [r for r in self.by_id.values() if r.live and r.admitted_by(filters)]
+
+    async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
+        hits = [
+            LaneHit(r.memory_id, float(vector @ r.vector))
+            for r in self._eligible(filters)
+            if r.vector is not None
+        ]
+        return sorted(hits, key=lambda h: (-h.score, h.memory_id))[:k]
+
+    async def full_text(
+        self, terms: Sequence[str], k: int, filters: RecallFilters
+    ) -> list[LaneHit]:
+        hits = []
+        for record in self._eligible(filters):
+            score = len(set(terms) & set(search_terms(record.text)))
+            if score:
+                hits.append(LaneHit(record.memory_id, float(score)))
+        return sorted(hits, key=lambda h: (-h.score, h.memory_id))[:k]
+
+    async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
+        return {i: self.by_id[i] for i in memory_ids if i in self.by_id}
+
+    async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
+        self.graph_calls += 1
+        return {i: r.node() for i, r in (await self.records(memory_ids)).items()}
+
+    async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
+        self.graph_calls += 1
+        return {k: sum(k in r.nexus_keys for r in self.by_id.values()) for k in keys}
+
+    async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
+        self.graph_calls += 1
+        found = {}
+        for key in keys:
+            members = [r for r in self.by_id.values() if key in r.nexus_keys]
+            members.sort(key=lambda r: (-r.ts_ms, r.memory_id))
+            found[key] = [r.memory_id for r in members[:limit]]
+        return found
+
+    async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
+        return {e: self.edges[e] for e in edge_ids if e in self.edges}
+
+    async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
+        self.touched.extend((i, as_of_ms) for i in memory_ids)
+
+
+def record(memory_id: str, text: str, seed: int, **extra: Any) -> RecallRecord:
+    fields: dict[str, Any] = {
+        "kind": "episode",
+        "layer": "observation",
+        "ts_ms": NOW - seed * 60_000,
+        "confidence": 0.7,
+        "quality": 0.6,
+        "normalized_hash": memory_id,
+        "event_type": "episode",
+        "source_event_id": f"src-{memory_id}",
+    }
+    fields.update(extra)
+    return RecallRecord(memory_id=memory_id, text=text, vector=unit(seed), **fields)
+
+
+def query(text: str = "disk full on node seven", **budgets: Any) -> RecallQuery:
+    filters = budgets.pop("filters", RecallFilters())
+    expand = budgets.pop("expand_episodes", False)
+    return RecallQuery(
+        agent_id="agent-1",
+        query=text,
+        reply_to="r",
+        correlation_id="c",
+        filters=filters,
+        budgets=replace(RecallBudgets(), **budgets),
+        expand_episodes=expand,
+        explain=True,
+    )
+
+
+def context(text: str, vector: Vector, mode: RetrievalMode = RetrievalMode.FULL) -> RecallContext:
+    return RecallContext(
+        now_ms=NOW, mode=mode, terms=search_terms(text), canonical=vector, eidolon=vector
+    )
+
+
+async def ask(source: DictSource, q: RecallQuery, vector: Vector | None = None) -> RecallOutcome:
+    return await run_recall(q, context(q.query, vector if vector is not None else unit(1)), source)
+
+
+CORPUS = [
+    record("m1", "disk full on node seven", 1, nexus_keys=("err:disk_full", "entity:node7")),
+    record("m2", "node seven rebooted after the disk alarm", 2, nexus_keys=("entity:node7",)),
+    record("m3", "cpu saturated on the scheduler", 3, nexus_keys=("err:cpu",)),
+    record("m4", "backup finished without errors", 4, nexus_keys=("tool:backup",)),
+]
+
+
+async def test_items_carry_scores_reasons_gist_and_full_text_only_at_the_top() -> None:
+    outcome = await ask(DictSource(CORPUS), query(full_text_items=1))
+    top, *rest = outcome.items
+    assert top.record.memory_id == "m1"
+    assert top.text == "disk full on node seven"
+    assert all(item.text is None for item in rest)
+    assert "lane:bm25" in top.reasons and "lane:canonical" in top.reasons
+    factors = dict(top.factors)
+    assert {"rrf", "effective_confidence", "quality", "recency", "regime_match", "score"} <= set(
+        factors
+    )
+    assert factors["rank:bm25"] == 1.0
+    assert all(item.gist for item in outcome.items)
+
+
+async def test_the_walk_brings_memories_that_share_keys_with_its_reasons() -> None:
+    source = DictSource(CORPUS)
+    q = query("disk full", canonical_k=1, eidolon_k=0, bm25_k=1)
+    outcome = await ask(source, q, vector=CORPUS[0].vector)
+    by_id = {item.record.memory_id: item for item in outcome.items}
+    assert "m2" in by_id  # no lane found it; entity:node7 did
+    assert by_id["m2"].lanes == ("walk",)
+    assert "entity:node7" in by_id["m2"].reasons
+
+
+async def test_same_request_same_state_gives_identical_items() -> None:
+    source = DictSource(CORPUS)
+    first = await ask(source, query())
+    second = await ask(source, query())
+    assert first.items == second.items
+
+
+async def test_deleted_and_quarantined_memories_are_never_returned() -> None:
+    records = [
+        *CORPUS,
+        record(
+            "gone", "disk full on node seven again", 5, deleted=True, nexus_keys=("entity:node7",)
+        ),
+        record("held", "disk full node seven", 6, quarantined=True, nexus_keys=("entity:node7",)),
+    ]
+    outcome = await ask(DictSource(records), query(max_items=10))
+    ids = {item.record.memory_id for item in outcome.items}
+    assert ids and not ids & {"gone", "held"}
+
+
+async def test_a_compacted_source_is_replaced_by_its_summary() -> None:
+    summary = record(
+        "sum1",
+        "summary: node seven disk incidents",
+        9,
+        kind="summary",
+        nexus_keys=("entity:node7", "err:disk_full"),
+    )
+    source_gone = replace(CORPUS[1], deleted=True, replaced_by="sum1")
+    source = DictSource([CORPUS[0], source_gone, CORPUS[2], CORPUS[3], summary])
+    outcome = await ask(source, query("node seven rebooted", max_items=10))
+    ids = [item.record.memory_id for item in outcome.items]
+    assert "m2" not in ids
+    assert ids.count("sum1") == 1
+
+
+@pytest.mark.parametrize(
+    "walk",
+    [
+        WalkBudget(num_walkers=0),
+        WalkBudget(max_hops=0),
+        WalkBudget(max_keys_per_node=0),
+        WalkBudget(max_neighbors_per_key=0),
+        WalkBudget(max_total_candidates=0),
+    ],
+)
+async def test_a_zero_walk_budget_walks_nothing(walk: WalkBudget) -> None:
+    outcome = await ask(DictSource(CORPUS), query("disk full", walk=walk, max_items=10))
+    assert all("walk" not in item.lanes for item in outcome.items)
+
+
+async def test_walk_budgets_of_one_cap_the_walk() -> None:
+    many = [
+        record(f"n{i}", f"unrelated note {i}", 10 + i, nexus_keys=("entity:node7",))
+        for i in range(30)
+    ]
+    source = DictSource([*CORPUS, *many])
+    walk = WalkBudget(
+        num_walkers=1,
+        max_hops=1,
+        max_keys_per_node=1,
+        max_neighbors_per_key=1,
+        max_total_candidates=1,
+    )
+    q = query("disk full", walk=walk, max_items=50, canonical_k=1, eidolon_k=0, bm25_k=1)
+    outcome = await ask(source, q, vector=CORPUS[0].vector)
+    walked = [item for item in outcome.items if item.lanes == ("walk",)]
+    assert len(walked) <= 1
+
+
+@pytest.mark.parametrize("max_items", [0, 1, 2])
+async def test_max_items_is_honoured(max_items: int) -> None:
+    outcome = await ask(DictSource(CORPUS), query(max_items=max_items))
+    assert len(outcome.items) == min(max_items, len(CORPUS))
+
+
+@pytest.mark.parametrize("budget", [0, 10, 25, 40, 1000])
+async def test_token_budget_is_honoured(budget: int) -> None:
+    outcome = await ask(DictSource(CORPUS), query(token_budget=budget, full_text_items=2))
+    assert outcome.tokens_used <= budget
+    assert outcome.tokens_used == sum(item.tokens for item in outcome.items)
+    for item in outcome.items:
+        expected = ITEM_OVERHEAD_TOKENS + estimate_tokens(item.gist)
+        expected += estimate_tokens(item.text) if item.text is not None else 0
+        assert item.tokens == expected
+    if budget >= 1000:
+        assert len(outcome.items) == len(CORPUS)
+
+
+def _filtered(
+    memory_id: str, seed: int, where: tuple[str, str, str, str, str], **extra: Any
+) -> RecallRecord:
+    session, run, actor, event_type, layer = where
+    return record(
+        memory_id,
+        f"deploy failed {memory_id}",
+        seed,
+        session_id=session,
+        run_id=run,
+        actor_id=actor,
+        event_type=event_type,
+        layer=layer,
+        ts_ms=NOW - (6 - seed) * 1_000,
+        **extra,
+    )
+
+
+FILTER_CORPUS = [
+    _filtered("a", 1, ("s1", "r1", "ci", "tool", "action")),  # ts NOW - 5 s
+    _filtered("b", 2, ("s2", "r1", "ops", "episode", "observation")),  # NOW - 4 s
+    _filtered("c", 3, ("s1", "r2", "ops", "transcript", "input"), kind="insight"),  # NOW - 3 s
+    _filtered("d", 4, ("s3", "r3", "ci", "tool", "observation")),  # NOW - 2 s
+]
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (RecallFilters(), {"a", "b", "c", "d"}),
+        (RecallFilters(since_ms=NOW - 3_000), {"c", "d"}),
+        (RecallFilters(until_ms=NOW - 4_000), {"a", "b"}),
+        (RecallFilters(since_ms=NOW - 4_000, until_ms=NOW - 3_000), {"b", "c"}),
+        (RecallFilters(session_id="s1"), {"a", "c"}),
+        (RecallFilters(run_id="r1"), {"a", "b"}),
+        (RecallFilters(actor_id="ci"), {"a", "d"}),
+        (RecallFilters(event_type_prefix="tr"), {"c"}),
+        (RecallFilters(event_type_prefix="tool"), {"a", "d"}),
+        (RecallFilters(kinds=("insight",)), {"c"}),
+        (RecallFilters(layers=("observation",)), {"b", "d"}),
+        (RecallFilters(layers=("action", "input")), {"a", "c"}),
+        (RecallFilters(session_id="s1", actor_id="ops"), {"c"}),
+        (RecallFilters(session_id="nope"), set()),
+    ],
+)
+async def test_each_provenance_filter_is_honoured(
+    filters: RecallFilters, expected: set[str]
+) -> None:
+    linked = [replace(r, nexus_keys=("tag:deploy",)) for r in FILTER_CORPUS]  # the walk sees all
+    outcome = await ask(DictSource(linked), query("deploy failed", filters=filters, max_items=10))
+    assert {item.record.memory_id for item in outcome.items} == expected
+
+
+async def test_episode_expansion_attaches_siblings_with_roles_within_budget() -> None:
+    edge = {"m1": "trigger", "m4": "outcome", "m3": "action"}
+    records = [replace(r, hyperedge_ids=("turn:1",)) if r.memory_id in edge else r for r in CORPUS]
+    source = DictSource(records, {"turn:1": edge})
+    outcome = await ask(source, query(max_items=1, expand_episodes=True))
+    (item,) = outcome.items
+    assert item.record.memory_id == "m1"
+    assert [(s.memory_id, s.role) for s in item.episode] == [("m3", "action"), ("m4", "outcome")]
+    assert outcome.tokens_used == item.tokens
+    tight = await ask(
+        source, query(max_items=1, expand_episodes=True, token_budget=item.tokens - 1)
+    )
+    assert len(tight.items[0].episode) < 2
+
+
+async def test_usage_is_recorded_for_included_memories_only() -> None:
+    source = DictSource(CORPUS)
+    outcome = await ask(source, query(max_items=2))
+    assert source.touched == [(item.record.memory_id, NOW) for item in outcome.items]
+    quiet = DictSource(CORPUS)
+    await run_recall(
+        replace(query(max_items=2), record_usage=False), context("disk", unit(1)), quiet
+    )
+    assert quiet.touched == []
+
+
+async def test_mode_none_retrieves_nothing_and_light_does_not_walk() -> None:
+    source = DictSource(CORPUS)
+    q = query()
+    none = await run_recall(q, context(q.query, unit(1), RetrievalMode.NONE), source)
+    assert none.items == () and source.graph_calls == 0
+    light = await run_recall(q, context(q.query, unit(1), RetrievalMode.LIGHT), source)
+    assert light.items and source.graph_calls == 0
+    assert all(set(item.lanes) <= {"canonical", "bm25"} for item in light.items)
