@@ -1,0 +1,91 @@
+"""Recall through the real broker, worker and Redis Stack: filters in the RediSearch
+lanes, the walk over the nexus index, token budget, episodes, usage accounting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from grimoire.infra.settings import Settings
+from grimoire.tables.index_schema import memory_schema
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.schemas import TranscriptV1
+
+BASE_TS = 1_790_000_000_000
+
+
+def _line(agent: str, n: int, session: str, actor: str, text: str) -> TranscriptV1:
+    return TranscriptV1(
+        agent_id=agent,
+        ts=BASE_TS + n * 1_000,
+        event_id=f"{agent}-{n}",
+        session_id=session,
+        turn_id=session,  # one hyperedge per session
+        actor_id=actor,
+        entities=[actor],
+        line={"role": "user", "content": text},
+    )
+
+
+LINES = (
+    ("s1", "alice", "the staging deploy failed with a timeout on the payments service"),
+    ("s1", "bob", "I rolled the payments release back and paged the on-call engineer"),
+    ("s2", "alice", "prod deploy of the search service went fine this morning"),
+    ("s2", "bob", "the payments database migration is scheduled for friday"),
+)
+
+
+async def _ingest(client: GrimoireClient, agent: str, eventually: Any) -> None:
+    for n, (session, actor, text) in enumerate(LINES):
+        await client.publish_transcript(_line(agent, n, session, actor, text))
+
+    async def all_there() -> Any:
+        answer = await client.recall(agent, "payments deploy", k=10, record_usage=False)
+        return answer if len(answer.items) == len(LINES) else None
+
+    await eventually(all_there, timeout=20)
+
+
+async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
+    client: GrimoireClient,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+    redis_client: Redis,
+    settings: Settings,
+) -> None:
+    agent, other = agent_ids
+    await _ingest(client, agent, eventually)
+    await _ingest(client, other, eventually)
+
+    by_session = await client.recall(agent, "payments deploy", filters={"session_id": "s1"})
+    assert {item.session_id for item in by_session.items} == {"s1"}
+    assert {item.agent_id for item in by_session.items} == {agent}
+
+    by_actor = await client.recall(agent, "deploy", filters={"actor_id": "bob"}, k=10)
+    assert by_actor.items
+    assert {item.source_event_id for item in by_actor.items} <= {f"{agent}-1", f"{agent}-3"}
+
+    since = await client.recall(agent, "deploy", filters={"since": BASE_TS + 2_000}, k=10)
+    assert {item.ts for item in since.items} <= {BASE_TS + 2_000, BASE_TS + 3_000}
+
+    tight = await client.recall(agent, "payments deploy", budgets={"token_budget": 30})
+    assert 0 < tight.budget["tokens_used"] <= 30
+    assert sum(item.tokens or 0 for item in tight.items) == tight.budget["tokens_used"]
+
+    explained = await client.recall(
+        agent, "staging deploy timeout", k=1, explain=True, expand_episodes=True
+    )
+    (top,) = explained.items
+    assert top.source_event_id == f"{agent}-0"
+    assert top.scores is not None and {"rrf", "recency", "score"} <= set(top.scores)
+    assert top.episode and {s["id"] for s in top.episode} == {
+        item.id for item in by_session.items if item.id != top.id
+    }
+    assert all(s["role"] for s in top.episode)
+    assert explained.timings_ms["total"] > 0 and explained.mode == "full"
+
+    key = f"{memory_schema(settings.topic_prefix).index.prefix}:{top.id}"
+    counts = await redis_client.hmget(key, ["included_count_total", "last_accessed"])
+    assert int(counts[0]) >= 1  # the explained recall counted it (record_usage defaults on)
+    assert int(counts[1]) == explained.as_of
