@@ -46,7 +46,11 @@ async def _simulate(settings: Settings, ticks: int, cadence_s: float) -> None:
             _say(f"\nrecall[{AGENTS[0]}] {question!r}  ({answer.timings_ms.get('total')} ms)")
             for rank, item in enumerate(answer.items, start=1):
                 lanes = "+".join(item.lanes)
-                _say(f"  {rank}. [{item.layer}/{lanes} {item.score:.4f}] {item.text}")
+                why = ", ".join(r for r in item.reasons or () if not r.startswith("lane:"))
+                shown = item.text if item.text is not None else f"{item.gist} (gist)"
+                _say(f"  {rank}. [{item.layer}/{lanes} {item.score:.4f}] {shown}")
+                if why:
+                    _say(f"      linked by {why}")
 
 
 async def _print_stats(settings: Settings) -> None:
