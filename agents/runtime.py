@@ -15,6 +15,7 @@ from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import CachingEmbedder, Embedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
 from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.tables.recall_source import KnnPolicy
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
 
@@ -65,6 +66,7 @@ class Runtime:
             settings.topic_prefix,
             embedder.dims,
             clock_ms=lambda: int(time.time() * 1000),
+            knn_policy=KnnPolicy(settings.knn_ef_runtime, settings.knn_hybrid_policy or None),
         )
         await store.ensure_schema()
         topics = TopicNames(settings.topic_prefix)

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     lane_weight_eidolon: float = Field(0.25, ge=0)
     lane_weight_walk: float = Field(0.25, ge=0)
     rerank_depth: int = Field(20, ge=1)
+    knn_ef_runtime: int = Field(200, ge=1)
+    # BATCHES suits agents that own most of the index; "" lets RediSearch choose
+    # per query (better when one index holds many small agents).
+    knn_hybrid_policy: str = Field("BATCHES", pattern="^(|BATCHES|ADHOC_BF)$")
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 

@@ -119,7 +119,7 @@ async def run_recall(
         ranked[WALK_LANE] = list(related)
     timer.lap("walk")
     fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k, weights=dict(policy.lane_weights))
-    records = await _resolved_records(source, [hit.id for hit in fused])
+    records = await _shortlist_records(query, source, fused, policy.rerank_depth)
     timer.lap("fetch")
     candidates, vectors, origin = _candidates(query, ctx, policy, fused, records)
     scored = rerank(
@@ -207,6 +207,26 @@ async def _walk(
         budget=query.budgets.walk,
         circuits=ctx.circuits,
     )
+
+
+async def _shortlist_records(
+    query: RecallQuery, source: RecallSource, fused: Sequence[FusedHit], depth: int
+) -> dict[str, RecallRecord]:
+    """Full records, in fused order, until `depth` eligible ones are known: the
+    walk may bring hundreds of ids, the rerank only looks at the best few."""
+    records: dict[str, RecallRecord] = {}
+    chunk = max(2 * depth, 40)
+    eligible: set[str] = set()
+    for start in range(0, len(fused), chunk):
+        ids = [hit.id for hit in fused[start : start + chunk]]
+        records.update(await _resolved_records(source, ids))
+        for memory_id in ids:
+            record = records.get(memory_id)
+            if record is not None and record.live and record.admitted_by(query.filters):
+                eligible.add(record.memory_id)
+        if len(eligible) >= depth:
+            break
+    return records
 
 
 async def _resolved_records(

@@ -12,7 +12,7 @@ from grimoire.streams.daimoi import NodeInfo
 from grimoire.streams.recall_options import RecallFilters
 from grimoire.streams.recall_source import LaneHit, RecallRecord, Vector
 from grimoire.streams.text import search_terms
-from grimoire.tables.recall_source import decode_record
+from grimoire.tables.recall_source import decode_record, with_usage
 
 if TYPE_CHECKING:
     from grimoire.tables.inmemory_store import InMemoryMemoryStore
@@ -64,7 +64,8 @@ class InMemoryRecallSource:
         found = {}
         for memory_id in memory_ids:
             doc = self._store.record(memory_id)
-            record = decode_record(doc, self._agent, self._dims) if doc else None
+            usage = self._store.usage(memory_id)
+            record = decode_record(with_usage(doc, usage), self._agent, self._dims) if doc else None
             if record is not None:
                 found[memory_id] = record
         return found

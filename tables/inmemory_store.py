@@ -62,6 +62,7 @@ class InMemoryMemoryStore:
         self._watermarks: dict[str, int] = {}
         self._stats: dict[str, dict[str, float]] = {}
         self._metrics: dict[str, float] = {}
+        self._usage: dict[str, Hash] = {}
 
     async def ensure_schema(self) -> None:
         return None
@@ -213,15 +214,16 @@ class InMemoryMemoryStore:
         return list(self._records.values())
 
     def touch(self, memory_id: str, as_of_ms: int) -> None:
-        """The usage-accounting script's effect (see scripts._TOUCH)."""
-        doc = self._records.get(memory_id)
-        if doc is None:
-            return
-        doc["included_count_total"] = str(int(_text(doc.get("included_count_total", "0"))) + 1)
-        decayed = float(_text(doc.get("included_count_decay", "0"))) + 1
-        doc["included_count_decay"] = repr(decayed)
-        if float(_text(doc.get("last_accessed", "0"))) < as_of_ms:
-            doc["last_accessed"] = str(as_of_ms)
+        """The usage-accounting script's effect on the memory's usage hash."""
+        usage = self._usage.setdefault(memory_id, {})
+        usage["included_count_total"] = str(int(_text(usage.get("included_count_total", "0"))) + 1)
+        decayed = float(_text(usage.get("included_count_decay", "0"))) + 1
+        usage["included_count_decay"] = repr(decayed)
+        if float(_text(usage.get("last_accessed", "0"))) < as_of_ms:
+            usage["last_accessed"] = str(as_of_ms)
+
+    def usage(self, memory_id: str) -> Hash:
+        return dict(self._usage.get(memory_id, {}))
 
     # ---- inspection (what RedisMemoryStore exposes through .graph and .state) ---
 

@@ -24,7 +24,7 @@ from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
-from grimoire.tables.recall_source import RedisRecallSource
+from grimoire.tables.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
 from grimoire.tables.record_codec import (
     RETURN_FIELDS,
     StoredMemory,
@@ -74,8 +74,20 @@ class RedisMemoryStore:
     partition, so check-then-write across two round trips is race-free.
     """
 
-    def __init__(self, redis: Redis, prefix: str, dims: int, *, clock_ms: Any = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str,
+        dims: int,
+        *,
+        clock_ms: Any = None,
+        knn_policy: KnnPolicy = DEFAULT_KNN_POLICY,
+    ) -> None:
         self._redis = redis
+        self.knn_policy = knn_policy
+        # Usage counters change on every recall; kept out of the indexed hash so a
+        # touch never makes RediSearch re-index the record and its two vectors.
+        self.usage_prefix = f"{prefix}:use"
         self._schema = memory_schema(prefix, dims)
         self._dims = dims
         self._index = AsyncSearchIndex(self._schema, redis_client=redis)
@@ -134,7 +146,11 @@ class RedisMemoryStore:
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id, vector in queries:
                 knn = KnnQuery(
-                    agent_id, "canonical", 1, ("memory_id", "confidence", "kind", "text")
+                    agent_id,
+                    "canonical",
+                    1,
+                    ("memory_id", "confidence", "kind", "text"),
+                    hybrid_policy=self.knn_policy.hybrid_policy,
                 )
                 pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
             replies = await pipe.execute()
@@ -260,8 +276,10 @@ class RedisMemoryStore:
             self._redis,
             index_name=self.index_name,
             key_prefix=self._key_prefix,
+            usage_prefix=self.usage_prefix,
             graph_keys=self.graph.keys,
             scripts=self._scripts,
             agent_id=agent_id,
             dims=self._dims,
+            knn_policy=self.knn_policy,
         )

@@ -9,6 +9,7 @@ fetch a memory twice.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,31 @@ from grimoire.tables.queries import FullTextQuery, KnnQuery
 from grimoire.tables.record_codec import text_of
 from grimoire.tables.scripts import RedisScripts
 from grimoire.tables.search_replies import doc_fields, doc_score, docs
+
+
+@dataclass(frozen=True, slots=True)
+class KnnPolicy:
+    """How the vector lanes search HNSW (see `KnnQuery`)."""
+
+    ef_runtime: int | None = 200
+    hybrid_policy: str | None = "BATCHES"
+
+
+DEFAULT_KNN_POLICY = KnnPolicy()
+USAGE_FIELDS = ("last_accessed", "included_count_total", "included_count_decay")
+# What the walk reads of a node: no text, no vectors (most nodes are never shown).
+NODE_FIELDS = (
+    "memory_id",
+    "agent_id",
+    "kind",
+    "nexus_keys",
+    "ts",
+    "importance",
+    "deleted",
+    "quarantined",
+    "replaced_by_summary_id",
+    "actor_id",
+)
 
 RECORD_FIELDS = (
     "memory_id",
@@ -64,12 +90,17 @@ class RedisRecallSource:
         *,
         index_name: str,
         key_prefix: str,
+        usage_prefix: str,
         graph_keys: GraphKeys,
         scripts: RedisScripts,
         agent_id: str,
         dims: int,
+        knn_policy: KnnPolicy = DEFAULT_KNN_POLICY,
     ) -> None:
         self._redis = redis
+        self._usage_prefix = usage_prefix
+        self._knn = knn_policy
+        self._nodes: dict[str, NodeInfo | None] = {}
         self._index = index_name
         self._key_prefix = key_prefix
         self._graph = graph_keys
@@ -84,7 +115,15 @@ class RedisRecallSource:
     # ---- lanes ----------------------------------------------------------------------
 
     async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
-        query = KnnQuery(self._agent, lane, k, ("memory_id",), filters)
+        query = KnnQuery(
+            self._agent,
+            lane,
+            k,
+            ("memory_id",),
+            filters,
+            ef_runtime=max(self._knn.ef_runtime, k) if self._knn.ef_runtime else None,
+            hybrid_policy=self._knn.hybrid_policy,
+        )
         blob = np.asarray(vector, dtype=np.float32).tobytes()
         reply = await self._redis.execute_command("FT.SEARCH", self._index, *query.arguments(blob))
         hits = []
@@ -133,15 +172,27 @@ class RedisRecallSource:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for memory_id in missing:
                     pipe.hmget(self._key(memory_id), list(RECORD_FIELDS))
+                    pipe.hmget(f"{self._usage_prefix}:{memory_id}", list(USAGE_FIELDS))
                 rows = await pipe.execute()
-            for memory_id, row in zip(missing, rows, strict=True):
+            for index, memory_id in enumerate(missing):
+                doc = dict(zip(RECORD_FIELDS, rows[2 * index], strict=True))
+                usage = dict(zip(USAGE_FIELDS, rows[2 * index + 1], strict=True))
                 self._records[memory_id] = decode_record(
-                    dict(zip(RECORD_FIELDS, row, strict=True)), self._agent, self._dims
+                    with_usage(doc, usage), self._agent, self._dims
                 )
         return {i: r for i in memory_ids if (r := self._records.get(i)) is not None}
 
     async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
-        return {i: record.node() for i, record in (await self.records(memory_ids)).items()}
+        missing = sorted({i for i in memory_ids if i not in self._nodes})
+        if missing:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for memory_id in missing:
+                    pipe.hmget(self._key(memory_id), list(NODE_FIELDS))
+                rows = await pipe.execute()
+            for memory_id, row in zip(missing, rows, strict=True):
+                record = decode_record(dict(zip(NODE_FIELDS, row, strict=True)), self._agent, 0)
+                self._nodes[memory_id] = None if record is None else record.node()
+        return {i: n for i in memory_ids if (n := self._nodes.get(i)) is not None}
 
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
         if not keys:
@@ -181,8 +232,23 @@ class RedisRecallSource:
             return
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in memory_ids:
-                self._scripts.touch(pipe, self._key(memory_id), as_of_ms)
+                self._scripts.touch(pipe, f"{self._usage_prefix}:{memory_id}", as_of_ms)
             await pipe.execute()
+
+
+def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
+    """A record with its usage counters, which live in a hash of their own.
+
+    The record's own `last_accessed` is its creation time; the usage hash only
+    ever moves it forward."""
+    merged = dict(doc)
+    last = _number(usage, "last_accessed", -1.0)
+    if last > _number(doc, "last_accessed", -1.0):
+        merged["last_accessed"] = usage["last_accessed"]
+    for name in ("included_count_total", "included_count_decay"):
+        if usage.get(name) is not None:
+            merged[name] = usage[name]
+    return merged
 
 
 def decode_record(doc: Mapping[str, Any], agent_id: str, dims: int) -> RecallRecord | None:

@@ -31,10 +31,10 @@ end
 return 1
 """
 
-# Usage accounting for a memory included in a recall reply. `last_accessed` only
-# moves forward in event time, so replaying requests out of order lands the same.
+# Usage accounting for a memory included in a recall reply, on the memory's usage
+# hash. `last_accessed` only moves forward in event time, so replaying requests
+# out of order lands the same.
 _TOUCH = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HINCRBY', KEYS[1], 'included_count_total', 1)
 redis.call('HINCRBYFLOAT', KEYS[1], 'included_count_decay', 1)
 if tonumber(redis.call('HGET', KEYS[1], 'last_accessed') or '0') < tonumber(ARGV[1]) then

@@ -85,7 +85,10 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     assert all(s["role"] for s in top.episode)
     assert explained.timings_ms["total"] > 0 and explained.mode == "full"
 
-    key = f"{memory_schema(settings.topic_prefix).index.prefix}:{top.id}"
-    counts = await redis_client.hmget(key, ["included_count_total", "last_accessed"])
+    assert await redis_client.exists(
+        f"{memory_schema(settings.topic_prefix).index.prefix}:{top.id}"
+    )
+    usage = f"{settings.topic_prefix}:use:{top.id}"  # not indexed: a touch never re-indexes
+    counts = await redis_client.hmget(usage, ["included_count_total", "last_accessed"])
     assert int(counts[0]) >= 1  # the explained recall counted it (record_usage defaults on)
     assert int(counts[1]) == explained.as_of
