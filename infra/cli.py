@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     ingest.add_argument(
         "--mix", choices=["both", "repetitive", "distinct"], default="both", help="stream(s) to run"
     )
+    recall_bench = bench_kind.add_parser("recall", help="recall latency at 10k and 100k memories")
+    recall_bench.add_argument("--sizes", default="10000,100000", help="comma-separated sizes")
+    recall_bench.add_argument("--queries", type=int, default=200, help="timed queries per size")
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -125,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
 
         mixes = ("repetitive", "distinct") if args.mix == "both" else (args.mix,)
         result = run_ingest_bench(settings, events=args.events, agents=args.agents, mixes=mixes)
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
+    if args.command == "bench" and args.bench == "recall":
+        from grimoire.infra.bench_recall import run_recall_bench
+
+        sizes = tuple(int(size) for size in args.sizes.split(","))
+        result = run_recall_bench(settings, sizes=sizes, queries=args.queries)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     return 2
