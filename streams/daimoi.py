@@ -373,6 +373,55 @@ async def _neighbours(
     return out
 
 
+def _next_choice(walker: _Walker, max_hops: int) -> str | None:
+    choices = [
+        (-strength, memory_id)
+        for memory_id, (strength, hops) in walker.frontier.items()
+        if memory_id not in walker.expanded and hops < max_hops
+    ]
+    return min(choices)[1] if choices else None
+
+
+async def _prefetch_round(
+    graph: GraphView,
+    caches: _Caches,
+    walkers: Sequence[_Walker],
+    *,
+    budget: WalkBudget,
+    digest: frozenset[str],
+    weights: KeyWeights,
+    field_bonus: float,
+) -> None:
+    """Warm the caches with what every walker's next expansion will read, in one
+    batched call per kind, so a round costs a few round trips however many
+    walkers step in it. The graph does not change during a walk, so this only
+    moves reads earlier; it never changes what a walker decides."""
+    nodes = []
+    for walker in walkers:
+        memory_id = None if walker.done else _next_choice(walker, budget.max_hops)
+        node = _live(caches, memory_id) if memory_id is not None else None
+        if node is not None:
+            nodes.append((walker, node))
+    unknown = sorted({k for _, node in nodes for k in node.keys if k not in caches.degrees})
+    if unknown:
+        found = await graph.degrees(unknown)
+        for key in unknown:
+            caches.degrees[key] = found.get(key, 0)
+    keys: set[str] = set()
+    for walker, node in nodes:
+        ranked = rank_keys(node, caches.degrees, digest, walker.circuit, weights, field_bonus)
+        fresh = [key for key, _ in ranked if key not in walker.walked_keys]
+        keys.update(fresh[: budget.max_keys_per_node])
+    unfetched = sorted(k for k in keys if k not in caches.newest)
+    if unfetched and budget.max_neighbors_per_key > 0:
+        lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
+        for key in unfetched:
+            caches.newest[key] = list(lists.get(key, []))[: budget.max_neighbors_per_key]
+        ids = [i for key in unfetched for i in caches.newest[key]]
+        await _load_nodes(graph, caches, ids)
+        await _resolve(graph, caches, sorted(set(ids)))
+
+
 async def walk(
     seeds: Sequence[Seed],
     graph: GraphView,
@@ -493,6 +542,15 @@ async def walk(
                 return
 
     while any(not w.done for w in walkers):
+        await _prefetch_round(
+            graph,
+            caches,
+            walkers,
+            budget=budget,
+            digest=digest,
+            weights=weights,
+            field_bonus=field_bonus,
+        )
         for walker in walkers:
             if not walker.done:
                 await step(walker)

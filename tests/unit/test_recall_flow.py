@@ -333,3 +333,16 @@ async def test_mode_none_retrieves_nothing_and_light_does_not_walk() -> None:
     light = await run_recall(q, context(q.query, unit(1), RetrievalMode.LIGHT), source)
     assert light.items and source.graph_calls == 0
     assert all(set(item.lanes) <= {"canonical", "bm25"} for item in light.items)
+
+
+async def test_a_walk_round_costs_a_few_batched_graph_calls_not_one_per_walker() -> None:
+    many = [
+        record(f"n{i}", f"note {i}", 10 + i, nexus_keys=(f"entity:e{i % 5}", f"tag:t{i % 7}"))
+        for i in range(60)
+    ]
+    source = DictSource([*CORPUS, *many])
+    q = query("note entity", max_items=10, walk=WalkBudget(num_walkers=8, max_hops=2))
+    await ask(source, q)
+    assert source.graph_calls >= 3  # seeds, degrees, neighbours: the walk ran
+    # 8 walkers x 2 expansions x 3 reads would be 48 calls one walker at a time.
+    assert source.graph_calls <= 12
