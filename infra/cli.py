@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     recall_bench = bench_kind.add_parser("recall", help="recall latency at 10k and 100k memories")
     recall_bench.add_argument("--sizes", default="10000,100000", help="comma-separated sizes")
     recall_bench.add_argument("--queries", type=int, default=200, help="timed queries per size")
+    locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
+    locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
+    locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -135,6 +138,16 @@ def main(argv: list[str] | None = None) -> int:
 
         sizes = tuple(int(size) for size in args.sizes.split(","))
         result = run_recall_bench(settings, sizes=sizes, queries=args.queries)
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
+    if args.command == "bench" and args.bench == "locomo":
+        from pathlib import Path
+
+        from grimoire.infra.bench_locomo import default_data_path, run_locomo_bench
+
+        data = Path(args.data) if args.data else default_data_path()
+        wanted = tuple(c for c in args.conversations.split(",") if c)
+        result = run_locomo_bench(settings, data_path=data, conversation_ids=wanted)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     return 2
