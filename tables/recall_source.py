@@ -24,7 +24,7 @@ from grimoire.tables.graph import GraphKeys
 from grimoire.tables.queries import FullTextQuery, KnnQuery
 from grimoire.tables.record_codec import text_of
 from grimoire.tables.scripts import RedisScripts
-from grimoire.tables.search_replies import doc_fields, doc_score, docs
+from grimoire.tables.search_replies import doc_fields, docs, scored_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,7 @@ class KnnPolicy:
 
     ef_runtime: int | None = 200
     hybrid_policy: str | None = "BATCHES"
+    term_depth: int = 50  # per-term BM25 hits summed into the lexical lane
 
 
 DEFAULT_KNN_POLICY = KnnPolicy()
@@ -138,31 +139,41 @@ class RedisRecallSource:
     async def full_text(
         self, terms: Sequence[str], k: int, filters: RecallFilters
     ) -> list[LaneHit]:
+        """BM25 as the sum of per-term scores, one pipelined query per term.
+
+        RediSearch scores a single term by the book, but a union of terms
+        (`a|b|c`) by its own aggregate, which ranks documents full of common
+        words (a speaker's name) above ones holding the rare term: on LoCoMo that
+        cost 0.08 R@5 against a textbook BM25 over the same turns."""
         if not terms or k <= 0:
             return []
-        query = FullTextQuery(self._agent, tuple(terms), k, filters)
-        reply = await self._redis.execute_command(
-            "FT.SEARCH",
-            self._index,
-            query.query_string(),
-            "SCORER",
-            "BM25",
-            "WITHSCORES",
-            "RETURN",
-            1,
-            "memory_id",
-            "LIMIT",
-            0,
-            k,
-            "DIALECT",
-            2,
-        )
-        hits = [
-            LaneHit(text_of(doc_fields(doc)["memory_id"]), doc_score(doc))
-            for doc in docs(reply, with_scores=True)
-        ]
+        depth = max(k, self._knn.term_depth)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for term in terms:
+                query = FullTextQuery(self._agent, (term,), depth, filters)
+                pipe.execute_command(
+                    "FT.SEARCH",
+                    self._index,
+                    query.query_string(),
+                    "SCORER",
+                    "BM25STD",
+                    "WITHSCORES",
+                    "NOCONTENT",
+                    "LIMIT",
+                    0,
+                    depth,
+                    "DIALECT",
+                    2,
+                )
+            replies = await pipe.execute()
+        totals: dict[str, float] = {}
+        for reply in replies:
+            for key, term_score in scored_keys(reply):
+                memory_id = key.removeprefix(f"{self._key_prefix}:")
+                totals[memory_id] = totals.get(memory_id, 0.0) + term_score
+        hits = [LaneHit(memory_id, total) for memory_id, total in totals.items()]
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
-        return hits
+        return hits[:k]
 
     # ---- records and graph ---------------------------------------------------------
 

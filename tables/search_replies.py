@@ -42,3 +42,22 @@ def doc_score(doc: Any) -> float:
     if isinstance(doc, tuple):
         return float(text_of(doc[0]))
     return float(doc.score)
+
+
+def scored_keys(result: Any) -> list[tuple[str, float]]:
+    """(document key, score) of a NOCONTENT WITHSCORES reply, in either protocol."""
+    if isinstance(result, dict):  # RESP3
+        rows = result.get("results", result.get(b"results", []))
+        return [
+            (
+                text_of(row.get("id", row.get(b"id"))),
+                float(text_of(row.get("score", row.get(b"score")))),
+            )
+            for row in rows
+        ]
+    if isinstance(result, list):  # RESP2: [total, key, score, key, score, ...]
+        return [
+            (text_of(result[i]), float(text_of(result[i + 1])))
+            for i in range(1, len(result) - 1, 2)
+        ]
+    return []
