@@ -12,6 +12,7 @@ from grimoire.streams.fields import InputLimits
 from grimoire.streams.recall_flow import RankingPolicy
 from grimoire.streams.recall_options import RecallBudgets
 from grimoire.streams.requests import RecallLimits
+from grimoire.streams.rerank import RerankWeights
 
 
 class Settings(BaseSettings):
@@ -53,6 +54,13 @@ class Settings(BaseSettings):
     lane_weight_eidolon: float = Field(0.25, ge=0)
     lane_weight_walk: float = Field(0.25, ge=0)
     rerank_depth: int = Field(20, ge=1)
+    # SPEC §5 step 3 weights; every factor is in [0, 1].
+    rerank_w_rrf: float = Field(0.30, ge=0)
+    rerank_w_effective_confidence: float = Field(0.25, ge=0)
+    rerank_w_quality: float = Field(0.20, ge=0)
+    rerank_w_recency: float = Field(0.15, ge=0)
+    rerank_w_regime_match: float = Field(0.10, ge=0)
+    rerank_w_affect: float = Field(0.0, ge=0)
     knn_ef_runtime: int = Field(200, ge=1)
     # BATCHES suits agents that own most of the index; "" lets RediSearch choose
     # per query (better when one index holds many small agents).
@@ -108,6 +116,14 @@ class Settings(BaseSettings):
             rrf_k=self.rrf_k,
             mmr_lambda=self.mmr_lambda,
             rerank_depth=self.rerank_depth,
+            weights=RerankWeights(
+                rrf=self.rerank_w_rrf,
+                effective_confidence=self.rerank_w_effective_confidence,
+                quality=self.rerank_w_quality,
+                recency=self.rerank_w_recency,
+                regime_match=self.rerank_w_regime_match,
+                affect=self.rerank_w_affect,
+            ),
             lane_weights=(
                 ("bm25", self.lane_weight_bm25),
                 ("canonical", self.lane_weight_canonical),
