@@ -3,6 +3,7 @@ answer on `reply_to`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,13 @@ from grimoire.streams.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.field import Affect, FieldState
 from grimoire.streams.fields import InputLimits
 from grimoire.streams.normalize import Rejection
-from grimoire.streams.recall_flow import RankingPolicy, RecallContext, RecalledItem, run_recall
+from grimoire.streams.recall_flow import (
+    QueryVectors,
+    RankingPolicy,
+    RecallContext,
+    RecalledItem,
+    run_recall,
+)
 from grimoire.streams.recall_options import RetrievalMode
 from grimoire.streams.requests import RecallLimits, RecallQuery, parse_recall_request
 from grimoire.streams.retrieval_decision import decide_mode
@@ -52,8 +59,10 @@ class RecallHandler:
 
     async def recall(self, query: RecallQuery) -> RecallResultV1:
         started = time.perf_counter()
-        state = (await self.store.load_fields([query.agent_id]))[query.agent_id]
-        watermark = await self.store.watermark(query.agent_id)
+        fields, watermark = await asyncio.gather(
+            self.store.load_fields([query.agent_id]), self.store.watermark(query.agent_id)
+        )
+        state = fields[query.agent_id]
         # Recency and decay run on the request's event time, never the wall clock.
         now_ms = query.as_of_ms if query.as_of_ms is not None else (watermark or 0)
         state = _with_overrides(state, query)
@@ -68,14 +77,27 @@ class RecallHandler:
             affect=state.affect if state.affect != Affect() else None,
             circuits=circuits_for(query.state.circuit),
         )
+        embed_ms: list[float] = []
+
+        async def vectors() -> QueryVectors:
+            began = time.perf_counter()
+            found = await self._vectors(query.query, state)
+            embed_ms.append(round((time.perf_counter() - began) * 1000, 3))
+            return found
+
         if mode is not RetrievalMode.NONE:
-            ctx = await self._with_vectors(ctx, query.query, state)
-        embedded = time.perf_counter()
+            ctx = replace(ctx, pending_vectors=vectors)
+        prepared = time.perf_counter()
         source = self.store.recall_source(query.agent_id)
         outcome = await run_recall(
             query, ctx, source, policy=self.policy, stopwatch=time.perf_counter
         )
-        timings = {"embed": round((embedded - started) * 1000, 3), **dict(outcome.timings_ms)}
+        # `lanes` includes the query embedding, which overlaps the BM25 lane.
+        timings = {
+            "state": round((prepared - started) * 1000, 3),
+            "embed": embed_ms[0] if embed_ms else 0.0,
+            **dict(outcome.timings_ms),
+        }
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
         return RecallResultV1(
             correlation_id=query.correlation_id,
@@ -95,9 +117,7 @@ class RecallHandler:
             timings_ms=timings,
         )
 
-    async def _with_vectors(
-        self, ctx: RecallContext, text: str, state: FieldState
-    ) -> RecallContext:
+    async def _vectors(self, text: str, state: FieldState) -> QueryVectors:
         """The query and the state digest in one model call; the eidolon query is
         conditioned on the state exactly as memories are at ingest."""
         digest_text = state.digest_text()
@@ -106,7 +126,7 @@ class RecallHandler:
         canonical = vectors[0]
         digest_vector = vectors[1] if digest_text else None
         eidolon = eidolon_vector(canonical, digest_vector, state_weight=self.eidolon_weight)
-        return replace(ctx, canonical=canonical, eidolon=eidolon)
+        return canonical, eidolon
 
     async def reply_failure(self, message: InputMessage, reason: str) -> None:
         """Tell the caller its request could not be served (not its fault)."""

@@ -9,7 +9,7 @@ in-memory source.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -33,6 +33,7 @@ from grimoire.streams.rerank import (
 from grimoire.streams.retrieval_decision import lanes_for, walks
 
 WALK_LANE: Final = "walk"
+QueryVectors = tuple[Vector | None, Vector | None]  # canonical, eidolon
 DEFAULT_LANE_WEIGHTS: Final = (
     ("bm25", 1.0),
     ("canonical", 0.5),
@@ -73,6 +74,11 @@ class RecallContext:
     digest: tuple[str, ...] = ()
     affect: Affect | None = None
     circuits: tuple[Circuit, ...] = ()
+    # Vectors still being computed: the BM25 lane starts first and runs in Redis
+    # while the model embeds the query, instead of after it.
+    pending_vectors: Callable[[], Awaitable[QueryVectors]] | None = field(
+        default=None, compare=False
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,16 +180,20 @@ async def _seed_lanes(
     query: RecallQuery, ctx: RecallContext, source: RecallSource
 ) -> dict[str, list[LaneHit]]:
     budgets, filters = query.budgets, query.filters
-    calls: dict[str, object] = {}
-    for lane in lanes_for(ctx.mode):
-        if lane == "bm25":
-            if ctx.terms and budgets.bm25_k:
-                calls[lane] = source.full_text(ctx.terms, budgets.bm25_k, filters)
-        elif lane == "canonical" and ctx.canonical is not None and budgets.canonical_k:
-            calls[lane] = source.knn(lane, ctx.canonical, budgets.canonical_k, filters)
-        elif lane == "eidolon" and ctx.eidolon is not None and budgets.eidolon_k:
-            calls[lane] = source.knn(lane, ctx.eidolon, budgets.eidolon_k, filters)
-    results = await asyncio.gather(*calls.values())  # type: ignore[call-overload]
+    lanes = lanes_for(ctx.mode)
+    calls: dict[str, asyncio.Task[list[LaneHit]]] = {}
+    if "bm25" in lanes and ctx.terms and budgets.bm25_k:
+        calls["bm25"] = asyncio.ensure_future(source.full_text(ctx.terms, budgets.bm25_k, filters))
+    canonical, eidolon = ctx.canonical, ctx.eidolon
+    if ctx.pending_vectors is not None:
+        canonical, eidolon = await ctx.pending_vectors()
+    if "canonical" in lanes and canonical is not None and budgets.canonical_k:
+        knn = source.knn("canonical", canonical, budgets.canonical_k, filters)
+        calls["canonical"] = asyncio.ensure_future(knn)
+    if "eidolon" in lanes and eidolon is not None and budgets.eidolon_k:
+        knn = source.knn("eidolon", eidolon, budgets.eidolon_k, filters)
+        calls["eidolon"] = asyncio.ensure_future(knn)
+    results = await asyncio.gather(*calls.values())
     return {lane: list(hits) for lane, hits in zip(calls, results, strict=True)}
 
 
