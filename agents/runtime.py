@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from grimoire.agents.ingest import IngestHandler
+from grimoire.agents.outcomes import OutcomeHandler
 from grimoire.agents.recall import RecallHandler
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import CachingEmbedder, Embedder, SentenceTransformerEmbedder
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 class Handlers:
     ingest: IngestHandler
     recall: RecallHandler
+    outcomes: OutcomeHandler
 
 
 class Runtime:
@@ -90,6 +92,7 @@ class Runtime:
                 settings.ranking_policy,
                 eidolon_weight=settings.eidolon_state_weight,
             ),
+            outcomes=OutcomeHandler(store, self._sink, topics, settings.input_limits),
         )
 
     async def close(self) -> None:

@@ -114,6 +114,19 @@ def register_agents(app: faust.App, runtime: Runtime, settings: Settings) -> Non
                 await _with_retry("recall failure reply", answer_failure, attempts=3)
             yield None
 
+    async def outcomes(stream: Any) -> AsyncIterator[None]:
+        async for event in stream.events():
+            message = _message(event)
+
+            async def process(message: InputMessage = message) -> None:
+                handlers = await runtime.handlers()
+                await handlers.outcomes.handle(message)
+
+            await _with_retry("outcome", process)
+            yield None
+
+    app.agent(raw_topic(names.outcomes), name="grimoire.outcomes")(outcomes)
+
     async def warm_up() -> None:
         # Load the model and check the index before the first event arrives, so
         # the first recall does not pay for it.

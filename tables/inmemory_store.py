@@ -16,6 +16,7 @@ import numpy as np
 
 from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
+from grimoire.streams.outcomes import Outcome
 from grimoire.streams.recall_source import RecallSource
 from grimoire.streams.text import search_terms
 from grimoire.streams.write_plan import StoredNeighbour
@@ -63,6 +64,7 @@ class InMemoryMemoryStore:
         self._stats: dict[str, dict[str, float]] = {}
         self._metrics: dict[str, float] = {}
         self._usage: dict[str, Hash] = {}
+        self._outcomes: dict[str, set[str]] = {}
 
     async def ensure_schema(self) -> None:
         return None
@@ -221,6 +223,35 @@ class InMemoryMemoryStore:
         usage["included_count_decay"] = repr(decayed)
         if float(_text(usage.get("last_accessed", "0"))) < as_of_ms:
             usage["last_accessed"] = str(as_of_ms)
+
+    async def apply_outcome(self, outcome: Outcome) -> int:
+        """The outcome script's effect (see scripts._APPLY_OUTCOME)."""
+        applied = self._outcomes.setdefault(outcome.agent_id, set())
+        if outcome.outcome_id in applied:
+            return -1
+        applied.add(outcome.outcome_id)
+        effect, changed = outcome.effect, 0
+        for memory_id in outcome.memory_ids:
+            doc = self._records.get(memory_id)
+            if doc is None or _text(doc.get("agent_id", "")) != outcome.agent_id:
+                continue
+            confidence = float(_text(doc.get("confidence", "0.5"))) + effect.confidence_delta
+            doc["confidence"] = repr(min(1.0, max(0.0, confidence)))
+            if effect.strength_delta:
+                strength = float(_text(doc.get("strength", "1"))) + effect.strength_delta
+                doc["strength"] = repr(strength)
+            for name, amount in (
+                ("validated_count", effect.validated),
+                ("contradicted_count", effect.contradicted),
+            ):
+                if amount:
+                    doc[name] = str(int(_text(doc.get(name, "0"))) + amount)
+            if effect.resets_decay:
+                usage = self._usage.setdefault(memory_id, {})
+                if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
+                    usage["last_accessed"] = str(outcome.ts_ms)
+            changed += 1
+        return changed
 
     def usage(self, memory_id: str) -> Hash:
         return dict(self._usage.get(memory_id, {}))

@@ -16,6 +16,7 @@ from redisvl.query import VectorQuery
 
 from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
+from grimoire.streams.outcomes import Outcome
 from grimoire.streams.recall_source import RecallSource
 from grimoire.streams.write_plan import StoredNeighbour
 from grimoire.streams.writes import WriteBatch
@@ -65,6 +66,7 @@ class MemoryStore(Protocol):
     async def metrics(self) -> dict[str, float]: ...
     async def watermark(self, agent_id: str) -> int | None: ...
     def recall_source(self, agent_id: str) -> RecallSource: ...
+    async def apply_outcome(self, outcome: Outcome) -> int: ...
 
 
 class RedisMemoryStore:
@@ -88,6 +90,7 @@ class RedisMemoryStore:
         # Usage counters change on every recall; kept out of the indexed hash so a
         # touch never makes RediSearch re-index the record and its two vectors.
         self.usage_prefix = f"{prefix}:use"
+        self._outcomes_prefix = f"{prefix}:outcomes"
         self._schema = memory_schema(prefix, dims)
         self._dims = dims
         self._index = AsyncSearchIndex(self._schema, redis_client=redis)
@@ -269,6 +272,25 @@ class RedisMemoryStore:
     async def watermark(self, agent_id: str) -> int | None:
         score = await self._redis.zscore(self._watermarks_key, agent_id)
         return None if score is None else int(score)
+
+    async def apply_outcome(self, outcome: Outcome) -> int:
+        """Apply an outcome once, atomically; -1 when it was applied before, else
+        how many of the agent's memories it changed (others' ids are ignored)."""
+        effect = outcome.effect
+        keys = [f"{self._outcomes_prefix}:{outcome.agent_id}"]
+        for memory_id in outcome.memory_ids:
+            keys += [self.key(memory_id), f"{self.usage_prefix}:{memory_id}"]
+        args = [
+            outcome.outcome_id,
+            outcome.agent_id,
+            outcome.ts_ms,
+            effect.confidence_delta,
+            effect.strength_delta,
+            1 if effect.resets_decay else 0,
+            effect.validated,
+            effect.contradicted,
+        ]
+        return await self._scripts.apply_outcome(keys, args)
 
     def recall_source(self, agent_id: str) -> RecallSource:
         """A read view bound to one agent, for one request (it caches records)."""

@@ -43,12 +43,41 @@ end
 return 1
 """
 
+# One outcome, applied once (KEYS[1] is the agent's set of applied outcome ids) to
+# the agent's memories among KEYS[2..]: memory hash and usage hash alternate.
+# ARGV: outcome id, agent id, ts, confidence delta, strength delta, resets (0/1),
+# validated, contradicted. Returns how many memories it changed.
+_APPLY_OUTCOME = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return -1 end
+local changed = 0
+for i = 2, #KEYS, 2 do
+  local memory, usage = KEYS[i], KEYS[i + 1]
+  if redis.call('HGET', memory, 'agent_id') == ARGV[2] then
+    local conf = tonumber(redis.call('HGET', memory, 'confidence') or '0.5') + tonumber(ARGV[4])
+    conf = math.min(1.0, math.max(0.0, conf))
+    redis.call('HSET', memory, 'confidence', tostring(conf))
+    if tonumber(ARGV[5]) ~= 0 then
+      redis.call('HINCRBYFLOAT', memory, 'strength', ARGV[5])
+    end
+    if tonumber(ARGV[7]) ~= 0 then redis.call('HINCRBY', memory, 'validated_count', ARGV[7]) end
+    if tonumber(ARGV[8]) ~= 0 then redis.call('HINCRBY', memory, 'contradicted_count', ARGV[8]) end
+    local origin = tonumber(redis.call('HGET', usage, 'last_accessed') or '0')
+    if ARGV[6] == '1' and origin < tonumber(ARGV[3]) then
+      redis.call('HSET', usage, 'last_accessed', ARGV[3])
+    end
+    changed = changed + 1
+  end
+end
+return changed
+"""
+
 
 class RedisScripts:
     def __init__(self, redis: Redis) -> None:
         self._fold = redis.register_script(_FOLD_AGGREGATE)
         self._reinforce = redis.register_script(_REINFORCE)
         self._touch = redis.register_script(_TOUCH)
+        self._apply_outcome = redis.register_script(_APPLY_OUTCOME)
 
     def fold_aggregate(self, pipe: Any, key: str, seed: Mapping[str, Any], ts_ms: int) -> None:
         flat: list[Any] = []
@@ -66,3 +95,6 @@ class RedisScripts:
     def touch(self, pipe: Any, key: str, as_of_ms: int) -> None:
         pipe.scripts.add(self._touch)
         pipe.evalsha(self._touch.sha, 1, key, as_of_ms)
+
+    async def apply_outcome(self, keys: list[str], args: list[Any]) -> int:
+        return int(await self._apply_outcome(keys=keys, args=args))

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
 from grimoire.tables.index_schema import memory_schema
 from grimoire.topics.client import GrimoireClient
-from grimoire.topics.schemas import TranscriptV1
+from grimoire.topics.schemas import OutcomeV1, TranscriptV1
 
 BASE_TS = 1_790_000_000_000
 
@@ -92,3 +93,42 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     counts = await redis_client.hmget(usage, ["included_count_total", "last_accessed"])
     assert int(counts[0]) >= 1  # the explained recall counted it (record_usage defaults on)
     assert int(counts[1]) == explained.as_of
+
+
+async def test_outcomes_through_the_broker_apply_once(
+    client: GrimoireClient,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+    redis_client: Redis,
+    settings: Settings,
+) -> None:
+    agent, _ = agent_ids
+    await _ingest(client, agent, eventually)
+    answer = await client.recall(agent, "staging deploy timeout", k=1, record_usage=False)
+    (top,) = answer.items
+    key = f"{memory_schema(settings.topic_prefix).index.prefix}:{top.id}"
+    before = float(await redis_client.hget(key, "confidence"))
+
+    positive = OutcomeV1(
+        agent_id=agent, ts=BASE_TS + 60_000, outcome="positive", memory_ids=[top.id], event_id="o-1"
+    )
+    for _ in range(2):  # a redelivery must not apply it twice
+        await client.publish_outcome(positive)
+    sentinel = OutcomeV1(
+        agent_id=agent,
+        ts=BASE_TS + 61_000,
+        outcome="validated",
+        memory_ids=[top.id],
+        event_id="o-2",
+    )
+    await client.publish_outcome(sentinel)
+
+    async def validated() -> Any:
+        count = await redis_client.hget(key, "validated_count")
+        return count if count is not None and int(count) >= 1 else None
+
+    await eventually(validated, timeout=15)
+    assert float(await redis_client.hget(key, "confidence")) == pytest.approx(before + 0.1)
+    assert float(await redis_client.hget(key, "strength")) == 2.0
+    usage = f"{settings.topic_prefix}:use:{top.id}"
+    assert int(await redis_client.hget(usage, "last_accessed")) == BASE_TS + 60_000

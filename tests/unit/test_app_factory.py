@@ -39,6 +39,7 @@ async def test_every_input_topic_has_an_agent() -> None:
         "unit.tool-events",
         "unit.transcripts",
         "unit.recall-requests",
+        "unit.outcomes",
     }
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from grimoire.agents.ingest import IngestHandler, IngestReport
 from grimoire.agents.messages import InputMessage
+from grimoire.agents.outcomes import OutcomeHandler
 from grimoire.agents.recall import RecallHandler
 from grimoire.agents.sinks import MemorySink
 from grimoire.infra.embedding import CachingEmbedder, Embedder, Vectors
@@ -85,13 +86,14 @@ def messages(
 
 class Rig:
     def __init__(self, embedder: Embedder | None = None) -> None:
-        self.store = InMemoryMemoryStore()
+        self.store = InMemoryMemoryStore(dims=FakeEmbedder.dims)
         _as_protocol: MemoryStore = self.store  # must satisfy the Protocol
         self.fake = FakeEmbedder()
         self.embedder: Embedder = embedder if embedder is not None else self.fake
         self.sink = MemorySink()
         self.ingest = IngestHandler(self.store, self.embedder, self.sink, TOPICS)
         self.recall = RecallHandler(self.store, self.embedder, self.sink, TOPICS)
+        self.outcomes = OutcomeHandler(self.store, self.sink, TOPICS)
 
     def on(self, topic: str) -> list[dict[str, Any]]:
         return [orjson.loads(value) for value in self.sink.on(topic)]
@@ -819,3 +821,72 @@ async def test_randomised_tenancy_agents_sharing_texts_and_keys_never_mix() -> N
         assert reply["items"], reply
         assert {item["agent_id"] for item in reply["items"]} == {agent}
         assert {item["source_event_id"] for item in reply["items"]} <= owned[agent]
+
+
+# --- outcomes -----------------------------------------------------------------------
+
+
+def outcome(kind: str, memory_ids: list[str], ts: int, **extra: Any) -> InputMessage:
+    data = {"agent_id": "agent-1", "ts": ts, "outcome": kind, "memory_ids": memory_ids, **extra}
+    return InputMessage(orjson.dumps(data), TOPICS.outcomes, partition=0, offset=1)
+
+
+def _field(rig: Rig, memory_id: str, name: str) -> float:
+    doc = rig.store.record(memory_id)
+    assert doc is not None
+    value = doc[name]
+    return float(value.decode() if isinstance(value, bytes) else value)
+
+
+async def test_positive_and_negative_outcomes_move_confidence_strength_and_decay_origin() -> None:
+    rig = await _seeded()
+    a1, a2 = mid("agent-1", "a1", TS), mid("agent-1", "a2", TS + 1)
+    before = _field(rig, a1, "confidence")
+    assert await rig.outcomes.handle(outcome("positive", [a1], TS + 50, event_id="o1")) == 1
+    assert _field(rig, a1, "confidence") == pytest.approx(before + 0.1)
+    assert _field(rig, a1, "strength") == 2.0
+    assert rig.store.usage(a1)["last_accessed"] == str(TS + 50)  # decay restarts here
+
+    # A redelivered outcome changes nothing.
+    assert await rig.outcomes.handle(outcome("positive", [a1], TS + 50, event_id="o1")) == -1
+    assert _field(rig, a1, "confidence") == pytest.approx(before + 0.1)
+
+    conf2 = _field(rig, a2, "confidence")
+    assert await rig.outcomes.handle(outcome("negative", [a2], TS + 60, event_id="o2")) == 1
+    assert _field(rig, a2, "confidence") == pytest.approx(conf2 - 0.15)
+    assert _field(rig, a2, "strength") == 1.0
+
+    await rig.outcomes.handle(outcome("validated", [a1, a2], TS + 70, event_id="o3"))
+    await rig.outcomes.handle(outcome("contradicted", [a2], TS + 80, event_id="o4"))
+    assert (_field(rig, a1, "validated_count"), _field(rig, a2, "validated_count")) == (1, 1)
+    assert _field(rig, a2, "contradicted_count") == 1
+    events = [e for e in rig.events() if e["type"] == "GrimoireOutcome"]
+    assert [e["action"] for e in events] == ["positive", "negative", "validated", "contradicted"]
+
+
+async def test_an_outcome_never_touches_another_agents_memory() -> None:
+    rig = await _seeded()
+    b1 = mid("agent-2", "b1", TS + 3)
+    before = _field(rig, b1, "confidence")
+    assert await rig.outcomes.handle(outcome("positive", [b1, "missing"], TS + 9)) == 0
+    assert _field(rig, b1, "confidence") == before
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"agent_id": "agent-1", "ts": TS, "outcome": "great"}, "outcome"),
+        ({"agent_id": "agent-1", "ts": TS}, "outcome"),
+        (
+            {"agent_id": "agent-1", "ts": TS, "outcome": "positive", "memory_ids": "m1"},
+            "memory_ids",
+        ),
+        ({"ts": TS, "outcome": "positive"}, "agent_id"),
+    ],
+)
+async def test_bad_outcomes_are_dead_lettered(payload: dict[str, Any], field: str) -> None:
+    rig = Rig()
+    message = InputMessage(orjson.dumps(payload), TOPICS.outcomes, partition=0, offset=4)
+    assert await rig.outcomes.handle(message) == 0
+    (dead,) = rig.on(TOPICS.dead_letters)
+    assert dead["field"] == field
