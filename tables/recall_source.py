@@ -196,13 +196,10 @@ class RedisRecallSource:
     async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
         missing = sorted({i for i in memory_ids if i not in self._nodes})
         if missing:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for memory_id in missing:
-                    pipe.hmget(self._key(memory_id), list(NODE_FIELDS))
-                rows = await pipe.execute()
+            keys = [self._key(memory_id) for memory_id in missing]
+            rows = await self._scripts.hmget_many(keys, list(NODE_FIELDS))
             for memory_id, row in zip(missing, rows, strict=True):
-                record = decode_record(dict(zip(NODE_FIELDS, row, strict=True)), self._agent, 0)
-                self._nodes[memory_id] = None if record is None else record.node()
+                self._nodes[memory_id] = decode_node(row, self._agent)
         return {i: n for i in memory_ids if (n := self._nodes.get(i)) is not None}
 
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
@@ -245,6 +242,26 @@ class RedisRecallSource:
             for memory_id in memory_ids:
                 self._scripts.touch(pipe, f"{self._usage_prefix}:{memory_id}", as_of_ms)
             await pipe.execute()
+
+
+def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
+    """NODE_FIELDS values as the walk's node (the walk reads hundreds per query,
+    so this skips building a full record)."""
+    doc = dict(zip(NODE_FIELDS, row, strict=True))
+    if doc["memory_id"] is None or _text(doc, "agent_id") != agent_id:
+        return None
+    replaced_by = _text(doc, "replaced_by_summary_id")
+    return NodeInfo(
+        memory_id=text_of(doc["memory_id"]),
+        kind=_text(doc, "kind"),
+        keys=_split(doc, "nexus_keys"),
+        ts_ms=int(_number(doc, "ts", 0.0)),
+        utility=_number(doc, "importance", 0.5),
+        deleted=(_text(doc, "deleted") == "1" and not replaced_by)
+        or _text(doc, "quarantined") == "1",
+        replaced_by=replaced_by,
+        actor=_text(doc, "actor_id"),
+    )
 
 
 def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
