@@ -49,6 +49,7 @@ class RecallRecord:
     normalized_hash: str = ""
     deleted: bool = False
     quarantined: bool = False
+    archived: bool = False  # the curator retired it: kept for audit, never recalled
     replaced_by: str = ""
     session_id: str = ""
     run_id: str = ""
@@ -61,7 +62,7 @@ class RecallRecord:
 
     @property
     def live(self) -> bool:
-        return not (self.deleted or self.quarantined)
+        return not (self.deleted or self.quarantined or self.archived)
 
     def admitted_by(self, filters: RecallFilters) -> bool:
         return filters.admits(
@@ -83,7 +84,7 @@ class RecallRecord:
             keys=self.nexus_keys,
             ts_ms=self.ts_ms,
             utility=self.importance,
-            deleted=(self.deleted and not self.replaced_by) or self.quarantined,
+            deleted=(self.deleted and not self.replaced_by) or self.quarantined or self.archived,
             replaced_by=self.replaced_by,
             actor=self.actor_id,
         )

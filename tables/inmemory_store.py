@@ -159,6 +159,7 @@ class InMemoryMemoryStore:
             if _text(doc.get("agent_id", "")) == agent_id
             and _text(doc.get("deleted", "")) != "1"
             and _text(doc.get("quarantined", "")) != "1"
+            and _text(doc.get("archived", "")) != "1"
         ]
 
     def _search(

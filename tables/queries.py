@@ -41,8 +41,13 @@ class FullTextQuery:
 
 
 def live_filter(agent_id: str) -> FilterExpression:
-    """The agent's memories that recall may return: not deleted, not quarantined."""
-    return tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("quarantined") != "1")
+    """The agent's memories that recall may return: not deleted, quarantined or archived."""
+    return (
+        tenant_filter(agent_id)
+        & (Tag("deleted") != "1")
+        & (Tag("quarantined") != "1")
+        & (Tag("archived") != "1")
+    )
 
 
 def recall_filter(agent_id: str, filters: RecallFilters = NO_FILTERS) -> FilterExpression:

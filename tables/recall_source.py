@@ -48,6 +48,7 @@ NODE_FIELDS = (
     "importance",
     "deleted",
     "quarantined",
+    "archived",
     "replaced_by_summary_id",
     "actor_id",
 )
@@ -72,6 +73,7 @@ RECORD_FIELDS = (
     "normalized_hash",
     "deleted",
     "quarantined",
+    "archived",
     "replaced_by_summary_id",
     "session_id",
     "run_id",
@@ -258,7 +260,8 @@ def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
         ts_ms=int(_number(doc, "ts", 0.0)),
         utility=_number(doc, "importance", 0.5),
         deleted=(_text(doc, "deleted") == "1" and not replaced_by)
-        or _text(doc, "quarantined") == "1",
+        or _text(doc, "quarantined") == "1"
+        or _text(doc, "archived") == "1",
         replaced_by=replaced_by,
         actor=_text(doc, "actor_id"),
     )
@@ -306,6 +309,7 @@ def decode_record(doc: Mapping[str, Any], agent_id: str, dims: int) -> RecallRec
         normalized_hash=_text(doc, "normalized_hash"),
         deleted=_text(doc, "deleted") == "1",
         quarantined=_text(doc, "quarantined") == "1",
+        archived=_text(doc, "archived") == "1",
         replaced_by=_text(doc, "replaced_by_summary_id"),
         session_id=_text(doc, "session_id"),
         run_id=_text(doc, "run_id"),

@@ -90,6 +90,7 @@ def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
         "contradicted_count": 0,
         "reinforced_count": 0,
         "deleted": "0",
+        "archived": "0",
         "quarantined": "1" if record.quarantined else "0",
         "off_topic": "1" if record.off_topic else "0",
         "admission": record.admission,

@@ -52,10 +52,10 @@ def test_tenant_filter_requires_an_agent() -> None:
         tenant_filter("")
 
 
-# A record is live (recallable) unless it is deleted or quarantined; a hash that lacks
+# A record is live (recallable) unless it is deleted, quarantined or archived; a hash that lacks
 # either field is live too, which is why both are negated matches.
-LIVE_1 = "((@agent_id:{agent1} (-@deleted:{1})) (-@quarantined:{1}))"
-LIVE_DASH = "((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1}))"
+LIVE_1 = "(((@agent_id:{agent1} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"
+LIVE_DASH = "(((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"
 
 
 def test_live_filter() -> None:
@@ -76,14 +76,14 @@ def test_full_text_plain_terms() -> None:
 def test_full_text_escapes_agent_and_terms() -> None:
     query = FullTextQuery("agent-1", ("config.yaml", "don't", "node"), 5)
     assert query.query_string() == (
-        "((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1}))"
+        "(((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"
         " @text:(config\\.yaml|don\\'t|node)"
     )
 
 
 def test_full_text_single_term() -> None:
     assert FullTextQuery("a", ("x",), 1).query_string() == (
-        "((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) @text:(x)"
+        "(((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1})) @text:(x)"
     )
 
 
@@ -99,7 +99,7 @@ def test_full_text_without_agent_raises() -> None:
 def test_knn_query_string() -> None:
     query = KnnQuery("agent-1", "eidolon", 3, ("memory_id",))
     assert query.query_string() == (
-        "(((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1})))"
+        "((((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1})))"
         "=>[KNN 3 @eidolon $vec AS distance]"
     )
 
@@ -238,7 +238,8 @@ def test_recall_filter_adds_every_provenance_filter_to_the_live_filter() -> None
         layers=("input",),
     )
     assert str(recall_filter("a-1", filters)) == (
-        "((((((((((@agent_id:{a\\-1} (-@deleted:{1})) (-@quarantined:{1})) @ts:[5 +inf])"
+        "(((((((((((@agent_id:{a\\-1} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"
+        " @ts:[5 +inf])"
         " @ts:[-inf 9]) @session_id:{s\\.1}) @run_id:{r}) @actor_id:{bob})"
         " @event_type:{tool*}) @kind:{episode|summary}) @layer:{input})"
     )
@@ -251,7 +252,8 @@ def test_knn_and_full_text_queries_carry_the_filters() -> None:
     only = RecallFilters(kinds=("insight",))
     knn = KnnQuery("a", "eidolon", 30, ("memory_id",), only).query_string()
     assert knn == (
-        "((((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) @kind:{insight}))"
+        "(((((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"
+        " @kind:{insight}))"
         "=>[KNN 30 @eidolon $vec AS distance]"
     )
     text = FullTextQuery("a", ("disk", "full"), 5, only).query_string()
