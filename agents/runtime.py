@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
 from grimoire.agents.ingest import IngestHandler
+from grimoire.agents.maintenance import MaintenanceHandler
+from grimoire.agents.maintenance_runners import build_runners
 from grimoire.agents.outcomes import OutcomeHandler
+from grimoire.agents.pressure import CountingSink, WorkerPressure
 from grimoire.agents.recall import RecallHandler
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import CachingEmbedder, Embedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
+from grimoire.tables.agent_state import AgentStateStore
+from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore, known_agents
 from grimoire.tables.memory_store import RedisMemoryStore
 from grimoire.tables.recall_source import KnnPolicy
 from grimoire.tables.redis_client import create_redis
@@ -28,14 +36,31 @@ class Handlers:
     ingest: IngestHandler
     recall: RecallHandler
     outcomes: OutcomeHandler
+    maintenance: MaintenanceHandler
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Runtime:
     """Builds the handlers once, on first use, and closes what it opened."""
 
-    def __init__(self, settings: Settings, sink: EventSink, embedder: Embedder | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        sink: EventSink,
+        embedder: Embedder | None = None,
+        lag: Callable[[], int] | None = None,
+    ):
         self._settings = settings
-        self._sink = sink
+        topics = TopicNames(settings.topic_prefix)
+        self._counting = CountingSink(
+            sink, topics.dead_letters, topics.memory_events, settings.block_interval_s
+        )
+        self._sink: EventSink = self._counting
+        self._lag = lag or (lambda: 0)
+        self.worker_id = worker_id()
         self._embedder = embedder
         self._handlers: Handlers | None = None
         self._lock = asyncio.Lock()
@@ -73,7 +98,22 @@ class Runtime:
         await store.ensure_schema()
         topics = TopicNames(settings.topic_prefix)
         logger.info("runtime ready (prefix %s)", settings.topic_prefix)
+        redis = self._redis
         return Handlers(
+            maintenance=MaintenanceHandler(
+                ledgers=MaintenanceLedgerStore(redis, settings.topic_prefix),
+                agent_state=AgentStateStore(redis, settings.topic_prefix),
+                runners=build_runners(redis, store, embedder, settings),
+                sink=self._sink,
+                topics=topics,
+                worker_id=self.worker_id,
+                block_interval_ms=int(settings.block_interval_s * 1000),
+                live_count=store.count,
+                policy=settings.maintenance_policy,
+                pressure=WorkerPressure(self._counting, self._lag),
+                limits=settings.input_limits,
+                lease_ms=int(settings.maintenance_lease_s * 1000),
+            ),
             ingest=IngestHandler(
                 store,
                 embedder,
@@ -94,6 +134,12 @@ class Runtime:
             ),
             outcomes=OutcomeHandler(store, self._sink, topics, settings.input_limits),
         )
+
+    async def known_agents(self) -> AsyncIterator[str]:
+        await self.handlers()
+        assert self._redis is not None
+        async for agent_id in known_agents(self._redis, self._settings.topic_prefix):
+            yield agent_id
 
     async def close(self) -> None:
         if self._redis is not None:

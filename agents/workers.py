@@ -14,6 +14,7 @@ from grimoire.agents.runtime import Runtime
 from grimoire.infra.settings import Settings
 from grimoire.streams.records import EventType
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import MaintenanceCommandV1
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ def register_agents(app: faust.App, runtime: Runtime, settings: Settings) -> Non
 
     app.agent(raw_topic(names.outcomes), name="grimoire.outcomes")(outcomes)
 
+    if settings.maintenance_enabled:
+        register_maintenance(app, runtime, settings, raw_topic(names.maintenance))
+
     async def warm_up() -> None:
         # Load the model and check the index before the first event arrives, so
         # the first recall does not pay for it.
@@ -139,3 +143,36 @@ def register_agents(app: faust.App, runtime: Runtime, settings: Settings) -> Non
         name="grimoire.recall",
         concurrency=settings.recall_concurrency,
     )(recall)
+
+
+def register_maintenance(app: faust.App, runtime: Runtime, settings: Settings, topic: Any) -> None:
+    """The leader's block timer fans commands out by agent id; the worker owning
+    an agent's partition runs them, so one agent is maintained by one worker."""
+    names = TopicNames(settings.topic_prefix)
+
+    async def maintenance(stream: Any) -> AsyncIterator[None]:
+        async for event in stream.events():
+            message = _message(event)
+
+            async def process(message: InputMessage = message) -> None:
+                handlers = await runtime.handlers()
+                await handlers.maintenance.handle(message)
+
+            # A failed pass stays due (its ledger is not advanced); retrying it
+            # here would only hold up the other agents on the partition.
+            await _with_retry("maintenance", process, attempts=2)
+            yield None
+
+    app.agent(topic, name="grimoire.maintenance")(maintenance)
+
+    async def block_timer() -> None:
+        sent = 0
+        async for agent_id in runtime.known_agents():
+            command = MaintenanceCommandV1(agent_id=agent_id, issued_by=runtime.worker_id)
+            await app.producer.send(
+                names.maintenance, agent_id.encode(), command.dumps_json(), None, None, None
+            )
+            sent += 1
+        logger.debug("block timer: %d maintenance commands", sent)
+
+    app.timer(interval=settings.block_interval_s, on_leader=True)(block_timer)

@@ -6,11 +6,13 @@ from typing import Any
 
 import faust
 
+from grimoire.agents.pressure import faust_consumer_lag
 from grimoire.agents.runtime import Runtime
 from grimoire.agents.workers import FaustSink, register_agents
 from grimoire.infra.embedding import Embedder
 from grimoire.infra.settings import Settings
 from grimoire.infra.transport import tuned_transport
+from grimoire.topics.declarations import TopicNames
 
 
 class GrimoireApp(faust.App):
@@ -44,7 +46,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
         web_bind="127.0.0.1",
     )
     app.fetch_max_wait_ms = settings.consumer_fetch_max_wait_ms
-    runtime = Runtime(settings, FaustSink(app), embedder)
+    names = TopicNames(settings.topic_prefix)
+    ingest_topics = {names.episodes, names.tool_events, names.transcripts, names.outcomes}
+    runtime = Runtime(
+        settings, FaustSink(app), embedder, lag=faust_consumer_lag(app, ingest_topics)
+    )
     register_agents(app, runtime, settings)
 
     @app.on_before_shutdown.connect  # type: ignore[misc]

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grimoire.streams.daimoi import WalkBudget
 from grimoire.streams.fields import InputLimits
+from grimoire.streams.maintenance import MaintenancePolicy
 from grimoire.streams.recall_flow import RankingPolicy
 from grimoire.streams.recall_options import RecallBudgets
 from grimoire.streams.requests import RecallLimits
@@ -68,6 +69,17 @@ class Settings(BaseSettings):
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 
+    # Block-cadence maintenance (SPEC §6); periods count the agent's ticks.
+    maintenance_enabled: bool = True
+    maintenance_curator_every_ticks: int = Field(50, ge=1)
+    maintenance_compaction_every_ticks: int = Field(200, ge=1)
+    maintenance_compaction_trigger_memories: int = Field(50_000, ge=1)
+    maintenance_throttle_lag: int = Field(5_000, ge=1)
+    maintenance_pause_lag: int = Field(50_000, ge=1)
+    maintenance_decay_pass_limit: int = Field(2_000, ge=1)
+    maintenance_compaction_budget: int = Field(16, ge=1)  # clusters per pass
+    maintenance_lease_s: float = Field(120.0, gt=0)
+
     # Tuned for tansu (see README "Faust on tansu"); defaults suit Apache Kafka too.
     # How long an empty fetch may wait. Lower answers recalls sooner when idle but
     # makes the broker and consumer poll harder: on 2 cores 20 ms cost ~7 % of
@@ -82,6 +94,16 @@ class Settings(BaseSettings):
     web_enabled: bool = False
     web_port: int = 6066
     log_level: str = "INFO"
+
+    @property
+    def maintenance_policy(self) -> MaintenancePolicy:
+        return MaintenancePolicy(
+            curator_every_ticks=self.maintenance_curator_every_ticks,
+            compaction_every_ticks=self.maintenance_compaction_every_ticks,
+            compaction_trigger_memories=self.maintenance_compaction_trigger_memories,
+            throttle_lag=self.maintenance_throttle_lag,
+            pause_lag=self.maintenance_pause_lag,
+        )
 
     @property
     def bootstrap_servers(self) -> str:

@@ -46,6 +46,10 @@ class TopicNames:
     def dead_letters(self) -> str:
         return self._name("dead-letters")
 
+    @property
+    def maintenance(self) -> str:
+        return self._name("maintenance")
+
     def reply_topic(self, client_id: str) -> str:
         return self._name(f"replies.{client_id}")
 
@@ -58,6 +62,7 @@ class TopicNames:
             self.recall_requests,
             self.memory_events,
             self.dead_letters,
+            self.maintenance,
         )
 
 

@@ -92,6 +92,35 @@ class OutcomeV1(_Wire, namespace="grimoire.outcome.v1"):
     schema: str = "grimoire.outcome/1"
 
 
+class MaintenanceCommandV1(_Wire, namespace="grimoire.maintenance_command.v1"):
+    """Sent by the leader's block timer (or an operator) keyed by agent id, so the
+    worker owning the agent's partition runs its maintenance. What runs is decided
+    from the agent's tick counter on arrival, not from anything in the command but
+    `force_compaction` (the "compact now" trigger)."""
+
+    agent_id: str
+    reason: str = "block"  # block | manual
+    force_compaction: bool | None = None
+    issued_by: str | None = None  # the emitting worker (informational)
+    schema: str = "grimoire.maintenance_command/1"
+
+
+class MaintenanceEventV1(_Wire, namespace="grimoire.maintenance_event.v1"):
+    """What a maintenance task did, on memory-events: GrimoireDecay,
+    CuratorCycleComplete, GrimoireCompaction, GrimoireMaintenance (the run)."""
+
+    type: str
+    agent_id: str
+    tick: int
+    ts: int  # the event time the task ran "as of" (the agent's watermark)
+    worker: str
+    tasks: list[str] | None = None
+    postponed: list[str] | None = None
+    pressure: str | None = None
+    report: dict[str, Any] | None = None
+    schema: str = "grimoire.maintenance_event/1"
+
+
 class RecallRequestV1(_Wire, namespace="grimoire.recall_request.v1"):
     """A recall request; everything but the four first fields is optional.
 

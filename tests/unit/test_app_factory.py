@@ -40,7 +40,14 @@ async def test_every_input_topic_has_an_agent() -> None:
         "unit.transcripts",
         "unit.recall-requests",
         "unit.outcomes",
+        "unit.maintenance",
     }
+
+
+async def test_maintenance_can_be_switched_off() -> None:
+    app = create_app(_settings(maintenance_enabled=False))
+    consumed = {topic for agent in app.agents.values() for topic in agent.channel.topics}
+    assert "unit.maintenance" not in consumed
 
 
 def test_a_child_process_environment_reproduces_every_setting(
