@@ -51,6 +51,9 @@ def settings(local_services: LocalServices) -> Settings:
         broker_url=f"kafka://{local_services.kafka_bootstrap}",
         redis_url=local_services.redis_url,
         topic_prefix=f"it{uuid.uuid4().hex[:8]}",
+        # Maintenance has its own tests (and workers); here it would add curator
+        # insights to what other tests recall.
+        maintenance_enabled=False,
         _env_file=None,  # type: ignore[call-arg]
     )
 
