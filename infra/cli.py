@@ -55,6 +55,7 @@ async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
     from dataclasses import asdict
 
     from grimoire.tables.agent_state import AgentStateStore, AgentStats
+    from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore
     from grimoire.tables.redis_client import create_redis
 
     redis = create_redis(settings.redis_url, 2)
@@ -62,6 +63,7 @@ async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
         state = AgentStateStore(redis, settings.topic_prefix)
         stats = AgentStats.from_counters(await state.stats(agent_id))
         field = await state.field(agent_id)
+        ledger = await MaintenanceLedgerStore(redis, settings.topic_prefix).ledger(agent_id)
         return {
             "agent_id": agent_id,
             **asdict(stats),
@@ -71,9 +73,19 @@ async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
             "tick": field.tick,
             "regime": field.regime,
             "focus": list(field.digest()),
+            "maintenance_ticks": asdict(ledger),
         }
     finally:
         await redis.aclose()
+
+
+async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
+    from grimoire.topics.client import GrimoireClient
+
+    async with GrimoireClient(
+        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+    ) as client:
+        await client.request_maintenance(agent_id, compact=compact)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     recall.add_argument("query")
     stats = sub.add_parser("stats", help="an agent's write-path counters and field state (JSON)")
     stats.add_argument("--agent", required=True)
+    maintain = sub.add_parser("maintain", help="ask for an agent's due maintenance now")
+    maintain.add_argument("--agent", required=True)
+    maintain.add_argument("--compact", action="store_true", help="compact now, even if not due")
     demo = sub.add_parser("demo", help="services + worker + simulated agent + recall questions")
     demo.add_argument("--ticks", type=int, default=6)
     demo.add_argument("--block-interval", type=float, default=None)
@@ -121,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stats":
         report = asyncio.run(_stats(settings, args.agent))
         sys.stdout.write(orjson.dumps(report).decode() + "\n")
+        return 0
+    if args.command == "maintain":
+        asyncio.run(_maintain(settings, args.agent, args.compact))
         return 0
     if args.command == "demo":
         from grimoire.infra.demo import run_demo

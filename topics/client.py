@@ -20,6 +20,7 @@ from grimoire.streams.exceptions import GrimoireError
 from grimoire.topics.declarations import TopicNames, ensure_topics
 from grimoire.topics.schemas import (
     EpisodeV1,
+    MaintenanceCommandV1,
     OutcomeV1,
     RecallItemV1,
     RecallRequestV1,
@@ -178,6 +179,14 @@ class GrimoireClient:
 
     async def publish_outcome(self, outcome: OutcomeV1) -> None:
         await self.publish_raw(self.topics.outcomes, outcome.agent_id, outcome.dumps_json())
+
+    async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
+        """Ask the worker owning the agent to run what is due now ("compact now" with
+        `compact`); the block timer does this on its own every block interval."""
+        command = MaintenanceCommandV1(
+            agent_id=agent_id, reason="manual", force_compaction=compact or None
+        )
+        await self.publish_raw(self.topics.maintenance, agent_id, command.dumps_json())
 
     async def recall(
         self,
