@@ -136,7 +136,7 @@ async def test_a_failed_task_stays_due_and_pressure_postpones(redis_client: Redi
     await _set_tick(redis_client, prefix, agent, 5)
     runners = {Task.DECAY: Recording(Task.DECAY), Task.CURATOR: Recording(Task.CURATOR, 1)}
     pressure = Pressure()
-    handler, sink = _handler(redis_client, prefix, runners, "w1", pressure=pressure)
+    handler, _ = _handler(redis_client, prefix, runners, "w1", pressure=pressure)
     await handler.handle(_message(agent))
     ledger = await MaintenanceLedgerStore(redis_client, prefix).ledger(agent)
     assert (ledger.decay, ledger.curator) == (5, None)
