@@ -8,6 +8,7 @@ command finds nothing due and a replay runs the same cycles.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -110,17 +111,27 @@ class MaintenanceHandler:
             pressure=assess_pressure(self.pressure.signals(), self.policy),
             policy=self.policy,
         )
+        await self.execute(plan)
+        return plan
+
+    async def execute(self, plan: MaintenancePlan) -> list[str]:
+        """Run the plan's tasks in order; returns the ones completed. A task that
+        raises is logged and stays due (its ledger entry does not advance)."""
+        agent_id, tick = plan.agent_id, plan.tick
         done: list[str] = []
         for task in plan.tasks:
             runner = self.runners.get(task)
             if runner is None:
                 continue
+            started = time.perf_counter()
             try:
                 report = dict(await runner(plan))
             except Exception:
                 # Stays due: the ledger is not advanced, the next block retries.
                 logger.exception("maintenance %s of %s at tick %d failed", task, agent_id, tick)
                 continue
+            # Operational only (never an input to a decision): what the pass cost.
+            report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
             if not await self.ledgers.complete(agent_id, task, tick, self.worker_id, report):
                 continue  # another holder completed it first (its report was sent)
             done.append(task.value)
@@ -132,7 +143,7 @@ class MaintenanceHandler:
                 tasks=done,
                 postponed=[task.value for task in plan.postponed],
             )
-        return plan
+        return done
 
     async def _emit(
         self,

@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     recall_bench = bench_kind.add_parser("recall", help="recall latency at 10k and 100k memories")
     recall_bench.add_argument("--sizes", default="10000,100000", help="comma-separated sizes")
     recall_bench.add_argument("--queries", type=int, default=200, help="timed queries per size")
+    maint_bench = bench_kind.add_parser(
+        "maintenance", help="one due maintenance pass at 10k and 100k memories"
+    )
+    maint_bench.add_argument("--sizes", default="10000,100000", help="comma-separated sizes")
+    maint_bench.add_argument("--fresh", type=int, default=500, help="new memories per pass")
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
     locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
@@ -156,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
 
         sizes = tuple(int(size) for size in args.sizes.split(","))
         result = run_recall_bench(settings, sizes=sizes, queries=args.queries)
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
+    if args.command == "bench" and args.bench == "maintenance":
+        from grimoire.infra.bench_maintenance import run_maintenance_bench
+
+        sizes = tuple(int(size) for size in args.sizes.split(","))
+        result = run_maintenance_bench(settings, sizes=sizes, fresh=args.fresh)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     if args.command == "bench" and args.bench == "locomo":

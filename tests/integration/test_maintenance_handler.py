@@ -106,7 +106,8 @@ async def test_due_tasks_run_once_per_tick_and_report(redis_client: Redis) -> No
         "CuratorCycleComplete",
         "GrimoireMaintenance",
     ]
-    assert events[1]["report"] == {"entries": 1} and events[1]["worker"] == "w1"
+    assert events[1]["report"]["entries"] == 1 and events[1]["worker"] == "w1"
+    assert events[1]["report"]["elapsed_ms"] >= 0
     assert [agent async for agent in known_agents(redis_client, prefix)] == [agent]
     history = await MaintenanceLedgerStore(redis_client, prefix).history(agent)
     assert [(h["task"], h["tick"], h["worker"]) for h in history] == [
