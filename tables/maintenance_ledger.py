@@ -82,8 +82,9 @@ _TASK_FIELDS = frozenset(task.value for task in Task)
 
 
 async def known_agents(redis: Redis, prefix: str, batch: int = 500) -> AsyncIterator[str]:
-    """Every agent with field state (i.e. that has ever had an event ingested)."""
-    async for name, _ in redis.hscan_iter(f"{prefix}:field", count=batch):
+    """Every agent that has ever had an event ingested (the watermark index the
+    write path keeps: one small member per agent, cheap to scan)."""
+    async for name, _ in redis.zscan_iter(f"{prefix}:watermarks", count=batch):
         yield _s(name)
 
 

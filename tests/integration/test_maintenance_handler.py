@@ -60,6 +60,7 @@ async def _set_tick(redis: Redis, prefix: str, agent_id: str, tick: int) -> None
     async with redis.pipeline(transaction=False) as pipe:
         state = FieldState(agent_id=agent_id, watermark_ms=1_000_000 + tick * 12_000, tick=tick)
         AgentStateStore(redis, prefix).save_field(pipe, state)
+        pipe.zadd(f"{prefix}:watermarks", {agent_id: state.watermark_ms}, gt=True)
         await pipe.execute()
 
 
