@@ -13,6 +13,7 @@ the log schedules and plans identically.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -50,8 +51,7 @@ class DecayBands:
     thresholds: tuple[float, ...] = (0.4, 0.1)
 
     def __post_init__(self) -> None:
-        pairs = zip(self.thresholds, self.thresholds[1:], strict=False)
-        if any(high <= low for high, low in pairs):
+        if any(high <= low for high, low in itertools.pairwise(self.thresholds)):
             raise DecayBandsError(f"thresholds must be strictly descending: {self.thresholds}")
         if any(not 0.0 < t <= 1.0 for t in self.thresholds):
             raise DecayBandsError(f"thresholds must lie in (0, 1]: {self.thresholds}")
@@ -188,7 +188,9 @@ def next_crossing_ms(
     level = bands.exit_level(band, policy.floor)
     if level is None:
         return None
-    life = half_life_ms(entry.kind, entry.decay_class or None, entry.provenance, entry.quality, policy)
+    life = half_life_ms(
+        entry.kind, entry.decay_class or None, entry.provenance, entry.quality, policy
+    )
     scale = life * entry.strength
     if math.isinf(scale):
         return None

@@ -199,7 +199,7 @@ class DecayIndex:
         scheduled = 0
         offset = 0
         while True:
-            reply = await self._redis.execute_command(
+            reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
                 "FT.SEARCH", index, query, "NOCONTENT", "SORTBY", "ts", "ASC",
                 "LIMIT", offset, batch, "DIALECT", 2,
             )  # fmt: skip
@@ -238,6 +238,6 @@ class DecayIndex:
 def _nocontent_keys(reply: Any) -> Iterable[str]:
     """Document keys of an FT.SEARCH NOCONTENT reply in either protocol."""
     if isinstance(reply, dict):  # RESP3
-        rows = reply.get("results", reply.get(b"results", []))
+        rows: list[Any] = list(reply.get("results", reply.get(b"results")) or [])
         return [text_of(row.get("id", row.get(b"id"))) for row in rows]
-    return [text_of(key) for key in list(reply)[1:]]
+    return [text_of(key) for key in list(reply or [])[1:]]

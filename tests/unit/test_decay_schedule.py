@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -223,7 +224,7 @@ def test_property_never_increases_and_never_below_floor() -> None:
         times = sorted(T0 + rng.randrange(-40 * DAY_MS, 400 * DAY_MS) for _ in range(6))
         values = [effective_now(e, t) for t in times]
         assert all(v >= 0.05 for v in values)
-        assert all(a >= b for a, b in zip(values, values[1:], strict=False)), (e, times)
+        assert all(a >= b for a, b in itertools.pairwise(values)), (e, times)
 
 
 def test_property_crossings_are_exact() -> None:
@@ -267,7 +268,9 @@ def test_property_pass_stores_the_read_time_value() -> None:
         if update.next_due_ms is not None:
             assert update.next_due_ms > now
     n = len(entries)
-    befores = [e.stored_effective if e.stored_effective is not None else e.confidence for e in entries]
+    befores = [
+        e.stored_effective if e.stored_effective is not None else e.confidence for e in entries
+    ]
     assert plan.report.avg_before == pytest.approx(sum(befores) / n)
     assert plan.report.avg_after == pytest.approx(sum(u.effective_after for u in plan.updates) / n)
 
