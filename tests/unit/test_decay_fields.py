@@ -110,7 +110,7 @@ def test_a_freshly_encoded_record_is_due_at_its_first_crossing() -> None:
     fields = hash_fields(MemoryRecord(candidate, vector, confidence=0.8), 0)
     state = decode_state(fields, None, None)
     assert state is not None and state.agent_id == "agent-1"
-    # Insight 7 d, predecessor 3× slower: 0.8 halves to 0.4 at 21 d.
+    # Insight 7 d, predecessor 3x slower: 0.8 halves to 0.4 at 21 d.
     assert initial_due_ms(state.entry) == T0 + 21 * DAY_MS + 1
 
 
