@@ -3,7 +3,7 @@ memories takes about as long among 10k memories as among 100k."""
 
 from __future__ import annotations
 
-import statistics
+import gc
 import time
 import uuid
 from typing import Any
@@ -40,7 +40,7 @@ def doc(memory_id: str, agent_id: str, kind: str) -> dict[str, Any]:
     }
 
 
-async def median_pass_ms(redis: Redis, prefix: str, total: int) -> float:
+async def fastest_pass_ms(redis: Redis, prefix: str, total: int) -> float:
     decay = DecayIndex(redis, prefix)
     agent = "agent-scale"
     for start in range(0, total, CHUNK):
@@ -52,7 +52,8 @@ async def median_pass_ms(redis: Redis, prefix: str, total: int) -> float:
                 decay.schedule_new(pipe, fields)
             await pipe.execute()
     timings: list[float] = []
-    for rep in range(7):
+    gc.collect()
+    for rep in range(10):
         now = T0 + H48 + 1 + rep
         # Make the same DUE memories due again, as an access or outcome would.
         async with redis.pipeline(transaction=False) as pipe:
@@ -64,7 +65,9 @@ async def median_pass_ms(redis: Redis, prefix: str, total: int) -> float:
         timings.append(time.perf_counter() - started)
         assert report.entries_decayed == DUE
     assert await redis.zcard(decay.keys.schedule(agent)) == total
-    return statistics.median(timings) * 1000
+    # The fastest of several runs: the pass's own cost, without scheduler or GC noise
+    # (the first run also warms the script cache and the connection).
+    return min(timings[1:]) * 1000
 
 
 async def drop(redis: Redis, prefix: str) -> None:
@@ -85,8 +88,8 @@ async def test_pass_cost_is_independent_of_store_size(
     for total in (10_000, 100_000):
         prefix = f"{settings.topic_prefix}ds{uuid.uuid4().hex[:6]}"
         try:
-            timings[total] = await median_pass_ms(redis_client, prefix, total)
+            timings[total] = await fastest_pass_ms(redis_client, prefix, total)
         finally:
             await drop(redis_client, prefix)
-    print(f"decay pass median ms by store size: {timings}")
+    print(f"decay pass fastest ms by store size: {timings}")
     assert timings[100_000] <= 2 * timings[10_000], timings
