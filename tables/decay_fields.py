@@ -1,0 +1,87 @@
+"""Stored memory hash fields → the inputs of decay, read exactly as recall reads them.
+
+The pass's snapshot must equal the value recall computes on read, so every
+default and parse here mirrors `recall_source.decode_record` / `with_usage`:
+a missing confidence reads 0.5, a missing strength 1.0, an empty provenance
+"self", an empty decay class "use the kind", and the effective last access is
+the later of the record's own and the usage hash's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from grimoire.streams.decay_schedule import DecayEntry
+from grimoire.tables.record_codec import text_of
+
+logger = logging.getLogger(__name__)
+
+DECAY_FIELDS: Final = (
+    "memory_id",
+    "agent_id",
+    "kind",
+    "ts",
+    "confidence",
+    "quality",
+    "strength",
+    "last_accessed",
+    "decay_class",
+    "provenance",
+    "deleted",
+    "archived",
+    "replaced_by_summary_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDecayState:
+    agent_id: str
+    entry: DecayEntry
+    live: bool  # False: deleted, compacted into a summary, or archived
+
+
+def _text(doc: Mapping[str, Any], name: str) -> str:
+    value = doc.get(name)
+    return "" if value is None else text_of(value)
+
+
+def _number(value: Any, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        return float(text_of(value))
+    except ValueError:
+        return default
+
+
+def decode_state(
+    doc: Mapping[str, Any], usage_last_accessed: Any, snapshot_effective: Any
+) -> StoredDecayState | None:
+    """None for a missing memory hash; `doc` may also be a `hash_fields` mapping."""
+    if doc.get("memory_id") is None:
+        return None
+    last = _number(doc.get("last_accessed"), -1.0)
+    used = _number(usage_last_accessed, -1.0)
+    last = max(last, used)
+    origin = int(last) if last >= 0 else int(_number(doc.get("ts"), 0.0))
+    snapshot = _number(snapshot_effective, -1.0)
+    entry = DecayEntry(
+        memory_id=text_of(doc["memory_id"]),
+        confidence=_number(doc.get("confidence"), 0.5),
+        last_accessed_ms=origin,
+        kind=_text(doc, "kind"),
+        decay_class=_text(doc, "decay_class") or None,
+        provenance=_text(doc, "provenance") or "self",
+        quality=_number(doc.get("quality"), 0.5),
+        strength=_number(doc.get("strength"), 1.0),
+        stored_effective=snapshot if snapshot >= 0 else None,
+    )
+    live = not (
+        _text(doc, "deleted") == "1"
+        or _text(doc, "archived") == "1"
+        or bool(_text(doc, "replaced_by_summary_id"))
+    )
+    return StoredDecayState(agent_id=_text(doc, "agent_id"), entry=entry, live=live)
