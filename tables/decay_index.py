@@ -89,16 +89,30 @@ class DecayIndex:
 
     # ---- scheduling -------------------------------------------------------------
 
-    def schedule(self, pipe: Any, agent_id: str, memory_id: str, due: int | None) -> None:
-        """Queue a memory's due time on the caller's pipeline; None unschedules it."""
+    def schedule(
+        self,
+        pipe: Any,
+        agent_id: str,
+        memory_id: str,
+        due: int | None,
+        *,
+        keep_existing: bool = False,
+    ) -> None:
+        """Queue a memory's due time on the caller's pipeline; None unschedules it.
+        `keep_existing` leaves an already scheduled memory's due time alone."""
         key = self.keys.schedule(agent_id)
         if due is None:
-            pipe.zrem(key, memory_id)
+            if not keep_existing:
+                pipe.zrem(key, memory_id)
         else:
-            pipe.zadd(key, {memory_id: due})
+            pipe.zadd(key, {memory_id: due}, nx=keep_existing)
 
-    def schedule_new(self, pipe: Any, fields: Mapping[str, Any]) -> None:
-        """Queue a freshly written memory (its `hash_fields`) at its first crossing."""
+    def schedule_new(
+        self, pipe: Any, fields: Mapping[str, Any], *, keep_existing: bool = False
+    ) -> None:
+        """Queue a freshly written memory (its `hash_fields`) at its first crossing;
+        with `keep_existing`, only if it is not scheduled yet (an aggregate's seed
+        is written only by the fold that creates it)."""
         state = decode_state(fields, None, None)
         if state is None or not state.live:
             return
@@ -107,7 +121,7 @@ class DecayIndex:
         except ValueError as exc:
             logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
             return
-        self.schedule(pipe, state.agent_id, state.entry.memory_id, due)
+        self.schedule(pipe, state.agent_id, state.entry.memory_id, due, keep_existing=keep_existing)
 
     async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
         """Recompute due times after accesses or outcomes changed the stored fields."""

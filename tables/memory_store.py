@@ -21,6 +21,7 @@ from grimoire.streams.recall_source import RecallSource
 from grimoire.streams.write_plan import StoredNeighbour
 from grimoire.streams.writes import WriteBatch
 from grimoire.tables.agent_state import AgentStateStore
+from grimoire.tables.decay_index import DecayIndex
 from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
@@ -101,6 +102,7 @@ class RedisMemoryStore:
         self.graph = RedisGraph(redis, prefix)
         self.state = AgentStateStore(redis, prefix)
         self._scripts = RedisScripts(redis)
+        self.decay = DecayIndex(redis, prefix)
 
     @property
     def index_name(self) -> str:
@@ -178,7 +180,9 @@ class RedisMemoryStore:
         async with self._redis.pipeline(transaction=False) as pipe:
             for record in batch.records:
                 cand = record.candidate
-                pipe.hset(self.key(record.id), mapping=hash_fields(record, now_ms))
+                fields = hash_fields(record, now_ms)
+                pipe.hset(self.key(record.id), mapping=fields)
+                self.decay.schedule_new(pipe, fields)
                 self.graph.link(pipe, cand.agent_id, cand.id, cand.ts_ms, cand.keys)
                 if cand.hyperedge is not None:
                     self.graph.bind(
@@ -187,6 +191,7 @@ class RedisMemoryStore:
             for fold in batch.folds:
                 seed = hash_fields(fold.seed, now_ms)
                 self._scripts.fold_aggregate(pipe, self.key(fold.aggregate_id), seed, fold.ts_ms)
+                self.decay.schedule_new(pipe, seed, keep_existing=True)
                 seed_cand = fold.seed.candidate
                 self.graph.link(
                     pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
@@ -290,7 +295,11 @@ class RedisMemoryStore:
             effect.validated,
             effect.contradicted,
         ]
-        return await self._scripts.apply_outcome(keys, args)
+        changed = await self._scripts.apply_outcome(keys, args)
+        if changed > 0 and effect.touches_memories:
+            # Confidence or the decay origin moved, so each band crossing did too.
+            await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
+        return changed
 
     def recall_source(self, agent_id: str) -> RecallSource:
         """A read view bound to one agent, for one request (it caches records)."""
