@@ -23,12 +23,13 @@ from redisvl.query.filter import FilterExpression, Num, Tag
 from grimoire.streams.curated import (
     CuratedEntry,
     CuratorPlan,
+    CuratorPolicy,
     CuratorReport,
     EntryStatus,
     QuarantineAction,
     QuarantinedView,
 )
-from grimoire.streams.curator import CuratorPolicy, effective, plan_cycle
+from grimoire.streams.curator import effective, plan_cycle
 from grimoire.streams.distill import Distiller, EpisodeView
 from grimoire.streams.playbook import render_playbook
 from grimoire.tables.curator_codec import (
