@@ -4,15 +4,19 @@ compaction), each built on its Redis store and adapted to `TaskRunner`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import orjson
 from redis.asyncio import Redis
 
 from grimoire.agents.maintenance import TaskRunner
+from grimoire.infra.embedding import Embedder
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance import MaintenancePlan, Task
+from grimoire.tables.curator_store import RedisCuratorStore
 from grimoire.tables.decay_index import DecayIndex
 from grimoire.tables.memory_store import RedisMemoryStore
 
@@ -35,9 +39,39 @@ class DecayRunner:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class CuratorRunner:
+    """One curator cycle (numbered by the tick, so a replay numbers it alike); its
+    votes and new entries change confidences, so their decay is rescheduled."""
+
+    curator: RedisCuratorStore
+    decay: DecayIndex
+
+    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
+        report = await self.curator.run_cycle(plan.agent_id, plan.as_of_ms, plan.curator_cycle)
+        entries = await self.curator.entries(plan.agent_id)
+        await self.decay.reschedule(
+            plan.agent_id, [entry.memory_id for entry in entries], plan.as_of_ms
+        )
+        body: dict[str, Any] = orjson.loads(report.event_json())
+        body.pop("type", None)
+        body.pop("agent_id", None)
+        return body
+
+
+def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[bytes]]]:
+    async def embed(texts: Sequence[str]) -> list[bytes]:
+        vectors = await embedder.embed(texts)
+        return [np.asarray(vector, dtype=np.float32).tobytes() for vector in vectors]
+
+    return embed
+
+
 def build_runners(
-    redis: Redis, store: RedisMemoryStore, embedder: Any, settings: Settings
+    redis: Redis, store: RedisMemoryStore, embedder: Embedder, settings: Settings
 ) -> Mapping[Task, TaskRunner]:
+    curator = RedisCuratorStore(redis, settings.topic_prefix, model_bytes(embedder))
     return {
         Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
+        Task.CURATOR: CuratorRunner(curator, store.decay),
     }
