@@ -79,6 +79,21 @@ async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
         await redis.aclose()
 
 
+async def _playbook(settings: Settings, agent_id: str) -> str | None:
+    from grimoire.tables.curator_store import RedisCuratorStore
+    from grimoire.tables.redis_client import create_redis
+
+    async def no_embedding(texts: object) -> list[bytes]:
+        raise RuntimeError("reading a playbook embeds nothing")
+
+    redis = create_redis(settings.redis_url, 2)
+    try:
+        store = RedisCuratorStore(redis, settings.topic_prefix, no_embedding)
+        return await store.get_playbook(agent_id)
+    finally:
+        await redis.aclose()
+
+
 async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
     from grimoire.topics.client import GrimoireClient
 
@@ -100,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     recall.add_argument("query")
     stats = sub.add_parser("stats", help="an agent's write-path counters and field state (JSON)")
     stats.add_argument("--agent", required=True)
+    playbook = sub.add_parser("playbook", help="print an agent's PLAYBOOK.md (curator output)")
+    playbook.add_argument("--agent", required=True)
     maintain = sub.add_parser("maintain", help="ask for an agent's due maintenance now")
     maintain.add_argument("--agent", required=True)
     maintain.add_argument("--compact", action="store_true", help="compact now, even if not due")
@@ -141,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stats":
         report = asyncio.run(_stats(settings, args.agent))
         sys.stdout.write(orjson.dumps(report).decode() + "\n")
+        return 0
+    if args.command == "playbook":
+        text = asyncio.run(_playbook(settings, args.agent))
+        if text is None:
+            sys.stderr.write(f"no PLAYBOOK.md yet for {args.agent}\n")
+            return 1
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return 0
     if args.command == "maintain":
         asyncio.run(_maintain(settings, args.agent, args.compact))
