@@ -88,7 +88,8 @@ async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[
         eidolon_weight=settings.eidolon_state_weight,
         limits=settings.input_limits,
     )
-    runtime = Runtime(settings, MemorySink(), embedder)
+    sink = MemorySink()
+    runtime = Runtime(settings, sink, embedder)
     state = AgentStateStore(redis, settings.topic_prefix)
     block_ms = int(settings.block_interval_s * 1000)
     every = settings.maintenance_curator_every_ticks
@@ -109,14 +110,12 @@ async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[
                 await loader.load_until(size - fresh * (REPEATS - 1 - repeat))
                 serial += 1
                 plan = await _plan(state, block_ms, every, serial)
-                sink = handler.sink
-                before = len(sink.sent) if isinstance(sink, MemorySink) else 0
+                before = len(sink.sent)
                 begun = time.perf_counter()
                 await handler.execute(plan)
                 samples.append((time.perf_counter() - begun) * 1000)
-                if isinstance(sink, MemorySink):
-                    for _topic, _key, value in sink.sent[before:]:
-                        _record_task_time(value, tasks)
+                for _topic, _key, value in sink.sent[before:]:
+                    _record_task_time(value, tasks)
             stored = await store.count(AGENT)
             label = str(size)
             report[label] = {
