@@ -3,7 +3,7 @@ summaries. Pure: candidates, key degrees and the event time come in as values,
 the plan goes out as a value, so replaying a maintenance command plans the same.
 
 Clusters are key-centred: inside one day/week bucket the hottest eligible key
-(summed candidate score × type weight) gathers its memories, highest score
+(summed candidate score x type weight) gathers its memories, highest score
 first, up to a size and token cap; its members leave the pool and the next key
 is chosen. Keys whose degree reaches `hub_degree` never centre a cluster: a
 hub joins everything, so a cluster around it would be arbitrary, and the hub's
@@ -152,7 +152,7 @@ def eligible(c: CompactionCandidate, now_ms: int, policy: CompactionPolicy) -> b
 
 
 def decayed_usage(c: CompactionCandidate, now_ms: int, policy: CompactionPolicy) -> float:
-    """`included_count_decay` ×0.95 per whole day since the last inclusion, on read:
+    """`included_count_decay` x0.95 per whole day since the last inclusion, on read:
     whole days keep it free of float jitter between replays."""
     since = c.last_accessed_ms if c.last_accessed_ms is not None else c.ts_ms
     days = max(now_ms - since, 0) // DAY_MS
@@ -217,7 +217,7 @@ def _hottest(
     policy: CompactionPolicy,
     skipped: set[tuple[int, str]],
 ) -> tuple[int, str, list[CompactionCandidate]] | None:
-    """The (bucket, key) whose members carry the most score × key type weight."""
+    """The (bucket, key) whose members carry the most score x key type weight."""
     groups: dict[tuple[int, str], list[CompactionCandidate]] = defaultdict(list)
     for c in pool.values():
         bucket = c.ts_ms - c.ts_ms % policy.window_ms

@@ -61,7 +61,7 @@ def rolled_up_keys(
     limit: int,
     weights: KeyWeights = DEFAULT_WEIGHTS,
 ) -> tuple[str, ...]:
-    """Union of the sources' keys scored by frequency × type weight × inverse
+    """Union of the sources' keys scored by frequency x type weight x inverse
     degree, capped at `limit`; the centre key always stays so the cluster's own
     hook survives. Ties break on the key so the choice is stable."""
     counts = Counter(key for source in sources for key in set(source.keys))
@@ -80,7 +80,7 @@ def rolled_up_keys(
 def rolled_up_tags(
     sources: Sequence[SummarySource], *, limit: int, weights: KeyWeights = DEFAULT_WEIGHTS
 ) -> tuple[str, ...]:
-    """GC tags, every ops/err tag present, then the rest by frequency × type weight."""
+    """GC tags, every ops/err tag present, then the rest by frequency x type weight."""
     counts = Counter(tag for source in sources for tag in set(source.tags))
     kept = set(GC_TAGS)
     kept.update(t for t in counts if t.startswith(KEPT_TAG_NAMESPACES))
