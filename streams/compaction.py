@@ -88,6 +88,9 @@ class CompactionBudget:
     max_sources: int = 200
 
 
+DEFAULT_COMPACTION_BUDGET: Final = CompactionBudget()
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionCandidate:
     """A stored memory as the planner sees it (usage counters already merged in)."""
@@ -177,7 +180,7 @@ def plan_compaction(
     degrees: Mapping[str, int],
     now_ms: int,
     policy: CompactionPolicy = DEFAULT_COMPACTION_POLICY,
-    budget: CompactionBudget = CompactionBudget(),
+    budget: CompactionBudget = DEFAULT_COMPACTION_BUDGET,
 ) -> CompactionPlan:
     scores = {
         c.memory_id: score

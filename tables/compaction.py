@@ -33,6 +33,7 @@ import numpy.typing as npt
 from redis.asyncio import Redis
 
 from grimoire.streams.compaction import (
+    DEFAULT_COMPACTION_BUDGET,
     DEFAULT_COMPACTION_POLICY,
     ClusterPlan,
     CompactionBudget,
@@ -125,7 +126,7 @@ class Compactor:
         self,
         agent_id: str,
         now_ms: int,
-        budget: CompactionBudget = CompactionBudget(),
+        budget: CompactionBudget = DEFAULT_COMPACTION_BUDGET,
         *,
         signals: Sequence[str] = (),
     ) -> CompactionReport:
@@ -232,7 +233,7 @@ class Compactor:
 
     def _summary_fields(
         self, agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes
-    ) -> dict[str, Any]:
+    ) -> dict[Any, Any]:
         if len(vector) != self._dims * 4:
             raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {self._dims}")
         candidate = MemoryCandidate(
@@ -292,7 +293,7 @@ class Compactor:
                 keys = [self.keys.memory(cluster.summary_id), outbox]
                 for source_id in cluster.source_ids:
                     keys += [self.keys.memory(source_id), self.keys.tomb(source_id)]
-                args = [agent_id, cluster.summary_id, plan.plan_id, plan.now_ms]
+                args: list[str | int] = [agent_id, cluster.summary_id, plan.plan_id, plan.now_ms]
                 pipe.evalsha(self._flip.sha, len(keys), *keys, *args)
             pipe.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.FLIPPED)
             flipped = await pipe.execute()
