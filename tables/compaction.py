@@ -278,7 +278,7 @@ class Compactor:
                     "FT.SEARCH", self._index_name, query, "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
                 )
                 (reply,) = await pipe.execute()
-            total = int(reply.get("total_results", 0) if isinstance(reply, dict) else reply[0])
+            total = _total(reply)
             if total >= len(ids):
                 return
             if loop.time() > deadline:
@@ -331,3 +331,10 @@ class Compactor:
     async def _mark(self, phase: Phase) -> None:
         if self._checkpoint is not None:
             await self._checkpoint(phase.value)
+
+
+def _total(reply: Any) -> int:
+    """total_results of a raw FT.SEARCH reply, RESP2 or RESP3 (str or bytes keys)."""
+    if isinstance(reply, dict):
+        return int(reply.get("total_results", reply.get(b"total_results", 0)))
+    return int(reply[0])
