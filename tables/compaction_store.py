@@ -40,10 +40,10 @@ USAGE_FIELDS: Final = ("included_count_decay", "last_accessed")
 # Swap one cluster for its summary in one step, so recall sees either the sources
 # or the summary, never both and never neither. KEYS: summary hash, outbox list,
 # then (source hash, tombstone) pairs. ARGV: agent, summary id, plan id, ts.
-# A source already deleted by something else stays as it is (it was unreachable
-# before); re-running changes nothing and queues nothing twice, and the summary
-# is only written when it is still hidden: every HSET on an indexed hash makes
-# RediSearch re-index both vectors.
+# A source deleted, archived or quarantined since planning stays as it is (it was
+# unreachable before, and must not become reachable through the summary).
+# Re-running changes nothing and queues nothing twice, and the summary is only
+# written while still hidden: every HSET on an indexed hash re-indexes its vectors.
 _FLIP = """
 if redis.call('HGET', KEYS[1], 'agent_id') ~= ARGV[1] then return -1 end
 local flipped = 0
@@ -52,6 +52,8 @@ for i = 3, #KEYS, 2 do
   if redis.call('HGET', source, 'agent_id') == ARGV[1] then
     local by = redis.call('HGET', source, 'replaced_by_summary_id')
     local gone = redis.call('HGET', source, 'deleted') == '1'
+      or redis.call('HGET', source, 'archived') == '1'
+      or redis.call('HGET', source, 'quarantined') == '1'
     if by ~= ARGV[2] and not gone then
       redis.call('HSET', source, 'deleted', '1', 'replaced_by_summary_id', ARGV[2])
       redis.call('HSET', tomb, 'summary_id', ARGV[2], 'plan_id', ARGV[3],

@@ -104,9 +104,12 @@ class World:
             reply_to="r",
             correlation_id="c",
             budgets=RecallBudgets(
-                canonical_k=lane_k, eidolon_k=lane_k, bm25_k=lane_k, max_items=20,
+                canonical_k=lane_k,
+                eidolon_k=lane_k,
+                bm25_k=lane_k,
+                max_items=20,
                 token_budget=20_000,
-            ),  # fmt: skip
+            ),
             record_usage=False,
         )
         ctx = RecallContext(
@@ -272,5 +275,20 @@ async def test_summary_record_and_walk_through_a_source_key(world: World) -> Non
     after = await world.recall(WALK_QUERY, lane_k=1)
     assert world.sources[2] not in after
     assert summary in after and "walk" in after[summary]
-    members = await world.redis.zrange(f"{world.prefix}:nexus:{world.agent}:path:/srv/app2.log", 0, -1)
+    nexus = f"{world.prefix}:nexus:{world.agent}:path:/srv/app2.log"
+    members = await world.redis.zrange(nexus, 0, -1)
     assert world.sources[2].encode() in members
+
+
+async def test_a_source_quarantined_before_the_flip_is_not_revived_through_the_summary(
+    world: World,
+) -> None:
+    with pytest.raises(Crash):
+        await world.compactor(Phase.INDEXED).compact(world.agent, NOW)
+    held = world.sources[0]
+    await world.redis.hset(world.store.key(held), "quarantined", "1")
+    report = await world.compactor().resume(world.agent)
+    assert report is not None and report.vectors_dropped == 3
+    fields = await world.redis.hmget(world.store.key(held), ["deleted", "replaced_by_summary_id"])
+    assert fields == [b"0", None]
+    assert not await world.redis.exists(f"{world.prefix}:tomb:{held}")
