@@ -26,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -35,33 +35,26 @@ from redis.asyncio import Redis
 from grimoire.streams.compaction import (
     DEFAULT_COMPACTION_BUDGET,
     DEFAULT_COMPACTION_POLICY,
-    ClusterPlan,
     CompactionBudget,
     CompactionPlan,
     CompactionPolicy,
     paused,
     plan_compaction,
 )
-from grimoire.streams.records import (
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.text import normalized_hash
 from grimoire.tables.compaction_store import (
     CompactionKeys,
     decode_plan,
     encode_plan,
     flip_script,
     load_candidates,
+    summary_fields,
+    total_results,
 )
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
 from grimoire.tables.queries import escape_tag
-from grimoire.tables.record_codec import hash_fields, text_of
+from grimoire.tables.record_codec import text_of
 
 logger = logging.getLogger(__name__)
 
@@ -225,47 +218,11 @@ class Compactor:
             for row, cluster in enumerate(missing):
                 assert vectors is not None
                 blob = np.asarray(vectors[row], dtype=np.float32).tobytes()
-                fields = self._summary_fields(agent_id, plan, cluster, blob)
+                fields = summary_fields(agent_id, plan, cluster, blob, self._dims)
                 pipe.hset(self.keys.memory(cluster.summary_id), mapping=fields)
                 self._graph.link(pipe, agent_id, cluster.summary_id, cluster.ts_ms, cluster.keys)
             pipe.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.SUMMARIES_WRITTEN)
             await pipe.execute()
-
-    def _summary_fields(
-        self, agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes
-    ) -> dict[Any, Any]:
-        if len(vector) != self._dims * 4:
-            raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {self._dims}")
-        candidate = MemoryCandidate(
-            id=cluster.summary_id,
-            agent_id=agent_id,
-            kind=Kind.SUMMARY,
-            layer=Layer.CONTEMPLATION,
-            text=cluster.text,
-            ts_ms=cluster.ts_ms,
-            provenance=Provenance(
-                source_event_id=f"compaction:{cluster.summary_id}",
-                event_type="compaction",
-                provenance="compaction",
-            ),
-            normalized_hash=normalized_hash(cluster.text),
-            tags=cluster.tags,
-            keys=cluster.keys,
-        )
-        record = MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector)
-        fields = hash_fields(record, plan.now_ms)
-        fields.update(
-            {
-                "deleted": "1",
-                "compaction_pending": plan.plan_id,
-                "compaction_plan": plan.plan_id,
-                "source_ids": "|".join(cluster.source_ids),
-                "summary_of": "|".join(cluster.summary_of),
-                "summary_level": cluster.summary_level,
-                "cluster_id": f"{cluster.centre_key}@{cluster.bucket_start_ms}",
-            }
-        )
-        return fields
 
     async def _wait_indexed(self, plan: CompactionPlan) -> None:
         ids = [c.summary_id for c in plan.clusters]
@@ -278,7 +235,7 @@ class Compactor:
                     "FT.SEARCH", self._index_name, query, "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
                 )
                 (reply,) = await pipe.execute()
-            total = _total(reply)
+            total = total_results(reply)
             if total >= len(ids):
                 return
             if loop.time() > deadline:
@@ -331,10 +288,3 @@ class Compactor:
     async def _mark(self, phase: Phase) -> None:
         if self._checkpoint is not None:
             await self._checkpoint(phase.value)
-
-
-def _total(reply: Any) -> int:
-    """total_results of a raw FT.SEARCH reply, RESP2 or RESP3 (str or bytes keys)."""
-    if isinstance(reply, dict):
-        return int(reply.get("total_results", reply.get(b"total_results", 0)))
-    return int(reply[0])

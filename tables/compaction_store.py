@@ -25,8 +25,11 @@ from grimoire.streams.compaction import (
     CompactionPlan,
     CompactionPolicy,
 )
+from grimoire.streams.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
+from grimoire.streams.text import normalized_hash
+from grimoire.tables.exceptions import StorageError
 from grimoire.tables.queries import live_filter
-from grimoire.tables.record_codec import text_of
+from grimoire.tables.record_codec import hash_fields, text_of
 from grimoire.tables.search_replies import doc_fields, docs
 
 logger = logging.getLogger(__name__)
@@ -174,3 +177,49 @@ def _candidate(row: dict[str, Any], usage: Sequence[Any]) -> CompactionCandidate
         quarantined=text("quarantined") == "1",
         off_topic=text("off_topic") == "1",
     )
+
+
+def summary_fields(
+    agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes, dims: int
+) -> dict[Any, Any]:
+    """The summary as a memory hash in the record codec's format, born HIDDEN."""
+    if len(vector) != dims * 4:
+        raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {dims}")
+    candidate = MemoryCandidate(
+        id=cluster.summary_id,
+        agent_id=agent_id,
+        kind=Kind.SUMMARY,
+        layer=Layer.CONTEMPLATION,
+        text=cluster.text,
+        ts_ms=cluster.ts_ms,
+        provenance=Provenance(
+            source_event_id=f"compaction:{cluster.summary_id}",
+            event_type="compaction",
+            provenance="compaction",
+        ),
+        normalized_hash=normalized_hash(cluster.text),
+        tags=cluster.tags,
+        keys=cluster.keys,
+    )
+    record = MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector)
+    fields = hash_fields(record, plan.now_ms)
+    fields.update(
+        {
+            "deleted": "1",
+            "compaction_pending": plan.plan_id,
+            "compaction_plan": plan.plan_id,
+            "source_ids": "|".join(cluster.source_ids),
+            "summary_of": "|".join(cluster.summary_of),
+            "summary_level": cluster.summary_level,
+            "cluster_id": f"{cluster.centre_key}@{cluster.bucket_start_ms}",
+        }
+    )
+    return fields
+
+
+def total_results(reply: Any) -> int:
+    """total_results of a raw FT.SEARCH reply, RESP2 or RESP3 (str or bytes keys)."""
+    if isinstance(reply, dict):
+        found = reply.get("total_results", reply.get(b"total_results"))
+        return 0 if found is None else int(found)
+    return int(reply[0])
