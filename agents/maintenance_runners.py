@@ -15,7 +15,9 @@ from redis.asyncio import Redis
 from grimoire.agents.maintenance import TaskRunner
 from grimoire.infra.embedding import Embedder
 from grimoire.infra.settings import Settings
+from grimoire.streams.compaction import CompactionBudget
 from grimoire.streams.maintenance import MaintenancePlan, Task
+from grimoire.tables.compaction import Compactor
 from grimoire.tables.curator_store import RedisCuratorStore
 from grimoire.tables.decay_index import DecayIndex
 from grimoire.tables.memory_store import RedisMemoryStore
@@ -59,6 +61,30 @@ class CuratorRunner:
         return body
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionRunner:
+    """Finishes a crashed plan if there is one, then one budgeted compaction; its
+    summaries are new memories, so their decay is scheduled."""
+
+    compactor: Compactor
+    decay: DecayIndex
+    budget: CompactionBudget
+
+    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
+        report = await self.compactor.compact(plan.agent_id, plan.as_of_ms, self.budget)
+        if report.summary_ids:
+            await self.decay.reschedule(plan.agent_id, list(report.summary_ids), plan.as_of_ms)
+        return {
+            "status": report.status,
+            "plan_id": report.plan_id,
+            "summaries": len(report.summary_ids),
+            "summary_ids": ",".join(report.summary_ids),
+            "sources": report.sources,
+            "vectors_dropped": report.vectors_dropped,
+            "finished_pending": report.finished_pending,
+        }
+
+
 def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[bytes]]]:
     async def embed(texts: Sequence[str]) -> list[bytes]:
         vectors = await embedder.embed(texts)
@@ -74,4 +100,9 @@ def build_runners(
     return {
         Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
         Task.CURATOR: CuratorRunner(curator, store.decay),
+        Task.COMPACTION: CompactionRunner(
+            Compactor(redis, settings.topic_prefix, embedder.embed, dims=embedder.dims),
+            store.decay,
+            CompactionBudget(max_clusters=settings.maintenance_compaction_budget),
+        ),
     }
