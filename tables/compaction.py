@@ -36,6 +36,7 @@ from grimoire.streams.compaction import (
     DEFAULT_COMPACTION_BUDGET,
     DEFAULT_COMPACTION_POLICY,
     CompactionBudget,
+    CompactionCandidate,
     CompactionPlan,
     CompactionPolicy,
     paused,
@@ -47,6 +48,7 @@ from grimoire.tables.compaction_store import (
     encode_plan,
     flip_script,
     load_candidates,
+    next_candidate_ts,
     summary_fields,
     total_results,
 )
@@ -128,15 +130,7 @@ class Compactor:
             logger.info("compaction paused for %s by %s", agent_id, sorted(signals))
             return CompactionReport(agent_id, "", "paused")
         previous = await self.resume(agent_id)
-        candidates = await load_candidates(
-            self._redis,
-            self._index_name,
-            self.keys,
-            agent_id,
-            now_ms,
-            self.policy,
-            self._max_candidates,
-        )
+        candidates = await self._scan(agent_id, now_ms)
         keys = sorted({key for c in candidates for key in c.keys})
         degrees = await self._graph.degrees(agent_id, keys) if keys else {}
         plan = plan_compaction(candidates, degrees, now_ms, self.policy, budget)
@@ -156,6 +150,51 @@ class Compactor:
         await self._mark(Phase.PLANNED)
         report = await self._run(agent_id, plan, Phase.PLANNED, resumed=False)
         return replace(report, finished_pending=finished)
+
+    async def _scan(self, agent_id: str, now_ms: int) -> list[CompactionCandidate]:
+        """The next window of the agent's history, from a persisted cursor: each
+        pass reads one window (or one page of it), so its cost follows what a
+        window holds rather than the store's size; at the end the cursor wraps
+        so memories that became compactable later are seen again."""
+        horizon = now_ms - self.policy.min_age_ms
+        raw = await self._redis.get(self.keys.cursor(agent_id))
+        start = int(raw) if raw is not None else None
+        if start is None or start > horizon:
+            # First pass, or past the end: (re)start at the oldest memory. This
+            # search sorts the whole range, so it runs once per sweep, not per pass.
+            start = await self._first_after(agent_id, 0, horizon)
+            if start is None:
+                return []
+        candidates = await self._window(agent_id, now_ms, start)
+        if not candidates:  # a gap in the agent's history: jump to what follows
+            following = await self._first_after(agent_id, start + self.policy.window_ms, horizon)
+            if following is not None:
+                start = following
+                candidates = await self._window(agent_id, now_ms, start)
+        if len(candidates) >= self._max_candidates:
+            last = max(c.ts_ms for c in candidates)
+            cursor = last if last > start else last + 1  # a full page of one instant
+        else:
+            cursor = start + self.policy.window_ms
+        await self._redis.set(self.keys.cursor(agent_id), cursor)
+        return candidates
+
+    async def _first_after(self, agent_id: str, since_ms: int, horizon_ms: int) -> int | None:
+        return await next_candidate_ts(
+            self._redis, self._index_name, agent_id, since_ms, horizon_ms
+        )
+
+    async def _window(self, agent_id: str, now_ms: int, start: int) -> list[CompactionCandidate]:
+        return await load_candidates(
+            self._redis,
+            self._index_name,
+            self.keys,
+            agent_id,
+            now_ms,
+            self.policy,
+            self._max_candidates,
+            since_ms=start,
+        )
 
     async def resume(self, agent_id: str) -> CompactionReport | None:
         """Drive the agent's unfinished plan to the end; None when there is none."""

@@ -4,6 +4,7 @@ one atomic flip that swaps a cluster for its summary.
 Keys (all under the deployment prefix):
   {p}:compact:plan:{agent}:{plan_id}    HASH  plan (JSON), phase, agent_id
   {p}:compact:pending:{agent}           STRING the plan id a crash left unfinished
+  {p}:compact:cursor:{agent}            STRING event time the next candidate scan starts at
   {p}:compact:outbox:{agent}:{plan_id}  LIST  source ids whose vectors are still to drop
   {p}:tomb:{source_id}                  HASH  summary_id, plan_id, agent_id, ts
 """
@@ -81,6 +82,9 @@ class CompactionKeys:
     def plan(self, agent_id: str, plan_id: str) -> str:
         return f"{self.prefix}:compact:plan:{agent_id}:{plan_id}"
 
+    def cursor(self, agent_id: str) -> str:
+        return f"{self.prefix}:compact:cursor:{agent_id}"
+
     def pending(self, agent_id: str) -> str:
         return f"{self.prefix}:compact:pending:{agent_id}"
 
@@ -127,10 +131,16 @@ async def load_candidates(
     now_ms: int,
     policy: CompactionPolicy,
     limit: int,
+    since_ms: int | None = None,
 ) -> list[CompactionCandidate]:
-    """The agent's oldest live memories old enough to compact, with usage merged
-    in: one search plus one pipelined read of their usage hashes."""
-    where = live_filter(agent_id) & (Num("ts") <= now_ms - policy.min_age_ms)
+    """The agent's oldest live memories old enough to compact, from `since_ms` on
+    and inside one scan window of it, with usage merged in: one search plus one
+    pipelined read of their usage hashes. The window keeps the search's cost
+    proportional to what one window holds, not to the agent's whole store."""
+    horizon = now_ms - policy.min_age_ms
+    where = live_filter(agent_id) & (Num("ts") <= horizon)
+    if since_ms is not None:
+        where &= (Num("ts") >= since_ms) & (Num("ts") < since_ms + policy.window_ms)
     kinds = "@kind:{summary}" if policy.summary_level else "-@kind:{summary|aggregate}"
     # Pipelined so the reply comes back raw whatever callbacks the client has.
     async with redis.pipeline(transaction=False) as pipe:
@@ -148,6 +158,26 @@ async def load_candidates(
             pipe.hmget(keys.usage(text_of(row["memory_id"])), list(USAGE_FIELDS))
         usages = await pipe.execute()
     return [_candidate(row, usage) for row, usage in zip(rows, usages, strict=True)]
+
+
+async def next_candidate_ts(
+    redis: Redis,
+    index_name: str,
+    agent_id: str,
+    since_ms: int,
+    horizon_ms: int,
+) -> int | None:
+    """The event time of the agent's first live memory in [since, horizon]: where
+    the scan resumes after an empty window (a gap in the agent's history)."""
+    where = live_filter(agent_id) & (Num("ts") >= since_ms) & (Num("ts") <= horizon_ms)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.execute_command(
+            "FT.SEARCH", index_name, str(where), "RETURN", 1, "ts",
+            "SORTBY", "ts", "ASC", "LIMIT", 0, 1, "DIALECT", 2,
+        )  # fmt: skip
+        (reply,) = await pipe.execute()
+    rows = [doc_fields(doc) for doc in docs(reply)]
+    return int(float(text_of(rows[0]["ts"]))) if rows else None
 
 
 def _candidate(row: dict[str, Any], usage: Sequence[Any]) -> CompactionCandidate:

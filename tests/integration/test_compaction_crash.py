@@ -292,3 +292,30 @@ async def test_a_source_quarantined_before_the_flip_is_not_revived_through_the_s
     fields = await world.redis.hmget(world.store.key(held), ["deleted", "replaced_by_summary_id"])
     assert fields == [b"0", None]
     assert not await world.redis.exists(f"{world.prefix}:tomb:{held}")
+
+
+async def test_the_candidate_scan_moves_window_by_window_jumps_gaps_and_wraps(
+    world: World,
+) -> None:
+    """Each pass reads one window of history from a persisted cursor (so a pass
+    costs what a window holds, not what the agent stores)."""
+    later = [
+        record(world.agent, 20 + n, f"disk quota exceeded on volume {n}", T0 + 9 * DAY_MS + n,
+               ("err:quota",))
+        for n in range(3)
+    ]  # fmt: skip
+    await world.store.commit(WriteBatch(records=tuple(later)))
+    compactor = world.compactor()
+    keys = CompactionKeys(world.prefix)
+
+    first = await compactor.compact(world.agent, NOW)
+    assert first.status == "done" and first.sources == 4  # the T0 window only
+    assert int(await world.redis.get(keys.cursor(world.agent))) == T0 + DAY_MS
+
+    second = await compactor.compact(world.agent, NOW)  # jumps the 8-day gap
+    assert second.status == "done" and second.sources == 3
+    assert int(await world.redis.get(keys.cursor(world.agent))) == T0 + 10 * DAY_MS
+
+    third = await compactor.compact(world.agent, NOW)  # nothing left in range
+    assert third.status == "empty"
+    assert len(await world.summaries()) == 2
