@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from grimoire.agents.maintenance import TaskRunner
 from grimoire.infra.embedding import Embedder
 from grimoire.infra.settings import Settings
-from grimoire.streams.compaction import CompactionBudget
+from grimoire.streams.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance import MaintenancePlan, Task
 from grimoire.tables.compaction import Compactor
 from grimoire.tables.curator_store import RedisCuratorStore
@@ -101,7 +101,15 @@ def build_runners(
         Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
         Task.CURATOR: CuratorRunner(curator, store.decay),
         Task.COMPACTION: CompactionRunner(
-            Compactor(redis, settings.topic_prefix, embedder.embed, dims=embedder.dims),
+            Compactor(
+                redis,
+                settings.topic_prefix,
+                embedder.embed,
+                CompactionPolicy(
+                    min_age_ms=int(settings.maintenance_compaction_min_age_h * 3_600_000)
+                ),
+                dims=embedder.dims,
+            ),
             store.decay,
             CompactionBudget(max_clusters=settings.maintenance_compaction_budget),
         ),

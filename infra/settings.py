@@ -78,6 +78,7 @@ class Settings(BaseSettings):
     maintenance_pause_lag: int = Field(50_000, ge=1)
     maintenance_decay_pass_limit: int = Field(2_000, ge=1)
     maintenance_compaction_budget: int = Field(16, ge=1)  # clusters per pass
+    maintenance_compaction_min_age_h: float = Field(168.0, ge=0)  # younger memories stay
     maintenance_lease_s: float = Field(120.0, gt=0)
 
     # Tuned for tansu (see README "Faust on tansu"); defaults suit Apache Kafka too.
