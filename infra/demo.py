@@ -13,6 +13,7 @@ from grimoire.infra.services import LocalServices, ServicePorts
 from grimoire.infra.settings import Settings
 from grimoire.infra.worker_process import start_worker, stop_worker
 from grimoire.tables.agent_state import AgentStateStore, AgentStats
+from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.client import GrimoireClient
 
@@ -57,6 +58,7 @@ async def _print_stats(settings: Settings) -> None:
     redis = create_redis(settings.redis_url, 2)
     try:
         state = AgentStateStore(redis, settings.topic_prefix)
+        ledgers = MaintenanceLedgerStore(redis, settings.topic_prefix)
         for agent in AGENTS:
             stats = AgentStats.from_counters(await state.stats(agent))
             field = await state.field(agent)
@@ -66,6 +68,9 @@ async def _print_stats(settings: Settings) -> None:
                 f"{stats.merged} merged (admission rate {stats.admission_rate:.0%}, "
                 f"mean quality {stats.average_quality:.2f}); focus: {', '.join(field.digest(5))}"
             )
+            history = await ledgers.history(agent)
+            ran = ", ".join(f"{h['task']}@{h['tick']}" for h in history[-4:]) or "nothing yet"
+            _say(f"  maintenance (leader timer, one worker per agent): {ran}")
     finally:
         await redis.aclose()
 
@@ -90,6 +95,7 @@ def run_demo(settings: Settings, *, ticks: int, block_interval_s: float | None) 
             "broker_url": f"kafka://{services.kafka_bootstrap}",
             "redis_url": services.redis_url,
             "topic_prefix": f"demo{int(time.time())}",
+            "block_interval_s": cadence,
         }
     )
     worker = start_worker(demo_settings, state_dir / "log" / "worker.log")
