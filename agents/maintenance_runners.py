@@ -33,8 +33,10 @@ class DecayRunner:
     limit: int
 
     async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
+        seeded = await self.index.ensure_seeded(plan.agent_id, plan.as_of_ms)
         report = await self.index.run_pass(plan.agent_id, plan.as_of_ms, self.limit)
         return {
+            "seeded": seeded or 0,
             "entries_decayed": report.entries_decayed,
             "avg_before": round(report.avg_before, 6),
             "avg_after": round(report.avg_after, 6),

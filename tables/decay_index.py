@@ -67,6 +67,9 @@ class DecayKeys:
     def usage(self, memory_id: str) -> str:
         return f"{self.prefix}:use:{memory_id}"
 
+    def seeded(self, agent_id: str) -> str:
+        return f"{self.prefix}:decay-seeded:{agent_id}"
+
     def snapshot(self, memory_id: str) -> str:
         return f"{self.prefix}:decayed:{memory_id}"
 
@@ -199,6 +202,17 @@ class DecayIndex:
         return plan
 
     # ---- migration --------------------------------------------------------------
+
+    async def ensure_seeded(self, agent_id: str, now_ms: int) -> int | None:
+        """Seed an agent once (memories stored before the schedule existed, e.g.
+        after an upgrade); later calls cost one EXISTS. Returns how many it
+        scheduled, or None when the agent was seeded before."""
+        marker = self.keys.seeded(agent_id)
+        if await self._redis.exists(marker):
+            return None
+        scheduled = await self.seed(agent_id, now_ms)
+        await self._redis.set(marker, now_ms)
+        return scheduled
 
     async def seed(self, agent_id: str, now_ms: int, *, batch: int = SEED_BATCH) -> int:
         """Schedule every stored, non-deleted, non-archived memory of an agent.

@@ -264,7 +264,9 @@ async def test_seed_schedules_existing_memories(
         assert await schedule(redis_client, decay, agent) == {}
 
         now = T0 + HOUR_MS
-        assert await decay.seed(agent, now, batch=7) == 27
+        assert await decay.ensure_seeded(agent, now) == 27
+        assert await decay.ensure_seeded(agent, now) is None  # once per agent
+        assert await decay.seed(agent, now, batch=7) == 27  # idempotent upserts
         due = await schedule(redis_client, decay, agent)
         assert set(due) == {"old", "fresh", *(f"bulk{i}" for i in range(25))}
         assert due["old"] == now  # its band already changed: due at once
