@@ -168,14 +168,44 @@ class RedisRecallSource:
                     2,
                 )
             replies = await pipe.execute()
+        per_term = [self._term_scores(reply) for reply in replies]
         totals: dict[str, float] = {}
-        for reply in replies:
-            for key, term_score in scored_keys(reply):
-                memory_id = key.removeprefix(f"{self._key_prefix}:")
+        for scores in per_term:
+            for memory_id, term_score in scores.items():
                 totals[memory_id] = totals.get(memory_id, 0.0) + term_score
+        # A common term's list is cut at `depth`, so a document that holds a rare
+        # term high up may miss its share of the common one. Score the cut terms
+        # on the pooled documents too: each pooled total is then the full BM25
+        # sum (on LoCoMo the cut alone cost 0.13 R@5 against a textbook BM25).
+        refills = [
+            (term, tuple(sorted(totals.keys() - scores.keys())))
+            for term, scores in zip(terms, per_term, strict=True)
+            if len(scores) >= depth
+        ]
+        refills = [(term, missing) for term, missing in refills if missing]
+        if refills:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for term, missing in refills:
+                    # INKEYS narrows without scoring: a tag clause would add its own
+                    # (large, unique-id) IDF to every score.
+                    query = FullTextQuery(self._agent, (term,), len(missing), filters)
+                    pipe.execute_command(
+                        "FT.SEARCH", self._index, query.query_string(), "SCORER", "BM25STD",
+                        "WITHSCORES", "NOCONTENT",
+                        "INKEYS", len(missing), *(self._key(i) for i in missing),
+                        "LIMIT", 0, len(missing), "DIALECT", 2,
+                    )  # fmt: skip
+                for reply in await pipe.execute():
+                    for memory_id, term_score in self._term_scores(reply).items():
+                        totals[memory_id] += term_score
         hits = [LaneHit(memory_id, total) for memory_id, total in totals.items()]
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
         return hits[:k]
+
+    def _term_scores(self, reply: Any) -> dict[str, float]:
+        return {
+            key.removeprefix(f"{self._key_prefix}:"): score for key, score in scored_keys(reply)
+        }
 
     # ---- records and graph ---------------------------------------------------------
 

@@ -1,0 +1,86 @@
+"""The BM25 lane against real RediSearch: a term whose per-term list is cut at
+`term_depth` is still scored for every pooled document, so each pooled total is
+the full BM25 sum however common the term is."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from redis.asyncio import Redis
+
+from grimoire.infra.settings import Settings
+from grimoire.streams.ids import memory_id
+from grimoire.streams.recall_source import RecallFilters
+from grimoire.streams.records import (
+    EventType,
+    Kind,
+    Layer,
+    MemoryCandidate,
+    MemoryRecord,
+    Provenance,
+)
+from grimoire.streams.text import normalized_hash
+from grimoire.streams.writes import WriteBatch
+from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.tables.recall_source import KnnPolicy
+from grimoire.tables.redis_client import create_redis
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_790_000_000_000
+AGENT = "golem-bm25"
+# "jon" is everywhere; only the last text also says "banker".
+TEXTS = [f"jon went running on day {n} with friends jon jon" for n in range(12)]
+TEXTS.append("jon lost his job as a banker")
+
+
+def _record(n: int, text: str) -> MemoryRecord:
+    vector = (np.ones(384) / np.sqrt(384)).astype(np.float32)
+    candidate = MemoryCandidate(
+        id=memory_id(AGENT, f"ev-{n}", 0, T0 + n),
+        agent_id=AGENT,
+        kind=Kind.EPISODE,
+        layer=Layer.OBSERVATION,
+        text=text,
+        ts_ms=T0 + n,
+        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value),
+        normalized_hash=normalized_hash(text),
+    )
+    return MemoryRecord(candidate=candidate, canonical=vector.tobytes(), eidolon=vector.tobytes())
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Redis]:
+    client = create_redis(settings.redis_url, 4)
+    prefix = f"ft{uuid.uuid4().hex[:8]}"
+    store = RedisMemoryStore(client, prefix, 384)
+    await store.ensure_schema()
+    await store.commit(WriteBatch(records=tuple(_record(n, t) for n, t in enumerate(TEXTS))))
+    client.grimoire_prefix = prefix  # type: ignore[attr-defined]
+    yield client
+    await client.execute_command("FT.DROPINDEX", store.index_name, "DD")
+    await client.aclose()
+
+
+async def test_a_cut_common_term_is_still_scored_for_pooled_documents(redis: Redis) -> None:
+    prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
+    shallow = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(term_depth=2))
+    deep = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(term_depth=100))
+    banker = _record(12, TEXTS[12]).id
+    terms = ("jon", "banker")
+    cut = await shallow.recall_source(AGENT).full_text(terms, 2, RecallFilters())
+    full = await deep.recall_source(AGENT).full_text(terms, 100, RecallFilters())
+    by_id = {hit.memory_id: hit.score for hit in full}
+    assert cut[0].memory_id == banker
+    # Without the rescoring round the banker turn would carry only its "banker"
+    # share: "jon" ranks it last among 13 and the per-term list stops at 2.
+    assert cut[0].score == pytest.approx(by_id[banker])
+    jon_only = await deep.recall_source(AGENT).full_text(("jon",), 100, RecallFilters())
+    banker_only = await deep.recall_source(AGENT).full_text(("banker",), 100, RecallFilters())
+    jon_share = {hit.memory_id: hit.score for hit in jon_only}[banker]
+    assert cut[0].score == pytest.approx(jon_share + banker_only[0].score)
+    for hit in cut:
+        assert hit.score == pytest.approx(by_id[hit.memory_id])
