@@ -178,6 +178,11 @@ def run_locomo_bench(
             "broker_url": f"kafka://{services.kafka_bootstrap}",
             "redis_url": services.redis_url,
             "topic_prefix": prefix,
+            # The conversations span months of event time but are ingested in a
+            # minute: maintenance would compact whole sessions into summaries and
+            # add curator insights before the first question, and the benchmark
+            # scores retrieval of the turns themselves.
+            "maintenance_enabled": False,
         }
     )
     worker = start_worker(run_settings, state_dir / "log" / f"worker-{prefix}.log")
