@@ -12,6 +12,7 @@ from grimoire.streams.fields import InputLimits
 from grimoire.streams.maintenance import MaintenancePolicy
 from grimoire.streams.recall_flow import RankingPolicy
 from grimoire.streams.recall_options import RecallBudgets
+from grimoire.streams.relevance import RelevancePolicy
 from grimoire.streams.requests import RecallLimits
 from grimoire.streams.rerank import RerankWeights
 
@@ -55,8 +56,14 @@ class Settings(BaseSettings):
     lane_weight_eidolon: float = Field(0.25, ge=0)
     lane_weight_walk: float = Field(0.25, ge=0)
     rerank_depth: int = Field(20, ge=1)
-    # SPEC §5 step 3 weights; every factor is in [0, 1].
-    rerank_w_rrf: float = Field(0.30, ge=0)
+    # How the pooled memories are scored on their evidence (streams/relevance.py).
+    relevance_lexical_share: float = Field(0.5, ge=0, le=1)
+    relevance_context_share: float = Field(0.3, ge=0)
+    relevance_context_anchors: int = Field(10, ge=0)
+    relevance_pool_depth: int = Field(40, ge=1)
+    # SPEC §5 step 3 weights of the priors, and how far they scale relevance
+    # (streams/rerank.py); every factor is in [0, 1].
+    rerank_prior_share: float = Field(0.30, ge=0, le=1)
     rerank_w_effective_confidence: float = Field(0.25, ge=0)
     rerank_w_quality: float = Field(0.20, ge=0)
     rerank_w_recency: float = Field(0.15, ge=0)
@@ -139,8 +146,14 @@ class Settings(BaseSettings):
             rrf_k=self.rrf_k,
             mmr_lambda=self.mmr_lambda,
             rerank_depth=self.rerank_depth,
+            relevance=RelevancePolicy(
+                lexical_share=self.relevance_lexical_share,
+                context_share=self.relevance_context_share,
+                context_anchors=self.relevance_context_anchors,
+                pool_depth=self.relevance_pool_depth,
+            ),
             weights=RerankWeights(
-                rrf=self.rerank_w_rrf,
+                prior_share=self.rerank_prior_share,
                 effective_confidence=self.rerank_w_effective_confidence,
                 quality=self.rerank_w_quality,
                 recency=self.rerank_w_recency,

@@ -35,6 +35,7 @@ from types import MappingProxyType
 
 from grimoire.streams.decay import recency as decay_recency
 from grimoire.streams.records import Kind
+from grimoire.streams.text import STOPWORDS
 
 # Factors and the composite are rounded so that band edges computed by hand
 # (0.45, 0.55, 0.3) are not decided by binary floating-point noise.
@@ -66,7 +67,11 @@ UTILITY_ERROR = 0.2
 UTILITY_PER_KEY = 0.025
 UTILITY_MAX_KEYS = 4
 UTILITY_SHORT = -0.2  # fewer than 4 words
-UTILITY_PHATIC = -0.15  # "thanks", "ok", "sounds good" without any number
+UTILITY_PHATIC = -0.15  # "thanks", "ok", "sounds good" with little else in it
+# A courtesy opening a substantive line ("Thanks, Mel! My grandma gave me this
+# necklace in Sweden") is not chit-chat: only a line with at most this many
+# content words besides the phatic ones counts as phatic.
+PHATIC_MAX_CONTENT_WORDS = 3
 
 _EPISODE_TYPES = frozenset(UTILITY_BY_EPISODE_TYPE)
 
@@ -322,7 +327,7 @@ def estimate_future_utility(c: AdmissionCandidate) -> float:
     """Deterministic stand-in for "will this help future decisions?", in [0, 1].
 
     U = 0.4·importance + type term + 0.2·error + 0.025·min(keys, 4)
-        - 0.2·(fewer than 4 words) - 0.15·(phatic and no digits)
+        - 0.2·(fewer than 4 words) - 0.15·(phatic, see `is_phatic`, and no digits)
 
     Type term: episode observation 0.0, report/coordination 0.05, action 0.15,
     regime_shift/alert 0.25; any other kind 0.15. Error evidence is the flag or
@@ -342,9 +347,19 @@ def estimate_future_utility(c: AdmissionCandidate) -> float:
     utility += UTILITY_ERROR if error else 0.0
     utility += UTILITY_PER_KEY * min(c.key_count, UTILITY_MAX_KEYS)
     utility += UTILITY_SHORT if words < 4 else 0.0
-    if not has_digits and _PHATIC.search(c.text) is not None:
+    if not has_digits and is_phatic(c.text):
         utility += UTILITY_PHATIC
     return _factor(utility)
+
+
+def is_phatic(text: str) -> bool:
+    """Courtesy with (almost) nothing else: a phatic phrase and at most
+    `PHATIC_MAX_CONTENT_WORDS` other content words."""
+    if _PHATIC.search(text) is None:
+        return False
+    rest = _PHATIC.sub(" ", text.casefold())
+    content = [w for w in _TOKEN.findall(rest) if w not in STOPWORDS and len(w) > 1]
+    return len(content) <= PHATIC_MAX_CONTENT_WORDS
 
 
 def estimate_factual_confidence(

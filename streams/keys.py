@@ -149,7 +149,7 @@ def extract_keys(
     keys.add(_slug_key("chan", source.channel.strip().lstrip("#@")))
     keys.add(_slug_key("regime", source.regime))
     keys.add(_id_key("run", source.run_id))
-    keys.add(_id_key("session", source.session_id))
+    keys.add(session_key(source.session_id))
     found = {k for k in keys if k is not None and len(k) <= MAX_KEY_LENGTH}
     if len(found) > max_keys:
         found = set(sorted(found, key=lambda k: (-type_weight(k, weights), k))[:max_keys])
@@ -298,6 +298,11 @@ def _slug(value: str) -> str:
 def _slug_key(prefix: str, value: str) -> str | None:
     slug = _slug(value)
     return f"{prefix}:{slug}" if slug else None
+
+
+def session_key(session_id: str) -> str | None:
+    """The nexus key joining a session's memories, in event-time order."""
+    return _id_key("session", session_id)
 
 
 def _id_key(prefix: str, value: str) -> str | None:

@@ -1,4 +1,5 @@
-"""Recall (SPEC §5): seed lanes → daimoi walk → RRF → rerank → MMR → pack.
+"""Recall (SPEC §5): seed lanes → daimoi walk → RRF pool → relevance → rerank
+→ MMR → pack.
 
 The flow is pure orchestration over a `RecallSource`: the storage, the query
 vectors and the request's event time come in as arguments, so the same request
@@ -9,18 +10,20 @@ in-memory source.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 from grimoire.streams.daimoi import Circuit, Related, Seed, walk
 from grimoire.streams.decay import DEFAULT_DECAY_POLICY, DecayPolicy, effective_confidence
 from grimoire.streams.episodes import EpisodeSibling, attach_episodes
 from grimoire.streams.field import Affect
-from grimoire.streams.fusion import FusedHit, reciprocal_rank_fusion
+from grimoire.streams.fusion import reciprocal_rank_fusion
 from grimoire.streams.packing import DEFAULT_MMR_LAMBDA, PackInput, mmr, pack
 from grimoire.streams.recall_options import RetrievalMode
+from grimoire.streams.recall_pool import Evidence, Pooled, assess, gather_pool
 from grimoire.streams.recall_source import LaneHit, RecallRecord, RecallSource, Vector
+from grimoire.streams.relevance import DEFAULT_RELEVANCE_POLICY, Relevance, RelevancePolicy
 from grimoire.streams.requests import RecallQuery
 from grimoire.streams.rerank import (
     DEFAULT_RECENCY_HALF_LIFE_MS,
@@ -40,7 +43,6 @@ DEFAULT_LANE_WEIGHTS: Final = (
     ("eidolon", 0.25),
     (WALK_LANE, 0.25),
 )
-MAX_REPLACEMENT_DEPTH: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,8 @@ class RankingPolicy:
     # How far down the fused list the rerank looks: priors reorder a shortlist
     # of relevant memories, they do not promote weakly related ones into it.
     rerank_depth: int = 20
+    # Scores the pooled memories on their evidence (see relevance.py).
+    relevance: RelevancePolicy = DEFAULT_RELEVANCE_POLICY
     # Exact terms (names, errors, paths) are the most precise evidence an agent's
     # memory has; the vector lanes catch paraphrase and the walk and the eidolon
     # lane associate, so they add to a lexical match rather than outvote it.
@@ -113,7 +117,7 @@ async def run_recall(
     timer = _Timer(stopwatch)
     if ctx.mode is RetrievalMode.NONE or query.budgets.max_items == 0:
         return RecallOutcome((), 0, timer.laps())
-    lanes = await _seed_lanes(query, ctx, source)
+    lanes, canonical = await _seed_lanes(query, ctx, source)
     timer.lap("lanes")
     ranked: dict[str, list[str]] = {
         lane: [h.memory_id for h in hits] for lane, hits in lanes.items()
@@ -125,9 +129,13 @@ async def run_recall(
         ranked[WALK_LANE] = list(related)
     timer.lap("walk")
     fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k, weights=dict(policy.lane_weights))
-    records = await _shortlist_records(query, source, fused, policy.rerank_depth)
+    pool = await gather_pool(source, fused, query.filters, policy.relevance.pool_depth)
     timer.lap("fetch")
-    candidates, vectors, origin = _candidates(query, ctx, policy, fused, records)
+    lexical_hits = {h.memory_id: h.score for h in lanes.get("bm25", ())}
+    evidence = Evidence(ctx.terms, lexical_hits, canonical)
+    members, relevance = await assess(source, pool, evidence, query.filters, policy.relevance)
+    timer.lap("relevance")
+    candidates, vectors = _candidates(ctx, policy, members, relevance)
     scored = rerank(
         candidates,
         now_ms=ctx.now_ms,
@@ -139,17 +147,25 @@ async def run_recall(
     diverse = mmr(scored, vectors, lambda_=policy.mmr_lambda, limit=query.budgets.max_items)
     timer.lap("rank")
     packed = pack(
-        [_pack_input(s, records, origin, related, query.explain) for s in diverse],
+        [
+            _pack_input(
+                s,
+                members[s.memory_id],
+                relevance[s.memory_id],
+                related.get(s.memory_id),
+                query.explain,
+            )
+            for s in diverse
+        ],
         max_items=query.budgets.max_items,
         token_budget=query.budgets.token_budget,
         full_text_items=query.budgets.full_text_items,
     )
-    by_id = {s.memory_id: s for s in diverse}
     items = [
         RecalledItem(
-            record=_record_for(records, p.memory_id),
+            record=members[p.memory_id].record,
             score=round(p.score, 9),
-            lanes=origin[p.memory_id].lanes,
+            lanes=members[p.memory_id].lanes,
             reasons=p.reasons,
             factors=p.factors,
             gist=p.gist,
@@ -157,7 +173,6 @@ async def run_recall(
             tokens=p.tokens,
         )
         for p in packed.items
-        if p.memory_id in by_id
     ]
     used = packed.tokens_used
     if query.expand_episodes and items:
@@ -178,7 +193,8 @@ async def run_recall(
 
 async def _seed_lanes(
     query: RecallQuery, ctx: RecallContext, source: RecallSource
-) -> dict[str, list[LaneHit]]:
+) -> tuple[dict[str, list[LaneHit]], Vector | None]:
+    """Each lane's hits, and the query's canonical vector (once computed)."""
     budgets, filters = query.budgets, query.filters
     lanes = lanes_for(ctx.mode)
     calls: dict[str, asyncio.Task[list[LaneHit]]] = {}
@@ -194,7 +210,8 @@ async def _seed_lanes(
         knn = source.knn("eidolon", eidolon, budgets.eidolon_k, filters)
         calls["eidolon"] = asyncio.ensure_future(knn)
     results = await asyncio.gather(*calls.values())
-    return {lane: list(hits) for lane, hits in zip(calls, results, strict=True)}
+    hits = {lane: list(found) for lane, found in zip(calls, results, strict=True)}
+    return hits, canonical
 
 
 async def _walk(
@@ -219,164 +236,86 @@ async def _walk(
     )
 
 
-async def _shortlist_records(
-    query: RecallQuery, source: RecallSource, fused: Sequence[FusedHit], depth: int
-) -> dict[str, RecallRecord]:
-    """Full records, in fused order, until `depth` eligible ones are known: the
-    walk may bring hundreds of ids, the rerank only looks at the best few."""
-    records: dict[str, RecallRecord] = {}
-    chunk = max(2 * depth, 40)
-    eligible: set[str] = set()
-    for start in range(0, len(fused), chunk):
-        ids = [hit.id for hit in fused[start : start + chunk]]
-        records.update(await _resolved_records(source, ids))
-        for memory_id in ids:
-            record = records.get(memory_id)
-            if record is not None and record.live and record.admitted_by(query.filters):
-                eligible.add(record.memory_id)
-        if len(eligible) >= depth:
-            break
-    return records
-
-
-async def _resolved_records(
-    source: RecallSource, memory_ids: Sequence[str]
-) -> dict[str, RecallRecord]:
-    """Records by the id they were ranked under; a compacted source maps to its
-    summary (followed a few links deep), never to itself."""
-    records = await source.records(memory_ids)
-    resolved = dict(records)
-    pending = {i: r for i, r in records.items() if r.deleted and r.replaced_by}
-    for _ in range(MAX_REPLACEMENT_DEPTH):
-        if not pending:
-            break
-        found = await source.records(sorted({r.replaced_by for r in pending.values()}))
-        still: dict[str, RecallRecord] = {}
-        for memory_id, record in pending.items():
-            target = found.get(record.replaced_by)
-            if target is None:
-                continue
-            resolved[memory_id] = target
-            if target.deleted and target.replaced_by:
-                still[memory_id] = target
-        pending = still
-    return resolved
-
-
-@dataclass(frozen=True, slots=True)
-class _Origin:
-    lanes: tuple[str, ...]
-    ranks: tuple[tuple[str, int], ...]
-    rrf: float
-
-
 def _candidates(
-    query: RecallQuery,
     ctx: RecallContext,
     policy: RankingPolicy,
-    fused: Sequence[FusedHit],
-    records: Mapping[str, RecallRecord],
-) -> tuple[list[Candidate], dict[str, Vector], dict[str, _Origin]]:
-    """Eligible records as rerank candidates, keyed by the id they will be returned
-    under (a summary's own id when it stands in for a source)."""
-    candidates: dict[str, Candidate] = {}
+    members: Mapping[str, Pooled],
+    relevance: Mapping[str, Relevance],
+) -> tuple[list[Candidate], dict[str, Vector]]:
+    """The most relevant pooled memories as rerank candidates: priors reorder a
+    shortlist of relevant memories, they do not promote weakly related ones."""
+    ranked = sorted(relevance, key=lambda i: (-relevance[i].total, i))[: policy.rerank_depth]
+    candidates: list[Candidate] = []
     vectors: dict[str, Vector] = {}
-    origin: dict[str, _Origin] = {}
-    for hit in fused:
-        record = records.get(hit.id)
-        if record is None or not record.live or not record.admitted_by(query.filters):
-            continue
-        memory_id = record.memory_id
-        held = origin.get(memory_id)
-        lanes = tuple(sorted({*hit.lanes, *(held.lanes if held else ())}))
-        ranks = tuple(
-            sorted({*zip(hit.lanes, hit.ranks, strict=True), *(held.ranks if held else ())})
-        )
-        rrf = hit.score + (held.rrf if held else 0.0)
-        origin[memory_id] = _Origin(lanes, ranks, rrf)
-        candidates[memory_id] = Candidate(
-            memory_id=memory_id,
-            rrf=rrf,
-            effective_confidence=effective_confidence(
-                record.confidence,
-                record.last_accessed_ms if record.last_accessed_ms is not None else record.ts_ms,
-                ctx.now_ms,
-                kind=record.kind,
-                decay_class=record.decay_class or None,
-                provenance=record.provenance,
+    for memory_id in sorted(ranked):
+        record = members[memory_id].record
+        candidates.append(
+            Candidate(
+                memory_id=memory_id,
+                relevance=relevance[memory_id].total,
+                effective_confidence=_effective_confidence(record, ctx.now_ms, policy.decay),
                 quality=record.quality,
-                strength=record.strength,
-                policy=policy.decay,
-            ),
-            quality=record.quality,
-            ts_ms=record.ts_ms,
-            regime=record.regime,
-            kind=record.kind,
-            provenance=record.provenance,
-            normalized_hash=record.normalized_hash,
-            affect=record.affect,
+                ts_ms=record.ts_ms,
+                regime=record.regime,
+                kind=record.kind,
+                provenance=record.provenance,
+                normalized_hash=record.normalized_hash,
+                affect=record.affect,
+            )
         )
         if record.vector is not None:
             vectors[memory_id] = record.vector
-        if len(candidates) >= policy.rerank_depth:
-            break
-    ordered = sorted(_spread(candidates.values()), key=lambda c: c.memory_id)
-    return ordered, vectors, origin
+    return candidates, vectors
 
 
-def _spread(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Min-max the fused scores over the shortlist. Raw RRF sums crowd together
-    (rank 1 and rank 20 of one lane differ by a quarter), which would let the
-    priors of the rerank, not relevance, decide the order."""
-    pool = list(candidates)
-    if not pool:
-        return pool
-    low, high = min(c.rrf for c in pool), max(c.rrf for c in pool)
-    if high <= low:
-        return [replace(c, rrf=1.0) for c in pool]
-    return [replace(c, rrf=(c.rrf - low) / (high - low)) for c in pool]
+def _effective_confidence(record: RecallRecord, now_ms: int, decay: DecayPolicy) -> float:
+    return effective_confidence(
+        record.confidence,
+        record.last_accessed_ms if record.last_accessed_ms is not None else record.ts_ms,
+        now_ms,
+        kind=record.kind,
+        decay_class=record.decay_class or None,
+        provenance=record.provenance,
+        quality=record.quality,
+        strength=record.strength,
+        policy=decay,
+    )
 
 
 def _pack_input(
     scored: Scored,
-    records: Mapping[str, RecallRecord],
-    origin: Mapping[str, _Origin],
-    related: Mapping[str, Related],
+    member: Pooled,
+    relevance: Relevance,
+    via: Related | None,
     explain: bool,
 ) -> PackInput:
-    memory_id = scored.memory_id
-    record = _record_for(records, memory_id)
-    via = related.get(memory_id)
+    record = member.record
     keys = via.via_keys if via is not None else ()
-    lanes = origin[memory_id].lanes
     factors: tuple[tuple[str, float], ...] = ()
     if explain:
         detail = {
             **scored.factors.as_dict(),
-            "rrf_raw": origin[memory_id].rrf,
+            "lexical": relevance.lexical,
+            "semantic": relevance.semantic,
+            "context": relevance.context,
+            "relevance_raw": relevance.total,
+            "rrf_raw": member.rrf,
             "score": scored.score,
-            **{f"rank:{lane}": float(rank) for lane, rank in origin[memory_id].ranks},
+            **{f"rank:{lane}": float(rank) for lane, rank in member.ranks},
         }
         if via is not None:
             detail["walk_score"] = via.score
             detail["walk_hops"] = float(via.hops)
         factors = tuple(sorted((k, round(v, 9)) for k, v in detail.items()))
     return PackInput(
-        memory_id=memory_id,
+        memory_id=record.memory_id,
         kind=record.kind,
         text=record.text,
         score=scored.score,
         gist=record.gist,
         factors=factors,
-        reasons=(*keys, *(f"lane:{lane}" for lane in lanes)),
+        reasons=(*keys, *(f"lane:{lane}" for lane in member.lanes)),
     )
-
-
-def _record_for(records: Mapping[str, RecallRecord], memory_id: str) -> RecallRecord:
-    found = records.get(memory_id)
-    if found is not None and found.memory_id == memory_id:
-        return found
-    return next(r for r in records.values() if r.memory_id == memory_id)
 
 
 class _Timer:

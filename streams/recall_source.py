@@ -28,6 +28,26 @@ class LaneHit:
 
 
 @dataclass(frozen=True, slots=True)
+class Anchor:
+    """A memory placed on one of its nexus keys (a ZSET ordered by event time)."""
+
+    memory_id: str
+    key: str
+    ts_ms: int
+
+
+def adjacent_members(members: Mapping[str, int], anchor: Anchor) -> tuple[str, ...]:
+    """The members just before and just after `anchor` in (event time, id) order,
+    as a sorted set on the key answers it: the reference for every source."""
+    order = sorted(members.items(), key=lambda item: (item[1], item[0]))
+    after = next((m for m, ts in order if ts >= anchor.ts_ms and m != anchor.memory_id), None)
+    before = next(
+        (m for m, ts in reversed(order) if ts <= anchor.ts_ms and m != anchor.memory_id), None
+    )
+    return tuple(dict.fromkeys(n for n in (before, after) if n))
+
+
+@dataclass(frozen=True, slots=True)
 class RecallRecord:
     """The fields of a stored memory that ranking, filtering and packing read."""
 
@@ -100,6 +120,14 @@ class RecallSource(GraphView, Protocol):
     async def full_text(
         self, terms: Sequence[str], k: int, filters: RecallFilters
     ) -> list[LaneHit]: ...
+
+    async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:
+        """The full-text lane's score of each of `memory_ids` holding any of `terms`."""
+        ...
+
+    async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
+        """Each anchor's members just before and just after it on its nexus key."""
+        ...
 
     async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
         """Known records among `memory_ids`, with their canonical vectors."""

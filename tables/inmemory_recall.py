@@ -10,7 +10,13 @@ import numpy as np
 
 from grimoire.streams.daimoi import NodeInfo
 from grimoire.streams.recall_options import RecallFilters
-from grimoire.streams.recall_source import LaneHit, RecallRecord, Vector
+from grimoire.streams.recall_source import (
+    Anchor,
+    LaneHit,
+    RecallRecord,
+    Vector,
+    adjacent_members,
+)
 from grimoire.streams.text import search_terms
 from grimoire.tables.recall_source import decode_record, with_usage
 
@@ -59,6 +65,23 @@ class InMemoryRecallSource:
                 hits.append(LaneHit(record.memory_id, float(matches)))
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
         return hits[:k]
+
+    async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:
+        wanted = set(terms)
+        found = {}
+        for record in (await self.records(memory_ids)).values():
+            matches = len(wanted & set(search_terms(record.text)))
+            if matches:
+                found[record.memory_id] = float(matches)
+        return found
+
+    async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
+        found: dict[str, tuple[str, ...]] = {}
+        for anchor in anchors:
+            members = await self._store.nexus(self._agent, anchor.key)
+            near = (*found.get(anchor.memory_id, ()), *adjacent_members(members, anchor))
+            found[anchor.memory_id] = tuple(dict.fromkeys(near))
+        return found
 
     async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
         found = {}

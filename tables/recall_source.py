@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from grimoire.streams.daimoi import NodeInfo
 from grimoire.streams.field import Affect
 from grimoire.streams.recall_options import RecallFilters
-from grimoire.streams.recall_source import LaneHit, RecallRecord, Vector
+from grimoire.streams.recall_source import Anchor, LaneHit, RecallRecord, Vector
 from grimoire.tables.graph import GraphKeys
 from grimoire.tables.queries import FullTextQuery, KnnQuery
 from grimoire.tables.record_codec import text_of
@@ -182,25 +182,62 @@ class RedisRecallSource:
             for term, scores in zip(terms, per_term, strict=True)
             if len(scores) >= depth
         ]
-        refills = [(term, missing) for term, missing in refills if missing]
-        if refills:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for term, missing in refills:
-                    # INKEYS narrows without scoring: a tag clause would add its own
-                    # (large, unique-id) IDF to every score.
-                    query = FullTextQuery(self._agent, (term,), len(missing), filters)
-                    pipe.execute_command(
-                        "FT.SEARCH", self._index, query.query_string(), "SCORER", "BM25STD",
-                        "WITHSCORES", "NOCONTENT",
-                        "INKEYS", len(missing), *(self._key(i) for i in missing),
-                        "LIMIT", 0, len(missing), "DIALECT", 2,
-                    )  # fmt: skip
-                for reply in await pipe.execute():
-                    for memory_id, term_score in self._term_scores(reply).items():
-                        totals[memory_id] += term_score
+        for memory_id, term_score in await self._scored_in(
+            [(term, missing) for term, missing in refills if missing], filters
+        ):
+            totals[memory_id] += term_score
         hits = [LaneHit(memory_id, total) for memory_id, total in totals.items()]
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
         return hits[:k]
+
+    async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:
+        ids = tuple(sorted(set(memory_ids)))
+        totals: dict[str, float] = {}
+        if not ids:
+            return totals
+        for memory_id, term_score in await self._scored_in(
+            [(term, ids) for term in dict.fromkeys(terms)], RecallFilters()
+        ):
+            totals[memory_id] = totals.get(memory_id, 0.0) + term_score
+        return totals
+
+    async def _scored_in(
+        self, jobs: Sequence[tuple[str, Sequence[str]]], filters: RecallFilters
+    ) -> list[tuple[str, float]]:
+        """BM25 of single terms on given documents, one pipelined query per term."""
+        if not jobs:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for term, ids in jobs:
+                # INKEYS narrows without scoring: a tag clause would add its own
+                # (large, unique-id) IDF to every score.
+                query = FullTextQuery(self._agent, (term,), len(ids), filters)
+                pipe.execute_command(
+                    "FT.SEARCH", self._index, query.query_string(), "SCORER", "BM25STD",
+                    "WITHSCORES", "NOCONTENT",
+                    "INKEYS", len(ids), *(self._key(i) for i in ids),
+                    "LIMIT", 0, len(ids), "DIALECT", 2,
+                )  # fmt: skip
+            replies = await pipe.execute()
+        return [pair for reply in replies for pair in self._term_scores(reply).items()]
+
+    async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
+        if not anchors:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for anchor in anchors:
+                key = self._graph.nexus(self._agent, anchor.key)
+                pipe.zrangebyscore(key, anchor.ts_ms, "+inf", start=0, num=2)
+                pipe.zrevrangebyscore(key, anchor.ts_ms, "-inf", start=0, num=2)
+            rows = await pipe.execute()
+        found: dict[str, tuple[str, ...]] = {}
+        for index, anchor in enumerate(anchors):
+            after, before = rows[2 * index], rows[2 * index + 1]
+            near = [_first_other(before, anchor.memory_id), _first_other(after, anchor.memory_id)]
+            found[anchor.memory_id] = tuple(
+                dict.fromkeys([*found.get(anchor.memory_id, ()), *(n for n in near if n)])
+            )
+        return found
 
     def _term_scores(self, reply: Any) -> dict[str, float]:
         return {
@@ -274,6 +311,10 @@ class RedisRecallSource:
             for memory_id in memory_ids:
                 self._scripts.touch(pipe, f"{self._usage_prefix}:{memory_id}", as_of_ms)
             await pipe.execute()
+
+
+def _first_other(members: Sequence[Any], memory_id: str) -> str | None:
+    return next((m for m in map(text_of, members) if m != memory_id), None)
 
 
 def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:

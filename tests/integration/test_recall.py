@@ -79,7 +79,13 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     )
     (top,) = explained.items
     assert top.source_event_id == f"{agent}-0"
-    assert top.scores is not None and {"rrf", "recency", "score"} <= set(top.scores)
+    assert top.scores is not None and {
+        "relevance",
+        "lexical",
+        "semantic",
+        "recency",
+        "score",
+    } <= set(top.scores)
     assert top.episode and {s["id"] for s in top.episode} == {
         item.id for item in by_session.items if item.id != top.id
     }

@@ -28,6 +28,8 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import Affect, FieldState
 from grimoire.streams.ids import memory_id
+from grimoire.streams.recall_options import RecallFilters
+from grimoire.streams.recall_source import Anchor
 from grimoire.streams.records import (
     EventType,
     HyperedgeRef,
@@ -458,6 +460,47 @@ async def test_full_text_matches_any_term_of_live_memories(h: Harness) -> None:
     assert [hit.memory.id for hit in await h.store.full_text(B, ["disk"], 10)] == [theirs.id]
     assert await h.store.full_text(A, [], 10) == []
     assert await h.store.full_text(C, ["disk"], 10) == []
+
+
+async def test_the_recall_source_scores_given_memories_and_finds_their_neighbours(
+    h: Harness,
+) -> None:
+    session = "session:s-1"
+    turns = [
+        rec(A, f"s{n}", text, vector, ts=T0 + 1_000 * n, keys=(session,))
+        for n, (text, vector) in enumerate(
+            [
+                ("disk full on node seven", E1),
+                ("cleared the logs on node seven", E2),
+                ("disk usage back to normal", E3),
+                ("weather report", E1),
+            ]
+        )
+    ]
+    theirs = rec(B, "s9", "disk full on node seven", E1, ts=T0 + 1_500, keys=(session,))
+    await commit(h, WriteBatch(records=(*turns, theirs)))
+    source = h.store.recall_source(A)
+    ids = [t.id for t in turns]
+
+    scores = await source.lexical(["disk", "full"], [*ids, theirs.id, "unknown"])
+    # only the given ids that hold a term, and only the source's agent's
+    assert set(scores) == {ids[0], ids[2]}
+    assert scores[ids[0]] > scores[ids[2]] > 0
+    lane = {
+        hit.memory_id: hit.score
+        for hit in await source.full_text(["disk", "full"], 10, RecallFilters())
+    }
+    assert scores == pytest.approx(lane)  # the lane's own scorer
+    assert await source.lexical([], ids) == {}
+    assert await source.lexical(["disk"], []) == {}
+
+    near = await source.adjacent(
+        [Anchor(t.id, session, t.candidate.ts_ms) for t in (turns[0], turns[1], turns[3])]
+    )
+    # the previous and next turns in event time; B's turn in between is not A's
+    assert near == {ids[0]: (ids[1],), ids[1]: (ids[0], ids[2]), ids[3]: (ids[2],)}
+    assert await source.adjacent([Anchor(ids[0], "session:other", T0)]) == {ids[0]: ()}
+    assert await source.adjacent([]) == {}
 
 
 async def test_quarantined_memories_are_counted_and_fetchable_but_never_searched(

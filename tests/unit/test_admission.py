@@ -14,6 +14,7 @@ from grimoire.streams.admission import (
     detect_contradiction,
     estimate_factual_confidence,
     estimate_future_utility,
+    is_phatic,
     novelty,
     recency,
 )
@@ -188,6 +189,22 @@ def test_upper_band_admits_at_the_kinds_standard_confidence(kind: Kind, confiden
 )
 def test_future_utility_estimator(candidate: AdmissionCandidate, expected: float) -> None:
     assert estimate_future_utility(candidate) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("text", "phatic"),
+    [
+        ("ok thanks", True),
+        ("Thanks so much, see you soon!", True),
+        ("sounds good, let me look into that", True),
+        # a courtesy opening a substantive line is content
+        ("Thanks, Mel! My grandma gave me this necklace in Sweden", False),
+        ("Hey Jon! Started a dance studio downtown after losing my job", False),
+        ("the pool was rebalanced today", False),
+    ],
+)
+def test_is_phatic_needs_courtesy_and_little_else(text: str, phatic: bool) -> None:
+    assert is_phatic(text) is phatic
 
 
 def test_future_utility_stays_within_unit_interval() -> None:

@@ -669,7 +669,8 @@ async def test_recall_replies_once_with_only_the_agents_memories() -> None:
     assert reply["mode"] == "full"
     assert reply["budget"]["items"] == len(items)
     assert set(reply["timings_ms"]) == {
-        "state", "embed", "lanes", "walk", "fetch", "rank", "pack", "usage", "total",
+        "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "usage",
+            "total",
     }  # fmt: skip
 
 

@@ -183,12 +183,16 @@ def test_gist_derived_from_text_and_metadata_kept() -> None:
         kind="warning",
         text="hello   world",
         score=0.9,
-        factors=(("rrf", 1.0),),
+        factors=(("relevance", 1.0),),
         reasons=("tool:swap",),
     )
     (packed,) = pack([source], full_text_items=0).items
     assert packed.gist == "hello world"
-    assert (packed.factors, packed.reasons, packed.text) == ((("rrf", 1.0),), ("tool:swap",), None)
+    assert (packed.factors, packed.reasons, packed.text) == (
+        (("relevance", 1.0),),
+        ("tool:swap",),
+        None,
+    )
     assert packed.tokens == ITEM_OVERHEAD_TOKENS + 3
 
 

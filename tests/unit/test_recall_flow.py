@@ -12,9 +12,10 @@ import pytest
 
 from grimoire.streams.daimoi import NodeInfo, WalkBudget
 from grimoire.streams.packing import ITEM_OVERHEAD_TOKENS, estimate_tokens
-from grimoire.streams.recall_flow import RecallContext, RecallOutcome, run_recall
+from grimoire.streams.recall_flow import RankingPolicy, RecallContext, RecallOutcome, run_recall
 from grimoire.streams.recall_options import RecallBudgets, RecallFilters, RetrievalMode
-from grimoire.streams.recall_source import LaneHit, RecallRecord, Vector
+from grimoire.streams.recall_source import Anchor, LaneHit, RecallRecord, Vector, adjacent_members
+from grimoire.streams.relevance import RelevancePolicy
 from grimoire.streams.requests import RecallQuery
 from grimoire.streams.text import search_terms
 
@@ -56,6 +57,24 @@ class DictSource:
             if score:
                 hits.append(LaneHit(record.memory_id, float(score)))
         return sorted(hits, key=lambda h: (-h.score, h.memory_id))[:k]
+
+    async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:
+        found = {}
+        for memory_id in memory_ids:
+            record = self.by_id.get(memory_id)
+            score = len(set(terms) & set(search_terms(record.text))) if record else 0
+            if score:
+                found[memory_id] = float(score)
+        return found
+
+    async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
+        found: dict[str, tuple[str, ...]] = {}
+        for anchor in anchors:
+            members = {
+                r.memory_id: r.ts_ms for r in self.by_id.values() if anchor.key in r.nexus_keys
+            }
+            found[anchor.memory_id] = adjacent_members(members, anchor)
+        return found
 
     async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
         return {i: self.by_id[i] for i in memory_ids if i in self.by_id}
@@ -140,9 +159,14 @@ async def test_items_carry_scores_reasons_gist_and_full_text_only_at_the_top() -
     assert all(item.text is None for item in rest)
     assert "lane:bm25" in top.reasons and "lane:canonical" in top.reasons
     factors = dict(top.factors)
-    assert {"rrf", "effective_confidence", "quality", "recency", "regime_match", "score"} <= set(
-        factors
-    )
+    assert {
+        "relevance",
+        "effective_confidence",
+        "quality",
+        "recency",
+        "regime_match",
+        "score",
+    } <= set(factors)
     assert factors["rank:bm25"] == 1.0
     assert all(item.gist for item in outcome.items)
 
@@ -346,3 +370,52 @@ async def test_a_walk_round_costs_a_few_batched_graph_calls_not_one_per_walker()
     assert source.graph_calls >= 3  # seeds, degrees, neighbours: the walk ran
     # 8 walkers x 2 expansions x 3 reads would be 48 calls one walker at a time.
     assert source.graph_calls <= 12
+
+
+def turn(memory_id: str, text: str, seed: int, ts_ms: int, **extra: Any) -> RecallRecord:
+    return record(
+        memory_id, text, seed, ts_ms=ts_ms, session_id="s1", nexus_keys=("session:s1",), **extra
+    )
+
+
+SESSION = [
+    turn("t1", "ana asked what bea painted last week", 21, NOW - 3_000),
+    turn("t2", "a sunset over the lake, in oils", 22, NOW - 2_000),
+    turn("t3", "then they talked about lunch", 23, NOW - 1_000),
+    turn("t4", "the weather was mild all afternoon", 24, NOW),
+]
+NO_WALK = WalkBudget(num_walkers=0)
+
+
+async def test_the_next_line_of_a_strong_match_joins_through_its_session() -> None:
+    q = query("what did bea paint last week", walk=NO_WALK, canonical_k=1, eidolon_k=0, bm25_k=1)
+    outcome = await ask(DictSource(SESSION), q, vector=SESSION[0].vector)
+    by_id = {item.record.memory_id: item for item in outcome.items}
+    # no lane found the answer; the question's session neighbours join the pool
+    assert by_id["t2"].lanes == ("context",)
+    assert "lane:context" in by_id["t2"].reasons
+    assert dict(by_id["t2"].factors)["context"] > 0
+    assert "t4" not in by_id  # two lines away: not a neighbour of any anchor
+    none = RankingPolicy(relevance=RelevancePolicy(context_anchors=0))
+    alone = await run_recall(
+        q, context(q.query, SESSION[0].vector), DictSource(SESSION), policy=none
+    )
+    assert [item.record.memory_id for item in alone.items] == ["t1"]
+
+
+async def test_a_neighbour_outside_the_filters_or_deleted_never_joins() -> None:
+    records = [SESSION[0], replace(SESSION[1], deleted=True), replace(SESSION[2], actor_id="x")]
+    q = query(
+        "what did bea paint last week",
+        walk=NO_WALK,
+        canonical_k=1,
+        eidolon_k=0,
+        bm25_k=1,
+        filters=RecallFilters(actor_id="y"),
+    )
+    outcome = await ask(
+        DictSource([replace(r, actor_id="y") if r.memory_id == "t1" else r for r in records]),
+        q,
+        vector=SESSION[0].vector,
+    )
+    assert [item.record.memory_id for item in outcome.items] == ["t1"]
