@@ -48,12 +48,15 @@ class Evidence:
 async def gather_pool(
     source: RecallSource, fused: Sequence[FusedHit], filters: RecallFilters, depth: int
 ) -> dict[str, Pooled]:
-    """Up to `depth` eligible memories in fused order, loaded in chunks: the walk
-    may bring hundreds of ids, the pool only needs the best few."""
+    """Up to `depth` eligible memories in fused order: the walk may bring hundreds
+    of ids, the pool only needs the best few. The lanes only return eligible
+    memories, so the first `depth` ids usually suffice; what falls out (a walked
+    memory outside the filters, a summary standing in twice) is topped up."""
     pool: dict[str, Pooled] = {}
-    chunk = max(2 * depth, 40)
-    for start in range(0, len(fused), chunk):
-        hits = fused[start : start + chunk]
+    start = 0
+    while start < len(fused) and len(pool) < depth:
+        hits = fused[start : start + max(depth - len(pool), 8)]
+        start += len(hits)
         records = await resolved_records(source, [hit.id for hit in hits])
         for hit in hits:
             record = records.get(hit.id)
@@ -63,8 +66,6 @@ async def gather_pool(
             if held is None and len(pool) >= depth:
                 continue
             pool[record.memory_id] = _joined(record, hit, held)
-        if len(pool) >= depth:
-            break
     return pool
 
 
