@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from grimoire.streams.daimoi import Circuit, Related, Seed, walk
-from grimoire.streams.decay import DEFAULT_DECAY_POLICY, DecayPolicy, effective_confidence
+from grimoire.streams.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.streams.episodes import EpisodeSibling, attach_episodes
 from grimoire.streams.field import Affect
 from grimoire.streams.fusion import reciprocal_rank_fusion
@@ -253,7 +253,7 @@ def _candidates(
             Candidate(
                 memory_id=memory_id,
                 relevance=relevance[memory_id].total,
-                effective_confidence=_effective_confidence(record, ctx.now_ms, policy.decay),
+                effective_confidence=record.effective_confidence(ctx.now_ms, policy.decay),
                 quality=record.quality,
                 ts_ms=record.ts_ms,
                 regime=record.regime,
@@ -266,20 +266,6 @@ def _candidates(
         if record.vector is not None:
             vectors[memory_id] = record.vector
     return candidates, vectors
-
-
-def _effective_confidence(record: RecallRecord, now_ms: int, decay: DecayPolicy) -> float:
-    return effective_confidence(
-        record.confidence,
-        record.last_accessed_ms if record.last_accessed_ms is not None else record.ts_ms,
-        now_ms,
-        kind=record.kind,
-        decay_class=record.decay_class or None,
-        provenance=record.provenance,
-        quality=record.quality,
-        strength=record.strength,
-        policy=decay,
-    )
 
 
 def _pack_input(

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grimoire.streams.daimoi import GraphView, NodeInfo
+from grimoire.streams.decay import DEFAULT_DECAY_POLICY, DecayPolicy, effective_confidence
 from grimoire.streams.field import Affect
 from grimoire.streams.recall_options import RecallFilters
 
@@ -93,6 +94,24 @@ class RecallRecord:
             event_type=self.event_type,
             kind=self.kind,
             layer=self.layer,
+        )
+
+    def effective_confidence(
+        self, now_ms: int, policy: DecayPolicy = DEFAULT_DECAY_POLICY
+    ) -> float:
+        """Confidence decayed to `now_ms` (SPEC §6), from the last access or, never
+        accessed, from the event time: what recall ranks on and the decay pass
+        schedules against."""
+        return effective_confidence(
+            self.confidence,
+            self.last_accessed_ms if self.last_accessed_ms is not None else self.ts_ms,
+            now_ms,
+            kind=self.kind,
+            decay_class=self.decay_class or None,
+            provenance=self.provenance,
+            quality=self.quality,
+            strength=self.strength,
+            policy=policy,
         )
 
     def node(self) -> NodeInfo:

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from redisvl.index import AsyncSearchIndex
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.decay import DAY_MS, HOUR_MS, effective_confidence
+from grimoire.streams.decay import DAY_MS, HOUR_MS
 from grimoire.streams.decay_schedule import DecayReport
 from grimoire.tables.decay_index import DecayIndex
 from grimoire.tables.index_schema import memory_schema
@@ -92,16 +92,7 @@ async def read_time_value(
     use = {text_of(k): v for k, v in (await redis.hgetall(decay.keys.usage(memory_id))).items()}
     record = decode_record(with_usage(doc, use), agent, 384)
     assert record is not None
-    return effective_confidence(
-        record.confidence,
-        record.last_accessed_ms if record.last_accessed_ms is not None else record.ts_ms,
-        now_ms,
-        kind=record.kind,
-        decay_class=record.decay_class or None,
-        provenance=record.provenance,
-        quality=record.quality,
-        strength=record.strength,
-    )
+    return record.effective_confidence(now_ms)
 
 
 async def test_passes_touch_only_due_entries(

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from grimoire.streams.decay import DAY_MS, HOUR_MS, effective_confidence
+from grimoire.streams.decay import DAY_MS, HOUR_MS
 from grimoire.streams.decay_schedule import _first_true, effective_now, initial_due_ms
 from grimoire.streams.records import (
     EventType,
@@ -27,16 +27,7 @@ T0 = 1_790_000_000_000
 def recall_value(doc: dict[str, Any], usage: dict[str, Any], now_ms: int) -> float:
     record = decode_record(with_usage(doc, usage), "agent-1", 384)
     assert record is not None
-    return effective_confidence(
-        record.confidence,
-        record.last_accessed_ms if record.last_accessed_ms is not None else record.ts_ms,
-        now_ms,
-        kind=record.kind,
-        decay_class=record.decay_class or None,
-        provenance=record.provenance,
-        quality=record.quality,
-        strength=record.strength,
-    )
+    return record.effective_confidence(now_ms)
 
 
 def random_doc(rng: random.Random, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
