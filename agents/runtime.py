@@ -84,6 +84,8 @@ class Runtime:
                     settings.model_path,
                     lanes=settings.embed_lanes,
                     max_batch=settings.embed_batch_size,
+                    backend=settings.embed_backend,
+                    cache_dir=settings.model_cache_dir,
                 ),
             )
         embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)

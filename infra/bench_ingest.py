@@ -192,7 +192,12 @@ def run_ingest_bench(
         }
     )
     try:
-        embedder = SentenceTransformerEmbedder(settings.model_path, lanes=settings.embed_lanes)
+        embedder = SentenceTransformerEmbedder(
+            settings.model_path,
+            lanes=settings.embed_lanes,
+            backend=settings.embed_backend,
+            cache_dir=settings.model_cache_dir,
+        )
 
         async def run_mixes() -> dict[str, Any]:
             results = {

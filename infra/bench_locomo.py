@@ -192,7 +192,12 @@ def run_locomo_bench(
         stop_worker(worker)
         if started_services:
             services.down()
-    embedder = SentenceTransformerEmbedder(settings.model_path, lanes=settings.embed_lanes)
+    embedder = SentenceTransformerEmbedder(
+        settings.model_path,
+        lanes=settings.embed_lanes,
+        backend=settings.embed_backend,
+        cache_dir=settings.model_cache_dir,
+    )
     try:
         lexical, dense = _baselines(conversations, embedder)
     finally:

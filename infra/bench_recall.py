@@ -232,7 +232,11 @@ async def _run(
     per_size = 2 * WARMUP + queries + kafka_queries
     pool = _Queries(len(sizes) * per_size + WARMUP + queries)
     embedder = SentenceTransformerEmbedder(
-        settings.model_path, lanes=settings.embed_lanes, max_batch=settings.embed_batch_size
+        settings.model_path,
+        lanes=settings.embed_lanes,
+        max_batch=settings.embed_batch_size,
+        backend=settings.embed_backend,
+        cache_dir=settings.model_cache_dir,
     )
     query_embed = await measure_embedding(embedder, pool.take(WARMUP), pool.take(queries))
     logger.info("query embedding: %s", query_embed)

@@ -40,7 +40,7 @@ Semantics (all deterministic, no clock, no randomness):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -206,6 +206,18 @@ def _clamp01(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
+def node_factor(node: NodeInfo, *, now_ms: int, half_life_ms: int = DEFAULT_HALF_LIFE_MS) -> float:
+    """What a neighbour's score owes to the node itself: recency * utility * kind
+    preference * (1 - spam), utility and spam clamped to [0, 1]. A node met over
+    many keys and walkers is worked out once per walk."""
+    return (
+        recency(now_ms - node.ts_ms, half_life_ms)
+        * _clamp01(node.utility)
+        * kind_preference(node.kind, node.actor)
+        * (1.0 - _clamp01(node.spam))
+    )
+
+
 def score_neighbour(
     node: NodeInfo,
     *,
@@ -214,17 +226,9 @@ def score_neighbour(
     now_ms: int,
     half_life_ms: int = DEFAULT_HALF_LIFE_MS,
 ) -> float:
-    """seed strength * key strength * recency * utility * kind preference * (1 - spam).
-
-    Utility and spam are clamped to [0, 1].
-    """
+    """seed strength * key strength * `node_factor`."""
     return (
-        seed_strength
-        * key_strength
-        * recency(now_ms - node.ts_ms, half_life_ms)
-        * _clamp01(node.utility)
-        * kind_preference(node.kind, node.actor)
-        * (1.0 - _clamp01(node.spam))
+        seed_strength * key_strength * node_factor(node, now_ms=now_ms, half_life_ms=half_life_ms)
     )
 
 
@@ -237,9 +241,6 @@ class _Hit:
     hops: int
     walker: int
     keys: set[str] = field(default_factory=set)
-
-    def better_than(self, score: float, hops: int, walker: int) -> bool:
-        return (-self.score, self.hops, self.walker) <= (-score, hops, walker)
 
 
 @dataclass(slots=True)
@@ -255,12 +256,21 @@ class _Walker:
 
 @dataclass(slots=True)
 class _Caches:
+    """What one walk has read or worked out. The graph does not change during a
+    walk, so every entry stays valid to its end; walkers meet the same nodes and
+    keys again and again, and each is read and scored once."""
+
     nodes: dict[str, NodeInfo | None] = field(default_factory=dict)
     degrees: dict[str, int] = field(default_factory=dict)
     newest: dict[str, list[str]] = field(default_factory=dict)
+    factors: dict[str, float] = field(default_factory=dict)
+    # id -> the live node standing for it after compaction links (None: none)
+    resolved: dict[str, NodeInfo | None] = field(default_factory=dict)
+    # (id, circuit) -> the node's ranked keys, once all their degrees are known
+    ranked: dict[tuple[str, int], list[tuple[str, float]]] = field(default_factory=dict)
 
 
-async def _load_nodes(graph: GraphView, caches: _Caches, ids: Sequence[str]) -> None:
+async def _load_nodes(graph: GraphView, caches: _Caches, ids: Iterable[str]) -> None:
     missing = sorted({i for i in ids if i not in caches.nodes})
     if not missing:
         return
@@ -274,16 +284,16 @@ def _live(caches: _Caches, memory_id: str) -> NodeInfo | None:
     return None if node is None or node.deleted else node
 
 
-async def _resolve(graph: GraphView, caches: _Caches, ids: Sequence[str]) -> dict[str, NodeInfo]:
-    """Live node per id after following compaction links (batched per link depth)."""
-    resolved: dict[str, NodeInfo] = {}
+async def _resolve(graph: GraphView, caches: _Caches, ids: Iterable[str]) -> None:
+    """Fill `caches.resolved` for `ids` (loaded already): the live node after
+    following compaction links, batched per link depth."""
     pending: dict[str, NodeInfo] = {}  # original id -> current (compacted) node
     for memory_id in ids:
-        node = _live(caches, memory_id)
-        if node is None:
+        if memory_id in caches.resolved:
             continue
-        resolved[memory_id] = node
-        if node.replaced_by:
+        node = _live(caches, memory_id)
+        caches.resolved[memory_id] = node
+        if node is not None and node.replaced_by:
             pending[memory_id] = node
     for _ in range(MAX_REPLACEMENT_DEPTH):
         if not pending:
@@ -294,90 +304,112 @@ async def _resolve(graph: GraphView, caches: _Caches, ids: Sequence[str]) -> dic
             target = _live(caches, node.replaced_by)
             if target is None or target.memory_id == node.memory_id:
                 continue  # summary gone: the original stands
-            resolved[memory_id] = target
+            caches.resolved[memory_id] = target
             if target.replaced_by:
                 still[memory_id] = target
         pending = still
-    return resolved
 
 
-async def _choose_keys(
-    graph: GraphView,
-    caches: _Caches,
-    node: NodeInfo,
-    walked_keys: set[str],
-    *,
-    circuit: Circuit | None,
-    digest: frozenset[str],
-    budget: WalkBudget,
-    weights: KeyWeights,
-    field_bonus: float,
+@dataclass(frozen=True, slots=True)
+class _KeyRanking:
+    """How keys are ranked in one walk (the arguments of `rank_keys`)."""
+
+    digest: frozenset[str]
+    weights: KeyWeights
+    field_bonus: float
+    circuits: Sequence[Circuit]
+
+
+async def _ranked_keys(
+    graph: GraphView, caches: _Caches, node: NodeInfo, walker: _Walker, ranking: _KeyRanking
 ) -> list[tuple[str, float]]:
-    """The node's best `max_keys_per_node` keys that this walker has not walked yet."""
-    unknown = sorted({k for k in node.keys if k not in caches.degrees})
-    if unknown:
-        found = await graph.degrees(unknown)
-        for key in unknown:
-            caches.degrees[key] = found.get(key, 0)
-    ranked = [
-        (key, score)
-        for key, score in rank_keys(node, caches.degrees, digest, circuit, weights, field_bonus)
-        if key not in walked_keys
-    ][: budget.max_keys_per_node]
+    """`rank_keys` of the node under the walker's circuit (one `degrees` call for
+    keys not seen yet), remembered for the rest of the walk."""
+    memo = (node.memory_id, walker.index % len(ranking.circuits) if ranking.circuits else 0)
+    ranked = caches.ranked.get(memo)
+    if ranked is None:
+        unknown = sorted({k for k in node.keys if k not in caches.degrees})
+        if unknown:
+            found = await graph.degrees(unknown)
+            for key in unknown:
+                caches.degrees[key] = found.get(key, 0)
+        ranked = rank_keys(
+            node,
+            caches.degrees,
+            ranking.digest,
+            walker.circuit,
+            ranking.weights,
+            ranking.field_bonus,
+        )
+        caches.ranked[memo] = ranked
     return ranked
 
 
-async def _neighbours(
-    graph: GraphView,
+def _unwalked(
+    ranked: Sequence[tuple[str, float]], walker: _Walker, budget: WalkBudget
+) -> list[tuple[str, float]]:
+    """The node's best `max_keys_per_node` keys that this walker has not walked yet."""
+    walked = walker.walked_keys
+    return [(key, score) for key, score in ranked if key not in walked][: budget.max_keys_per_node]
+
+
+async def _fetch_keys(
+    graph: GraphView, caches: _Caches, keys: Iterable[str], budget: WalkBudget
+) -> None:
+    """Newest members of keys not fetched yet, their nodes and their replacements."""
+    unfetched = sorted({k for k in keys if k not in caches.newest})
+    if not unfetched:
+        return
+    lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
+    for key in unfetched:
+        caches.newest[key] = list(lists.get(key, []))[: budget.max_neighbors_per_key]
+    ids = {i for key in unfetched for i in caches.newest[key]}
+    await _load_nodes(graph, caches, ids)
+    await _resolve(graph, caches, sorted(ids))
+
+
+def _neighbours(
     caches: _Caches,
     node: NodeInfo,
     strength: float,
     ranked: Sequence[tuple[str, float]],
     *,
-    budget: WalkBudget,
     now_ms: int,
     half_life_ms: int,
-) -> dict[str, tuple[float, set[str]]]:
-    """Scored neighbours of `node` over `ranked` keys: id -> (best score, every key)."""
-    if not ranked or budget.max_neighbors_per_key == 0:
-        return {}
-    unfetched = sorted(k for k, _ in ranked if k not in caches.newest)
-    if unfetched:
-        found_lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
-        for key in unfetched:
-            caches.newest[key] = list(found_lists.get(key, []))[: budget.max_neighbors_per_key]
-    await _load_nodes(graph, caches, [i for k, _ in ranked for i in caches.newest[k]])
-    raw_ids = sorted({i for k, _ in ranked for i in caches.newest[k] if i != node.memory_id})
-    resolved = await _resolve(graph, caches, raw_ids)
-    out: dict[str, tuple[float, set[str]]] = {}
+) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Scored neighbours of `node` over `ranked` keys (fetched already): id -> best
+    score, and id -> every key it was reached over."""
+    scores: dict[str, float] = {}
+    via: dict[str, list[str]] = {}
+    factors, resolved = caches.factors, caches.resolved
     for key, key_score in ranked:
-        strength_k = key_strength(key_score)
+        strength_k = strength * key_strength(key_score)
         for raw_id in caches.newest[key]:
             target = resolved.get(raw_id)
             if target is None or target.memory_id == node.memory_id:
                 continue
-            score = score_neighbour(
-                target,
-                seed_strength=strength,
-                key_strength=strength_k,
-                now_ms=now_ms,
-                half_life_ms=half_life_ms,
-            )
-            prev = out.get(target.memory_id)
-            if prev is None:
-                out[target.memory_id] = (score, {key})
+            target_id = target.memory_id
+            factor = factors.get(target_id)
+            if factor is None:
+                factor = node_factor(target, now_ms=now_ms, half_life_ms=half_life_ms)
+                factors[target_id] = factor
+            score = strength_k * factor
+            best = scores.get(target_id)
+            if best is None:
+                scores[target_id] = score
+                via[target_id] = [key]
             else:
-                prev[1].add(key)
-                if score > prev[0]:
-                    out[target.memory_id] = (score, prev[1])
-    return out
+                via[target_id].append(key)
+                if score > best:
+                    scores[target_id] = score
+    return scores, via
 
 
 def _next_choice(walker: _Walker, max_hops: int) -> str | None:
     choices = [
         (-strength, memory_id)
         for memory_id, (strength, hops) in walker.frontier.items()
-        if memory_id not in walker.expanded and hops < max_hops
+        if hops < max_hops and memory_id not in walker.expanded
     ]
     return min(choices)[1] if choices else None
 
@@ -388,9 +420,7 @@ async def _prefetch_round(
     walkers: Sequence[_Walker],
     *,
     budget: WalkBudget,
-    digest: frozenset[str],
-    weights: KeyWeights,
-    field_bonus: float,
+    ranking: _KeyRanking,
 ) -> None:
     """Warm the caches with what every walker's next expansion will read, in one
     batched call per kind, so a round costs a few round trips however many
@@ -409,17 +439,10 @@ async def _prefetch_round(
             caches.degrees[key] = found.get(key, 0)
     keys: set[str] = set()
     for walker, node in nodes:
-        ranked = rank_keys(node, caches.degrees, digest, walker.circuit, weights, field_bonus)
-        fresh = [key for key, _ in ranked if key not in walker.walked_keys]
-        keys.update(fresh[: budget.max_keys_per_node])
-    unfetched = sorted(k for k in keys if k not in caches.newest)
-    if unfetched and budget.max_neighbors_per_key > 0:
-        lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
-        for key in unfetched:
-            caches.newest[key] = list(lists.get(key, []))[: budget.max_neighbors_per_key]
-        ids = [i for key in unfetched for i in caches.newest[key]]
-        await _load_nodes(graph, caches, ids)
-        await _resolve(graph, caches, sorted(set(ids)))
+        ranked = await _ranked_keys(graph, caches, node, walker, ranking)
+        keys.update(key for key, _ in _unwalked(ranked, walker, budget))
+    if budget.max_neighbors_per_key > 0:
+        await _fetch_keys(graph, caches, keys, budget)
 
 
 async def walk(
@@ -453,7 +476,7 @@ async def walk(
             best_seed[seed.memory_id] = seed.score
     seed_ids = frozenset(best_seed)
     caches = _Caches()
-    await _load_nodes(graph, caches, sorted(seed_ids))
+    await _load_nodes(graph, caches, seed_ids)
     usable = sorted(
         (i for i in seed_ids if _live(caches, i) is not None),
         key=lambda i: (-best_seed[i], i),
@@ -469,72 +492,68 @@ async def walk(
         )
         for w in range(budget.num_walkers)
     ]
-    digest = frozenset(field_digest)
+    ranking = _KeyRanking(frozenset(field_digest), weights, field_bonus, tuple(circuits))
     expanded_under: set[tuple[str, tuple[tuple[str, float], ...]]] = set()
     hits: dict[str, _Hit] = {}
+    cap = budget.max_total_candidates
+
+    def admit(
+        walker: _Walker, child_hops: int, scores: dict[str, float], via: dict[str, list[str]]
+    ) -> None:
+        children: Iterable[str] = scores
+        if len(hits) + len(scores) > cap:
+            # Only when the cap can bind does the order matter: best first.
+            children = sorted(scores, key=lambda i: (-scores[i], i))
+        frontier, expanded = walker.frontier, walker.expanded
+        for child_id in children:
+            if child_id in seed_ids:
+                continue
+            score = scores[child_id]
+            hit = hits.get(child_id)
+            if hit is None:
+                if len(hits) >= cap:
+                    continue
+                hits[child_id] = _Hit(score, child_hops, walker.index, set(via[child_id]))
+            else:
+                if (-score, child_hops, walker.index) < (-hit.score, hit.hops, hit.walker):
+                    hit.score, hit.hops, hit.walker = score, child_hops, walker.index
+                hit.keys.update(via[child_id])
+            prev = frontier.get(child_id)
+            if prev is None:
+                frontier[child_id] = (score, child_hops)
+            elif child_id not in expanded:
+                frontier[child_id] = (max(prev[0], score), min(prev[1], child_hops))
 
     async def step(walker: _Walker) -> None:
         """Expand until one real expansion is spent or nothing is left to expand."""
         while True:
-            choices = [
-                (-strength, memory_id)
-                for memory_id, (strength, hops) in walker.frontier.items()
-                if memory_id not in walker.expanded and hops < budget.max_hops
-            ]
-            if not choices:
+            memory_id = _next_choice(walker, budget.max_hops)
+            if memory_id is None:
                 walker.done = True
                 return
-            _, memory_id = min(choices)
             strength, hops = walker.frontier[memory_id]
             walker.expanded.add(memory_id)
             node = _live(caches, memory_id)
             if node is None:
                 continue
-            ranked = await _choose_keys(
-                graph,
-                caches,
-                node,
-                walker.walked_keys,
-                circuit=walker.circuit,
-                digest=digest,
-                budget=budget,
-                weights=weights,
-                field_bonus=field_bonus,
+            ranked = _unwalked(
+                await _ranked_keys(graph, caches, node, walker, ranking), walker, budget
             )
             walker.walked_keys.update(key for key, _ in ranked)
             marker = (memory_id, tuple(ranked))
             free = marker in expanded_under
             expanded_under.add(marker)
-            found = await _neighbours(
-                graph,
-                caches,
-                node,
-                strength,
-                ranked,
-                budget=budget,
-                now_ms=now_ms,
-                half_life_ms=recency_half_life_ms,
-            )
-            child_hops = hops + 1
-            for child_id, (score, keys) in sorted(
-                found.items(), key=lambda item: (-item[1][0], item[0])
-            ):
-                if child_id in seed_ids:
-                    continue
-                hit = hits.get(child_id)
-                if hit is None:
-                    if len(hits) >= budget.max_total_candidates:
-                        continue
-                    hits[child_id] = _Hit(score, child_hops, walker.index, set(keys))
-                else:
-                    if not hit.better_than(score, child_hops, walker.index):
-                        hit.score, hit.hops, hit.walker = score, child_hops, walker.index
-                    hit.keys.update(keys)
-                prev = walker.frontier.get(child_id)
-                if prev is None:
-                    walker.frontier[child_id] = (score, child_hops)
-                elif child_id not in walker.expanded:
-                    walker.frontier[child_id] = (max(prev[0], score), min(prev[1], child_hops))
+            if ranked and budget.max_neighbors_per_key > 0:
+                await _fetch_keys(graph, caches, (key for key, _ in ranked), budget)
+                scores, via = _neighbours(
+                    caches,
+                    node,
+                    strength,
+                    ranked,
+                    now_ms=now_ms,
+                    half_life_ms=recency_half_life_ms,
+                )
+                admit(walker, hops + 1, scores, via)
             if not free:
                 walker.steps += 1
                 if walker.steps >= budget.max_hops:
@@ -542,15 +561,7 @@ async def walk(
                 return
 
     while any(not w.done for w in walkers):
-        await _prefetch_round(
-            graph,
-            caches,
-            walkers,
-            budget=budget,
-            digest=digest,
-            weights=weights,
-            field_bonus=field_bonus,
-        )
+        await _prefetch_round(graph, caches, walkers, budget=budget, ranking=ranking)
         for walker in walkers:
             if not walker.done:
                 await step(walker)

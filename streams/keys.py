@@ -29,6 +29,7 @@ A key is `<type>:<value>` with no whitespace in it. Conventions:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator
@@ -104,13 +105,18 @@ def key_type(key: str) -> KeyType:
 
 
 def type_weight(key: str, weights: KeyWeights = DEFAULT_WEIGHTS) -> float:
-    table: dict[KeyType, float] = {
+    return _weight_table(weights)[key_type(key)]
+
+
+@functools.lru_cache(maxsize=16)
+def _weight_table(weights: KeyWeights) -> dict[KeyType, float]:
+    # Built once per weights: a recall walk ranks keys thousands of times.
+    return {
         "err": weights.err, "path": weights.path, "url": weights.url, "tool": weights.tool,
         "tag:ops": weights.tag_ops, "tag:topic": weights.tag_topic, "tag:src": weights.tag_src,
         "tag": weights.tag_other, "chan": weights.chan, "regime": weights.regime,
         "entity": weights.entity, "run": weights.run, "session": weights.session,
     }  # fmt: skip
-    return table[key_type(key)]
 
 
 def commonness_penalty(degree: int) -> float:

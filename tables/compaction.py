@@ -260,6 +260,7 @@ class Compactor:
                 fields = summary_fields(agent_id, plan, cluster, blob, self._dims)
                 pipe.hset(self.keys.memory(cluster.summary_id), mapping=fields)
                 self._graph.link(pipe, agent_id, cluster.summary_id, cluster.ts_ms, cluster.keys)
+            self._graph.sync_nodes(pipe, agent_id, [c.summary_id for c in missing])
             pipe.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.SUMMARIES_WRITTEN)
             await pipe.execute()
 
@@ -291,6 +292,8 @@ class Compactor:
                     keys += [self.keys.memory(source_id), self.keys.tomb(source_id)]
                 args: list[str | int] = [agent_id, cluster.summary_id, plan.plan_id, plan.now_ms]
                 pipe.evalsha(self._flip.sha, len(keys), *keys, *args)
+            flipped_ids = [i for c in plan.clusters for i in (c.summary_id, *c.source_ids)]
+            self._graph.sync_nodes(pipe, agent_id, flipped_ids)
             pipe.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.FLIPPED)
             flipped = await pipe.execute()
         for cluster, count in zip(plan.clusters, flipped, strict=False):

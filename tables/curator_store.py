@@ -230,6 +230,9 @@ class RedisCuratorStore:
                     pipe.hset(key, "quarantined", "0")
                 else:
                     pipe.hset(key, "archived", "1")
+            changed = [c.entry.memory_id for c in plan.changes if c.new or c.record_changed]
+            changed += [decision.memory_id for decision in plan.quarantine]
+            self._graph.sync_nodes(pipe, agent_id, changed)
             pipe.set(self.playbook_key(agent_id), self._playbook(agent_id, now_ms, plan, before))
             pipe.hset(
                 self.state_key(agent_id),

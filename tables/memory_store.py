@@ -196,6 +196,13 @@ class RedisMemoryStore:
                 self.graph.link(
                     pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
                 )
+            touched: dict[str, set[str]] = {}
+            for record in batch.records:
+                touched.setdefault(record.candidate.agent_id, set()).add(record.id)
+            for fold in batch.folds:
+                touched.setdefault(fold.agent_id, set()).add(fold.aggregate_id)
+            for agent_id in sorted(touched):
+                self.graph.sync_nodes(pipe, agent_id, sorted(touched[agent_id]))
             for reinforcement in batch.reinforcements:
                 self._scripts.reinforce(
                     pipe, self.key(reinforcement.target_id), reinforcement.ts_ms

@@ -21,7 +21,7 @@ from grimoire.streams.daimoi import NodeInfo
 from grimoire.streams.field import Affect
 from grimoire.streams.recall_options import RecallFilters
 from grimoire.streams.recall_source import Anchor, LaneHit, RecallRecord, Vector
-from grimoire.tables.graph import GraphKeys
+from grimoire.tables.graph import NODE_SEPARATOR, WALK_NODE_FIELDS, GraphKeys
 from grimoire.tables.queries import FullTextQuery, KnnQuery
 from grimoire.tables.record_codec import text_of
 from grimoire.tables.scripts import RedisScripts
@@ -269,10 +269,20 @@ class RedisRecallSource:
     async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
         missing = sorted({i for i in memory_ids if i not in self._nodes})
         if missing:
-            keys = [self._key(memory_id) for memory_id in missing]
-            rows = await self._scripts.hmget_many(keys, list(NODE_FIELDS))
-            for memory_id, row in zip(missing, rows, strict=True):
-                self._nodes[memory_id] = decode_node(row, self._agent)
+            packed = await self._redis.hmget(self._graph.nodes(self._agent), missing)
+            unpacked = []
+            for memory_id, raw in zip(missing, packed, strict=True):
+                node = unpack_node(memory_id, raw) if raw is not None else None
+                if node is None:
+                    unpacked.append(memory_id)
+                else:
+                    self._nodes[memory_id] = node
+            if unpacked:
+                # Memories written before the node table existed: read their hashes.
+                keys = [self._key(memory_id) for memory_id in unpacked]
+                rows = await self._scripts.hmget_many(keys, list(NODE_FIELDS))
+                for memory_id, row in zip(unpacked, rows, strict=True):
+                    self._nodes[memory_id] = decode_node(row, self._agent)
         return {i: n for i in memory_ids if (n := self._nodes.get(i)) is not None}
 
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
@@ -321,25 +331,67 @@ def _first_other(members: Sequence[Any], memory_id: str) -> str | None:
     return next((m for m in map(text_of, members) if m != memory_id), None)
 
 
-def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
-    """NODE_FIELDS values as the walk's node (the walk reads hundreds per query,
-    so this skips building a full record)."""
-    doc = dict(zip(NODE_FIELDS, row, strict=True))
-    if doc["memory_id"] is None or _text(doc, "agent_id") != agent_id:
+def unpack_node(memory_id: str, raw: Any) -> NodeInfo | None:
+    """A node-table entry (`graph.WALK_NODE_FIELDS` joined by `NODE_SEPARATOR`);
+    None when it does not unpack, so the caller reads the memory hash instead."""
+    parts = text_of(raw).split(NODE_SEPARATOR)
+    if len(parts) != len(WALK_NODE_FIELDS):
         return None
-    replaced_by = _text(doc, "replaced_by_summary_id")
+    kind, keys, ts, importance, deleted, quarantined, archived, replaced_by, actor = parts
     return NodeInfo(
-        memory_id=text_of(doc["memory_id"]),
-        kind=_text(doc, "kind"),
-        keys=_split(doc, "nexus_keys"),
-        ts_ms=int(_number(doc, "ts", 0.0)),
-        utility=_number(doc, "importance", 0.5),
-        deleted=(_text(doc, "deleted") == "1" and not replaced_by)
-        or _text(doc, "quarantined") == "1"
-        or _text(doc, "archived") == "1",
+        memory_id=memory_id,
+        kind=kind,
+        keys=tuple(part for part in keys.split("|") if part),
+        ts_ms=int(_float_or(ts or None, 0.0)),
+        utility=_float_or(importance or None, 0.5),
+        deleted=(deleted == "1" and not replaced_by) or quarantined == "1" or archived == "1",
         replaced_by=replaced_by,
-        actor=_text(doc, "actor_id"),
+        actor=actor,
     )
+
+
+def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
+    """NODE_FIELDS values as the walk's node. The walk reads hundreds per query,
+    so this unpacks by position and decodes only what it keeps, instead of
+    building a full record."""
+    (
+        memory_id,
+        agent,
+        kind,
+        keys,
+        ts,
+        importance,
+        deleted,
+        quarantined,
+        archived,
+        replaced,
+        actor,
+    ) = row
+    if memory_id is None or agent is None or text_of(agent) != agent_id:
+        return None
+    replaced_by = "" if replaced is None else text_of(replaced)
+    return NodeInfo(
+        memory_id=text_of(memory_id),
+        kind="" if kind is None else text_of(kind),
+        keys=tuple(part for part in text_of(keys).split("|") if part) if keys else (),
+        ts_ms=int(_float_or(ts, 0.0)),
+        utility=_float_or(importance, 0.5),
+        deleted=(deleted in _TRUE and not replaced_by) or quarantined in _TRUE or archived in _TRUE,
+        replaced_by=replaced_by,
+        actor="" if actor is None else text_of(actor),
+    )
+
+
+_TRUE = (b"1", "1")
+
+
+def _float_or(raw: Any, default: float) -> float:
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        return default
 
 
 def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:

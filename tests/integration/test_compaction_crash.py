@@ -229,6 +229,12 @@ async def test_a_crash_at_any_phase_leaves_one_side_reachable_and_resume_finishe
     report = await world.compactor().resume(world.agent)
     assert report is not None and report.resumed and report.status == "done"
     assert await world.summaries() == [summary] == list(report.summary_ids)
+    # The walk's node table follows the flip: sources point at the summary.
+    source = world.store.recall_source(world.agent)
+    ids = [summary, *world.sources]
+    nodes, records = await source.nodes(ids), await source.records(ids)
+    assert nodes == {i: r.node() for i, r in records.items()} and len(nodes) == len(ids)
+    assert {nodes[s].replaced_by for s in world.sources} == {summary}
     assert await reachable_side(world, summary) == "summary"
     assert await world.vectors_left() == 0
     assert await world.compactor().resume(world.agent) is None

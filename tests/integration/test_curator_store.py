@@ -239,3 +239,8 @@ async def test_quarantine_review_releases_or_archives(env: Env) -> None:
         r["memory_id"]: (r["quarantined"], r["archived"]) for r in await env.by_kind(A, "episode")
     }
     assert rows == {stale.id: ("1", "1"), fresh.id: ("1", "0"), backed.id: ("0", "0")}
+    ids = [stale.id, fresh.id, backed.id]
+    source = env.memory.recall_source(A)
+    nodes, records = await source.nodes(ids), await source.records(ids)
+    assert nodes == {i: r.node() for i, r in records.items()} and len(nodes) == 3
+    assert [nodes[i].deleted for i in ids] == [True, True, False]  # archived, held, released

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from grimoire.infra import onnx_encoder
 from grimoire.infra.embedding import (
     MAX_AUTO_LANES,
     CachingEmbedder,
@@ -18,10 +21,41 @@ from grimoire.infra.embedding import (
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[SentenceTransformerEmbedder]:
-    embedder = SentenceTransformerEmbedder(max_batch=64)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def model(cache_dir: Path) -> Iterator[SentenceTransformerEmbedder]:
+    embedder = SentenceTransformerEmbedder(max_batch=64, cache_dir=cache_dir)  # onnx, the default
     yield embedder
     embedder.close()
+
+
+@pytest.fixture(scope="module")
+def onnx_model(model: SentenceTransformerEmbedder, cache_dir: Path) -> Iterator[Any]:
+    embedder = SentenceTransformerEmbedder(lanes=2, backend="onnx", cache_dir=cache_dir)
+    yield embedder
+    embedder.close()
+
+
+@pytest.fixture(scope="module")
+def torch_model() -> Iterator[SentenceTransformerEmbedder]:
+    embedder = SentenceTransformerEmbedder(lanes=2, backend="torch")
+    yield embedder
+    embedder.close()
+
+
+# Different lengths: one word, padding-free, whitespace, non-ASCII, and past the
+# 256-token truncation.
+VARIED = [
+    "ok",
+    "disk full on /var",
+    "  leading and trailing spaces  ",
+    "Zürich → Tōkyō: prix du pétrole en hausse de 3 %",
+    "The validator missed 12 consecutive slots after the upgrade to v1.18.",
+    " ".join(f"token{i}" for i in range(400)),
+]
 
 
 def _texts(prefix: str, count: int) -> list[str]:
@@ -90,3 +124,55 @@ def test_lane_slices_partition_the_rows_with_balanced_lengths() -> None:
 def test_lanes_default_to_one_per_core_capped() -> None:
     assert resolve_lanes(3) == 3
     assert 1 <= resolve_lanes(0) <= MAX_AUTO_LANES
+
+
+async def test_onnx_matches_torch_for_single_texts_and_split_batches(
+    onnx_model: SentenceTransformerEmbedder, torch_model: SentenceTransformerEmbedder
+) -> None:
+    assert (onnx_model.backend, torch_model.backend) == ("onnx", "torch")
+    for text in VARIED:
+        _assert_same_vectors(await onnx_model.embed([text]), await torch_model.embed([text]))
+
+    batch = [f"{text} #{i}" for i in range(3) for text in VARIED]  # 18 texts
+    assert len(lane_slices([len(text) for text in batch], onnx_model.lanes)) == 2
+    _assert_same_vectors(await onnx_model.embed(batch), await torch_model.embed(batch))
+
+
+def _assert_same_vectors(mine: np.ndarray, reference: np.ndarray) -> None:
+    assert mine.shape == reference.shape
+    assert mine.dtype == np.float32
+    np.testing.assert_allclose(mine, reference, atol=1e-5)
+    assert np.min(np.sum(mine * reference, axis=1)) >= 0.99999  # cosine: both unit length
+
+
+async def test_onnx_vectors_are_unit_length(onnx_model: SentenceTransformerEmbedder) -> None:
+    for texts in ([VARIED[0]], VARIED, VARIED * 3):
+        vectors = await onnx_model.embed(texts)
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+
+
+def test_the_export_is_cached_by_weights_and_reused(
+    model: SentenceTransformerEmbedder, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exported = list(cache_dir.iterdir())
+    assert len(exported) == 1  # one file, no temp files left behind
+    path = exported[0]
+    assert path.suffix == ".onnx"
+    mtime = path.stat().st_mtime_ns
+
+    def no_export(*args: object) -> None:
+        raise AssertionError("exported again despite a cached file")
+
+    monkeypatch.setattr(onnx_encoder, "_export", no_export)
+    again = SentenceTransformerEmbedder(lanes=1, cache_dir=cache_dir)
+    try:
+        assert again._onnx is not None and again._onnx.path == path
+    finally:
+        again.close()
+    assert list(cache_dir.iterdir()) == [path]
+    assert path.stat().st_mtime_ns == mtime
+
+
+def test_an_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="backend"):
+        SentenceTransformerEmbedder(backend="openvino")

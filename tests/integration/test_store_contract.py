@@ -503,6 +503,25 @@ async def test_the_recall_source_scores_given_memories_and_finds_their_neighbour
     assert await source.adjacent([]) == {}
 
 
+async def test_the_walk_reads_each_node_as_its_record_says(h: Harness) -> None:
+    hidden = rec(A, "q", "the bridge is not safe", E1, quarantined=True)
+    group = aggregate_id(A, TARGET.id)
+    folded = fold(A, TARGET, repeat("r1", T0 + 5))
+    await commit(h, RECORDS, WriteBatch(records=(hidden, TARGET), folds=(folded,)))
+    ids = [R1.id, R2.id, R3.id, hidden.id, TARGET.id, group, "unknown"]
+    source = h.store.recall_source(A)
+    nodes = await source.nodes(ids)
+    records = await h.store.recall_source(A).records(ids)
+    assert set(nodes) == {R1.id, R2.id, hidden.id, TARGET.id, group}  # R3 is B's
+    assert nodes == {i: r.node() for i, r in records.items()}
+    assert nodes[hidden.id].deleted and not nodes[R1.id].deleted
+    assert set(nodes[R1.id].keys) == {"err:timeout", "tag:ops/disk"}
+    if isinstance(h, RedisHarness):
+        # A store written before the node table existed reads the memory hashes.
+        await h.redis.delete(f"{h.prefix}:nodes:{A}")
+        assert await h.store.recall_source(A).nodes(ids) == nodes
+
+
 async def test_quarantined_memories_are_counted_and_fetchable_but_never_searched(
     h: Harness,
 ) -> None:

@@ -1,0 +1,219 @@
+"""Sentence embeddings through ONNX Runtime, from a SentenceTransformer exported once.
+
+For one short recall query ONNX Runtime is about three times faster than torch
+on CPU (all-MiniLM-L6-v2: p50 ~7 ms against ~20 ms) and gives the same vectors
+to ~1e-7, so the transformer is exported to ONNX, cached on disk, and the mean
+pooling and normalisation the SentenceTransformer would apply are done here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import onnxruntime
+    from sentence_transformers import SentenceTransformer
+
+logger = logging.getLogger(__name__)
+
+Vectors = npt.NDArray[np.float32]
+DEFAULT_CACHE_DIR = Path(".grimoire/models")
+# Part of the cache key: bump it whenever the exported graph changes shape
+# (inputs, outputs, opset), so no worker loads an export made by older code.
+EXPORT_FORMAT = "last_hidden_state/v1"
+OPSET = 17
+# Graph input -> attribute of a `tokenizers.Encoding`.
+_ENCODING_FIELDS = {
+    "input_ids": "ids",
+    "attention_mask": "attention_mask",
+    "token_type_ids": "type_ids",
+}
+
+
+class OnnxEncoder:
+    """Two sessions on one exported file. A batch that goes to the model whole
+    (a single recall query, most often) gets `lanes` intra-op threads: all cores
+    on one small input. Batches split across the embedder's lanes run on a
+    single-threaded session, one call per lane thread (`run` is thread-safe and
+    releases the GIL), for the reasons the torch lanes are single-threaded."""
+
+    def __init__(self, path: Path, tokenizer: ThreadTokenizer, *, lanes: int) -> None:
+        self.path = path
+        self._tokenizer = tokenizer
+        self._whole = _session(path, max(1, lanes))
+        self._lane = _session(path, 1) if lanes > 1 else self._whole
+        # Feed only what the graph declares: models without token_type_ids work too.
+        self._inputs = [graph_input.name for graph_input in self._whole.get_inputs()]
+        unknown = set(self._inputs) - set(_ENCODING_FIELDS)
+        if unknown or "attention_mask" not in self._inputs:
+            raise ValueError(f"{path}: unsupported graph inputs {self._inputs}")
+
+    @classmethod
+    def from_sentence_transformer(
+        cls, model: SentenceTransformer, cache_dir: Path, *, lanes: int
+    ) -> OnnxEncoder:
+        check_supported(model)
+        max_length = model.max_seq_length or model.tokenizer.model_max_length
+        tokenizer = ThreadTokenizer.like(model.tokenizer, int(max_length))
+        return cls(export(model, tokenizer, cache_dir), tokenizer, lanes=lanes)
+
+    def encode(self, texts: Sequence[str], *, whole: bool) -> Vectors:
+        """Unit-length sentence vectors; `whole` picks the multi-threaded session."""
+        encodings = self._tokenizer.get().encode_batch(list(texts))
+        feed = {
+            name: np.array([getattr(e, _ENCODING_FIELDS[name]) for e in encodings], dtype=np.int64)
+            for name in self._inputs
+        }
+        session = self._whole if whole else self._lane
+        (hidden,) = session.run(["last_hidden_state"], feed)
+        mask = feed["attention_mask"].astype(np.float32)
+        counts = np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        pooled = np.einsum("bsd,bs->bd", hidden, mask) / counts
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return np.asarray(pooled / norms, dtype=np.float32)
+
+
+class ThreadTokenizer(threading.local):
+    """A fast tokenizer keeps padding and truncation as shared mutable state, and
+    transformers sets them on every call, so concurrent calls fail ("Already
+    borrowed"). Each thread instead gets its own `tokenizers.Tokenizer`,
+    configured once the way SentenceTransformer tokenises: pad to the longest,
+    truncate at `max_seq_length`."""
+
+    def __init__(self, spec: str, max_length: int, truncation_side: str, padding: dict[str, Any]):
+        from tokenizers import Tokenizer
+
+        # threading.local runs this again on each thread's first access.
+        self._tokenizer = Tokenizer.from_str(spec)
+        # Explicit, as tokenizer.json may carry fixed-length padding of its own.
+        self._tokenizer.enable_truncation(max_length, direction=truncation_side)
+        self._tokenizer.enable_padding(**padding)
+
+    @classmethod
+    def like(cls, hf_tokenizer: Any, max_length: int) -> ThreadTokenizer:
+        padding = {
+            "direction": hf_tokenizer.padding_side,
+            "pad_id": hf_tokenizer.pad_token_id,
+            "pad_type_id": hf_tokenizer.pad_token_type_id,
+            "pad_token": hf_tokenizer.pad_token,
+        }
+        spec = hf_tokenizer.backend_tokenizer.to_str()
+        return cls(spec, max_length, hf_tokenizer.truncation_side, padding)
+
+    def get(self) -> Any:
+        return self._tokenizer
+
+
+def check_supported(model: SentenceTransformer) -> None:
+    """Only Transformer -> mean Pooling (-> Normalize) is reproduced here; any
+    other pipeline would silently give vectors unlike the torch backend's."""
+    modules: list[Any] = list(model)
+    names = [type(module).__name__ for module in modules]
+    pooling = modules[1].get_config_dict() if len(modules) > 1 else {}
+    if (
+        names[:2] != ["Transformer", "Pooling"]
+        or names[2:] not in ([], ["Normalize"])
+        or pooling.get("pooling_mode") != "mean"
+        or getattr(modules[0], "do_lower_case", False)
+    ):
+        raise ValueError(
+            f"the onnx backend handles Transformer + mean Pooling (+ Normalize) only, "
+            f"not {names} {pooling}: use the torch backend"
+        )
+
+
+def export(model: SentenceTransformer, tokenizer: ThreadTokenizer, cache_dir: Path) -> Path:
+    """The ONNX file for `model`'s transformer, exported on first use only."""
+    transformer: Any = model[0].auto_model
+    names = [name for name in model.tokenizer.model_input_names if name in _ENCODING_FIELDS]
+    key = weights_key(transformer, names)
+    path = cache_dir / f"{transformer.config.model_type}-{key}.onnx"
+    if path.exists():
+        logger.info("using cached ONNX export %s", path)
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Workers starting together each export to their own temp file and rename it
+    # into place: nobody ever opens half a file, and the last rename wins harmlessly.
+    fd, temp = tempfile.mkstemp(dir=cache_dir, prefix=f".{path.stem}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        _export(transformer, tokenizer, names, Path(temp))
+        # Flushed first, or a crash could leave a truncated file under the final name.
+        with open(temp, "rb+") as written:
+            os.fsync(written.fileno())
+        os.chmod(temp, 0o644)  # mkstemp's 0600 would hide the cache from other users' workers
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    logger.info("exported %s to ONNX at %s", transformer.config.model_type, path)
+    return path
+
+
+def weights_key(transformer: Any, input_names: Sequence[str]) -> str:
+    """A hash of everything the exported graph depends on: the weights as loaded
+    (whatever files they came from), the config and the export format. Hashing the
+    full weights (~90 MB, ~60 ms with sha256) is stale-proof, unlike names/sizes."""
+    import torch
+
+    digest = hashlib.sha256(f"{EXPORT_FORMAT}|{OPSET}|{','.join(input_names)}|".encode())
+    digest.update(transformer.config.to_json_string().encode())
+    for name, tensor in transformer.state_dict().items():
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"|{name}|{flat.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()[:32]
+
+
+def _export(transformer: Any, tokenizer: ThreadTokenizer, names: list[str], path: Path) -> None:
+    import torch
+
+    class LastHiddenState(torch.nn.Module):
+        # The model's forward takes keyword arguments; the tracer passes positional ones.
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = transformer
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            named = dict(zip(names, inputs, strict=True))
+            hidden: torch.Tensor = self.model(**named).last_hidden_state
+            return hidden
+
+    # Two texts of different lengths: the trace then sees a padded attention mask.
+    encodings = tokenizer.get().encode_batch(["hello world", "a slightly longer example text"])
+    example = tuple(
+        torch.tensor([getattr(e, _ENCODING_FIELDS[name]) for e in encodings], dtype=torch.int64)
+        for name in names
+    )
+    transformer.eval()
+    with torch.no_grad():
+        torch.onnx.export(
+            LastHiddenState(),
+            example,
+            str(path),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes={name: {0: "batch", 1: "seq"} for name in [*names, "last_hidden_state"]},
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def _session(path: Path, threads: int) -> onnxruntime.InferenceSession:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
