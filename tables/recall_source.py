@@ -295,14 +295,21 @@ class RedisRecallSource:
         return {key: int(count) for key, count in zip(keys, counts, strict=True)}
 
     async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
+        """Newest members per key; their walk nodes come in the same round trip
+        and wait in the node cache for the `nodes` call that follows."""
         if not keys or limit <= 0:
             return {key: [] for key in keys}
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.zrevrange(self._graph.nexus(self._agent, key), 0, limit - 1)
-            found = await pipe.execute()
+        nexus = [self._graph.nexus(self._agent, key) for key in keys]
+        table = self._graph.nodes(self._agent)
+        lists, ids, packed = await self._scripts.newest_with_nodes(table, nexus, limit)
+        for raw_id, raw in zip(ids, packed, strict=True):
+            memory_id = text_of(raw_id)
+            if raw is not None and memory_id not in self._nodes:
+                node = unpack_node(memory_id, raw)
+                if node is not None:
+                    self._nodes[memory_id] = node
         return {
-            key: [text_of(m) for m in members] for key, members in zip(keys, found, strict=True)
+            key: [text_of(m) for m in members] for key, members in zip(keys, lists, strict=True)
         }
 
     async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:

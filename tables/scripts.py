@@ -81,6 +81,29 @@ end
 return out
 """
 
+# A walk round in one round trip: the newest members of each nexus key, and the
+# packed walk node (graph.py's node table) of every member, which the walk scores
+# next anyway. KEYS: node table, then nexus ZSETs; ARGV: members per key.
+# Returns {per-key member lists, distinct members, their packed nodes or nil}.
+_NEWEST_WITH_NODES = """
+local lists, ids, packed, seen = {}, {}, {}, {}
+for i = 2, #KEYS do
+  local members = redis.call('ZREVRANGE', KEYS[i], 0, tonumber(ARGV[1]) - 1)
+  lists[i - 1] = members
+  for _, member in ipairs(members) do
+    if not seen[member] then
+      seen[member] = true
+      ids[#ids + 1] = member
+    end
+  end
+end
+for first = 1, #ids, 500 do
+  local chunk = redis.call('HMGET', KEYS[1], unpack(ids, first, math.min(first + 499, #ids)))
+  for j = 1, #chunk do packed[first + j - 1] = chunk[j] end
+end
+return {lists, ids, packed}
+"""
+
 
 class RedisScripts:
     def __init__(self, redis: Redis) -> None:
@@ -89,6 +112,7 @@ class RedisScripts:
         self._touch = redis.register_script(_TOUCH)
         self._apply_outcome = redis.register_script(_APPLY_OUTCOME)
         self._hmget_many = redis.register_script(_HMGET_MANY)
+        self._newest_with_nodes = redis.register_script(_NEWEST_WITH_NODES)
 
     def fold_aggregate(self, pipe: Any, key: str, seed: Mapping[str, Any], ts_ms: int) -> None:
         flat: list[Any] = []
@@ -114,3 +138,11 @@ class RedisScripts:
         if not keys:
             return []
         return list(await self._hmget_many(keys=keys, args=fields))
+
+    async def newest_with_nodes(
+        self, node_table: str, nexus_keys: list[str], limit: int
+    ) -> tuple[list[list[Any]], list[Any], list[Any]]:
+        lists, ids, packed = await self._newest_with_nodes(
+            keys=[node_table, *nexus_keys], args=[limit]
+        )
+        return list(lists), list(ids), list(packed)
