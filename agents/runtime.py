@@ -95,7 +95,11 @@ class Runtime:
             settings.topic_prefix,
             embedder.dims,
             clock_ms=lambda: int(time.time() * 1000),
-            knn_policy=KnnPolicy(settings.knn_ef_runtime, settings.knn_hybrid_policy or None),
+            knn_policy=KnnPolicy(
+                settings.knn_ef_runtime,
+                settings.knn_hybrid_policy or None,
+                common_term_docs=settings.bm25_common_term_docs or None,
+            ),
         )
         await store.ensure_schema()
         topics = TopicNames(settings.topic_prefix)

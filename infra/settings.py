@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     # BATCHES suits agents that own most of the index; "" lets RediSearch choose
     # per query (better when one index holds many small agents).
     knn_hybrid_policy: str = Field("BATCHES", pattern="^(|BATCHES|ADHOC_BF)$")
+    # Terms held by more memories than this only score what rarer terms found
+    # (tables/recall_source.py KnnPolicy); 0 searches every term.
+    bm25_common_term_docs: int = Field(2_000, ge=0)
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 

@@ -4,6 +4,10 @@ nexus:  {prefix}:nexus:{agent}:{key}   ZSET memory id → event time (newest las
         the key's degree is the ZSET's cardinality: ZADD maintains it on every
         write and ZCARD reads it in O(1), so nothing ever scans.
 hyper:  {prefix}:hyper:{agent}:{edge}  HASH memory id → role
+terms:  {prefix}:terms:{agent}         HASH search term → how many memories hold it
+        (counted once per memory, when its hash is first written; never
+        decremented: an estimate that only decides which terms the BM25 lane
+        searches, see `KnnPolicy.common_term_docs`)
 nodes:  {prefix}:nodes:{agent}         HASH memory id → what the walk reads of it
         (kind, keys, time, importance, status), packed by `_SYNC_NODES` from
         the memory hash after every write that touches those fields. A walk
@@ -32,6 +36,9 @@ class GraphKeys:
 
     def nodes(self, agent_id: str) -> str:
         return f"{self.prefix}:nodes:{agent_id}"
+
+    def terms(self, agent_id: str) -> str:
+        return f"{self.prefix}:terms:{agent_id}"
 
     def memory(self, memory_id: str) -> str:
         return f"{self.prefix}:mem:{memory_id}"

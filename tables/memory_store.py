@@ -18,6 +18,7 @@ from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
 from grimoire.streams.outcomes import Outcome
 from grimoire.streams.recall_source import RecallSource
+from grimoire.streams.text import search_terms
 from grimoire.streams.write_plan import StoredNeighbour
 from grimoire.streams.writes import WriteBatch
 from grimoire.tables.agent_state import AgentStateStore
@@ -38,6 +39,9 @@ from grimoire.tables.scripts import RedisScripts
 from grimoire.tables.search_replies import doc_fields, doc_score, docs
 
 logger = logging.getLogger(__name__)
+
+# Every distinct term of a memory is counted, not only the first few a query keeps.
+MAX_COUNTED_TERMS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,12 @@ class RedisMemoryStore:
             for record in batch.records:
                 cand = record.candidate
                 fields = hash_fields(record, now_ms)
+                self._scripts.count_new_terms(
+                    pipe,
+                    self.key(record.id),
+                    self.graph.keys.terms(cand.agent_id),
+                    search_terms(cand.text, limit=MAX_COUNTED_TERMS),
+                )
                 pipe.hset(self.key(record.id), mapping=fields)
                 self.decay.schedule_new(pipe, fields)
                 self.graph.link(pipe, cand.agent_id, cand.id, cand.ts_ms, cand.keys)

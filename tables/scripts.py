@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -81,6 +81,15 @@ end
 return out
 """
 
+# Document counts of a memory's search terms, counted only when the memory is
+# new, so a redelivered batch counts nothing twice. Queued before the memory's
+# HSET. KEYS: memory hash, the agent's term counts; ARGV: the distinct terms.
+_COUNT_NEW_TERMS = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+for i = 1, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
+return #ARGV
+"""
+
 # A walk round in one round trip: the newest members of each nexus key, and the
 # packed walk node (graph.py's node table) of every member, which the walk scores
 # next anyway. KEYS: node table, then nexus ZSETs; ARGV: members per key.
@@ -113,6 +122,7 @@ class RedisScripts:
         self._apply_outcome = redis.register_script(_APPLY_OUTCOME)
         self._hmget_many = redis.register_script(_HMGET_MANY)
         self._newest_with_nodes = redis.register_script(_NEWEST_WITH_NODES)
+        self._count_new_terms = redis.register_script(_COUNT_NEW_TERMS)
 
     def fold_aggregate(self, pipe: Any, key: str, seed: Mapping[str, Any], ts_ms: int) -> None:
         flat: list[Any] = []
@@ -126,6 +136,13 @@ class RedisScripts:
     def reinforce(self, pipe: Any, key: str, ts_ms: int) -> None:
         pipe.scripts.add(self._reinforce)
         pipe.evalsha(self._reinforce.sha, 1, key, ts_ms)
+
+    def count_new_terms(
+        self, pipe: Any, memory_key: str, terms_key: str, terms: Sequence[str]
+    ) -> None:
+        if terms:
+            pipe.scripts.add(self._count_new_terms)
+            pipe.evalsha(self._count_new_terms.sha, 2, memory_key, terms_key, *terms)
 
     def touch(self, pipe: Any, key: str, as_of_ms: int) -> None:
         pipe.scripts.add(self._touch)

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
 from grimoire.streams.ids import memory_id
+from grimoire.streams.recall_options import NO_FILTERS
 from grimoire.streams.recall_source import RecallFilters
 from grimoire.streams.records import (
     EventType,
@@ -84,3 +85,42 @@ async def test_a_cut_common_term_is_still_scored_for_pooled_documents(redis: Red
     assert cut[0].score == pytest.approx(jon_share + banker_only[0].score)
     for hit in cut:
         assert hit.score == pytest.approx(by_id[hit.memory_id])
+
+
+async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
+    redis: Redis,
+) -> None:
+    prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
+    capped = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(common_term_docs=5))
+    every = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(common_term_docs=None))
+    banker = _record(12, TEXTS[12]).id
+    full = {
+        hit.memory_id: hit.score
+        for hit in await every.recall_source(AGENT).full_text(("jon", "banker"), 100, NO_FILTERS)
+    }
+    assert len(full) == 13  # searching "jon" finds every memory
+
+    # "jon" is held by 13 memories: it does not search, it adds to what "banker" found.
+    hits = await capped.recall_source(AGENT).full_text(("jon", "banker"), 100, NO_FILTERS)
+    assert [hit.memory_id for hit in hits] == [banker]
+    assert hits[0].score == pytest.approx(full[banker])
+
+    # Every term common: the rarest ("friends", 12 memories) still searches.
+    both = await capped.recall_source(AGENT).full_text(("jon", "friends"), 100, NO_FILTERS)
+    assert len(both) == 12 and banker not in {hit.memory_id for hit in both}
+
+    # A provenance filter narrows the postings in the index: every term searches.
+    narrowed = RecallFilters(since_ms=T0)
+    filtered = await capped.recall_source(AGENT).full_text(("jon", "banker"), 100, narrowed)
+    assert {hit.memory_id: hit.score for hit in filtered} == pytest.approx(full)
+
+
+async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
+    prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
+    counts_key = f"{prefix}:terms:{AGENT}"
+    expected = [b"13", b"1", b"12"]
+    assert await redis.hmget(counts_key, ["jon", "banker", "friends"]) == expected
+    store = RedisMemoryStore(redis, prefix, 384)
+    # A redelivered batch rewrites the memories but counts nothing twice.
+    await store.commit(WriteBatch(records=tuple(_record(n, t) for n, t in enumerate(TEXTS))))
+    assert await redis.hmget(counts_key, ["jon", "banker", "friends"]) == expected
