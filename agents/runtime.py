@@ -99,6 +99,8 @@ class Runtime:
                 settings.knn_ef_runtime,
                 settings.knn_hybrid_policy or None,
                 common_term_docs=settings.bm25_common_term_docs or None,
+                common_term_share=settings.bm25_common_term_share,
+                common_term_floor=settings.bm25_common_term_floor,
             ),
         )
         await store.ensure_schema()

@@ -76,9 +76,12 @@ class Settings(BaseSettings):
     # BATCHES suits agents that own most of the index; "" lets RediSearch choose
     # per query (better when one index holds many small agents).
     knn_hybrid_policy: str = Field("BATCHES", pattern="^(|BATCHES|ADHOC_BF)$")
-    # Terms held by more memories than this only score what rarer terms found
-    # (tables/recall_source.py KnnPolicy); 0 searches every term.
+    # Common terms only score what rarer terms found (tables/recall_source.py
+    # KnnPolicy): held by over this share of an agent's memories (at least the
+    # floor), or by over `bm25_common_term_docs` of them; 0 searches every term.
     bm25_common_term_docs: int = Field(2_000, ge=0)
+    bm25_common_term_share: float = Field(0.05, gt=0, le=1)
+    bm25_common_term_floor: int = Field(20, ge=0)
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 

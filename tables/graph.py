@@ -4,7 +4,8 @@ nexus:  {prefix}:nexus:{agent}:{key}   ZSET memory id → event time (newest las
         the key's degree is the ZSET's cardinality: ZADD maintains it on every
         write and ZCARD reads it in O(1), so nothing ever scans.
 hyper:  {prefix}:hyper:{agent}:{edge}  HASH memory id → role
-terms:  {prefix}:terms:{agent}         HASH search term → how many memories hold it
+terms:  {prefix}:terms:{agent}         HASH search term → how many memories hold it,
+        and '#memories' → how many memories were counted
         (counted once per memory, when its hash is first written; never
         decremented: an estimate that only decides which terms the BM25 lane
         searches, see `KnnPolicy.common_term_docs`)

@@ -35,13 +35,18 @@ class KnnPolicy:
     ef_runtime: int | None = 200
     hybrid_policy: str | None = "BATCHES"
     term_depth: int = 50  # per-term BM25 hits summed into the lexical lane
-    # A term held by more memories than this does not search the BM25 lane; it
-    # only adds its score to the memories the rarer terms found (as in a
-    # "common terms" query). Ranking a term's postings costs time in proportion
-    # to their number, about 0.6 µs each here, so one term found in 17,000 of
-    # 100,000 memories took 11 ms, while its low IDF rarely decides the top 20.
-    # None searches every term.
+    # A common term does not search the BM25 lane; it only adds its score to the
+    # memories the rarer terms found (as in a "common terms" query). Common: held
+    # by more than `common_term_share` of the agent's memories (at least
+    # `common_term_floor`), or by more than `common_term_docs` in any case.
+    # Ranking a term's postings costs time in proportion to their number, about
+    # 0.6 µs each here: one term held by 17,000 of 100,000 memories took 11 ms,
+    # while its low IDF rarely decides the top 20. On LoCoMo, skipping terms held
+    # by over 2 / 5 / 10 % of a conversation's turns scored R@5 0.611 / 0.613 /
+    # 0.611 against 0.608 searching every term. None searches every term.
     common_term_docs: int | None = 2_000
+    common_term_share: float = 0.05
+    common_term_floor: int = 20
 
 
 DEFAULT_KNN_POLICY = KnnPolicy()
@@ -204,15 +209,17 @@ class RedisRecallSource:
     async def _searched_terms(
         self, terms: Sequence[str], filters: RecallFilters
     ) -> tuple[str, ...]:
-        """The terms the lane searches: all but those held by more than
-        `common_term_docs` memories, and at least the rarest one. A provenance
-        filter narrows each term's postings in the index itself, so then every
-        term is searched."""
-        cutoff = self._knn.common_term_docs
-        if cutoff is None or len(terms) < 2 or not filters.empty:
+        """The terms the lane searches: all but the common ones (see
+        `KnnPolicy`), and at least the rarest one. A provenance filter narrows
+        each term's postings in the index itself, so then every term is searched."""
+        policy = self._knn
+        if policy.common_term_docs is None or len(terms) < 2 or not filters.empty:
             return tuple(terms)
-        counts = await self._redis.hmget(self._graph.terms(self._agent), list(terms))
-        held = {term: int(count or 0) for term, count in zip(terms, counts, strict=True)}
+        counts = await self._redis.hmget(self._graph.terms(self._agent), [*terms, "#memories"])
+        memories = int(counts[-1] or 0)
+        held = {term: int(count or 0) for term, count in zip(terms, counts, strict=False)}
+        share = max(policy.common_term_floor, policy.common_term_share * memories)
+        cutoff = min(policy.common_term_docs, share)
         searched = tuple(term for term in terms if held[term] <= cutoff)
         return searched or (min(terms, key=lambda term: (held[term], term)),)
 

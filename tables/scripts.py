@@ -84,8 +84,10 @@ return out
 # Document counts of a memory's search terms, counted only when the memory is
 # new, so a redelivered batch counts nothing twice. Queued before the memory's
 # HSET. KEYS: memory hash, the agent's term counts; ARGV: the distinct terms.
+# '#memories' (never a term: terms are words) counts the memories themselves.
 _COUNT_NEW_TERMS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HINCRBY', KEYS[2], '#memories', 1)
 for i = 1, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
 return #ARGV
 """

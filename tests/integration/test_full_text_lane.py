@@ -92,6 +92,8 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
 ) -> None:
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
     capped = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(common_term_docs=5))
+    shared = KnnPolicy(common_term_share=0.5, common_term_floor=2)  # over 6.5 of 13 memories
+    by_share = RedisMemoryStore(redis, prefix, 384, knn_policy=shared)
     every = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(common_term_docs=None))
     banker = _record(12, TEXTS[12]).id
     full = {
@@ -104,6 +106,10 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
     hits = await capped.recall_source(AGENT).full_text(("jon", "banker"), 100, NO_FILTERS)
     assert [hit.memory_id for hit in hits] == [banker]
     assert hits[0].score == pytest.approx(full[banker])
+
+    # The same by share: "jon" is held by more than half of the agent's memories.
+    by_share_hits = await by_share.recall_source(AGENT).full_text(("jon", "banker"), 9, NO_FILTERS)
+    assert by_share_hits == hits
 
     # Every term common: the rarest ("friends", 12 memories) still searches.
     both = await capped.recall_source(AGENT).full_text(("jon", "friends"), 100, NO_FILTERS)
@@ -118,9 +124,10 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
 async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
     counts_key = f"{prefix}:terms:{AGENT}"
-    expected = [b"13", b"1", b"12"]
-    assert await redis.hmget(counts_key, ["jon", "banker", "friends"]) == expected
+    expected = [b"13", b"1", b"12", b"13"]
+    counted = ["jon", "banker", "friends", "#memories"]
+    assert await redis.hmget(counts_key, counted) == expected
     store = RedisMemoryStore(redis, prefix, 384)
     # A redelivered batch rewrites the memories but counts nothing twice.
     await store.commit(WriteBatch(records=tuple(_record(n, t) for n, t in enumerate(TEXTS))))
-    assert await redis.hmget(counts_key, ["jon", "banker", "friends"]) == expected
+    assert await redis.hmget(counts_key, counted) == expected
