@@ -94,6 +94,19 @@ async def _playbook(settings: Settings, agent_id: str) -> str | None:
         await redis.aclose()
 
 
+async def _reindex(settings: Settings, agent_id: str) -> dict[str, object]:
+    from dataclasses import asdict
+
+    from grimoire.tables.derived_index import rebuild_derived
+    from grimoire.tables.redis_client import create_redis
+
+    redis = create_redis(settings.redis_url, 2)
+    try:
+        return asdict(await rebuild_derived(redis, settings.topic_prefix, agent_id))
+    finally:
+        await redis.aclose()
+
+
 async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
     from grimoire.topics.client import GrimoireClient
 
@@ -120,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     maintain = sub.add_parser("maintain", help="ask for an agent's due maintenance now")
     maintain.add_argument("--agent", required=True)
     maintain.add_argument("--compact", action="store_true", help="compact now, even if not due")
+    reindex = sub.add_parser(
+        "reindex", help="rebuild an agent's walk node table and term counts (after an upgrade)"
+    )
+    reindex.add_argument("--agent", required=True)
     demo = sub.add_parser("demo", help="services + worker + simulated agent + recall questions")
     demo.add_argument("--ticks", type=int, default=6)
     demo.add_argument("--block-interval", type=float, default=None)
@@ -168,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "maintain":
         asyncio.run(_maintain(settings, args.agent, args.compact))
+        return 0
+    if args.command == "reindex":
+        report = asyncio.run(_reindex(settings, args.agent))
+        sys.stdout.write(orjson.dumps(report).decode() + "\n")
         return 0
     if args.command == "demo":
         from grimoire.infra.demo import run_demo

@@ -18,11 +18,11 @@ from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
 from grimoire.streams.outcomes import Outcome
 from grimoire.streams.recall_source import RecallSource
-from grimoire.streams.text import search_terms
 from grimoire.streams.write_plan import StoredNeighbour
 from grimoire.streams.writes import WriteBatch
 from grimoire.tables.agent_state import AgentStateStore
 from grimoire.tables.decay_index import DecayIndex
+from grimoire.tables.derived_index import memory_terms
 from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.graph import RedisGraph
 from grimoire.tables.index_schema import memory_schema
@@ -39,9 +39,6 @@ from grimoire.tables.scripts import RedisScripts
 from grimoire.tables.search_replies import doc_fields, doc_score, docs
 
 logger = logging.getLogger(__name__)
-
-# Every distinct term of a memory is counted, not only the first few a query keeps.
-MAX_COUNTED_TERMS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +186,7 @@ class RedisMemoryStore:
                     pipe,
                     self.key(record.id),
                     self.graph.keys.terms(cand.agent_id),
-                    search_terms(cand.text, limit=MAX_COUNTED_TERMS),
+                    memory_terms(cand.text),
                 )
                 pipe.hset(self.key(record.id), mapping=fields)
                 self.decay.schedule_new(pipe, fields)

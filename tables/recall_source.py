@@ -21,6 +21,7 @@ from grimoire.streams.daimoi import NodeInfo
 from grimoire.streams.field import Affect
 from grimoire.streams.recall_options import RecallFilters
 from grimoire.streams.recall_source import Anchor, LaneHit, RecallRecord, Vector
+from grimoire.tables.derived_index import MEMORIES_FIELD
 from grimoire.tables.graph import NODE_SEPARATOR, WALK_NODE_FIELDS, GraphKeys
 from grimoire.tables.queries import FullTextQuery, KnnQuery
 from grimoire.tables.record_codec import text_of
@@ -215,7 +216,7 @@ class RedisRecallSource:
         policy = self._knn
         if policy.common_term_docs is None or len(terms) < 2 or not filters.empty:
             return tuple(terms)
-        counts = await self._redis.hmget(self._graph.terms(self._agent), [*terms, "#memories"])
+        counts = await self._redis.hmget(self._graph.terms(self._agent), [*terms, MEMORIES_FIELD])
         memories = int(counts[-1] or 0)
         held = {term: int(count or 0) for term, count in zip(terms, counts, strict=False)}
         share = max(policy.common_term_floor, policy.common_term_share * memories)

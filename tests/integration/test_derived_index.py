@@ -1,0 +1,74 @@
+"""Rebuilding an agent's node table and term counts gives what the write path
+keeps, touches no other agent, and can run again."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+from grimoire.infra.settings import Settings
+from grimoire.streams.ids import memory_id
+from grimoire.streams.records import (
+    EventType,
+    Kind,
+    Layer,
+    MemoryCandidate,
+    MemoryRecord,
+    Provenance,
+)
+from grimoire.streams.text import normalized_hash
+from grimoire.streams.writes import WriteBatch
+from grimoire.tables.derived_index import rebuild_derived
+from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.tables.redis_client import create_redis
+
+T0 = 1_790_000_000_000
+
+
+def _record(agent: str, n: int, text: str, *, quarantined: bool = False) -> MemoryRecord:
+    vector = (np.ones(384) / np.sqrt(384)).astype(np.float32).tobytes()
+    candidate = MemoryCandidate(
+        id=memory_id(agent, f"ev-{n}", 0, T0 + n),
+        agent_id=agent,
+        kind=Kind.EPISODE,
+        layer=Layer.OBSERVATION,
+        text=text,
+        ts_ms=T0 + n,
+        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value),
+        normalized_hash=normalized_hash(text),
+        keys=(f"tag:ops/n{n % 2}", "err:timeout"),
+    )
+    return MemoryRecord(
+        candidate=candidate, canonical=vector, eidolon=vector, quarantined=quarantined
+    )
+
+
+async def test_a_rebuild_recreates_what_the_write_path_keeps(settings: Settings) -> None:
+    redis = create_redis(settings.redis_url, 4)
+    prefix = f"dx{uuid.uuid4().hex[:8]}"
+    store = RedisMemoryStore(redis, prefix, 384)
+    await store.ensure_schema()
+    try:
+        mine = [_record("golem-a", n, f"disk {n} full on node seven") for n in range(5)]
+        mine.append(_record("golem-a", 9, "held back claim", quarantined=True))
+        theirs = [_record("golem-b", n, "cpu load high") for n in range(3)]
+        await store.commit(WriteBatch(records=(*mine, *theirs)))
+        keys = {name: f"{prefix}:{name}:golem-a" for name in ("nodes", "terms")}
+        kept = {name: await redis.hgetall(key) for name, key in keys.items()}
+        other = await redis.hgetall(f"{prefix}:terms:golem-b")
+        assert len(kept["nodes"]) == 6 and kept["terms"][b"#memories"] == b"6"
+        assert kept["terms"][b"disk"] == b"5" and kept["terms"][b"claim"] == b"1"
+
+        await redis.delete(*keys.values())
+        for _ in range(2):  # a second run recomputes, it never adds
+            report = await rebuild_derived(redis, prefix, "golem-a")
+            assert (report.memories, report.terms) == (6, len(kept["terms"]) - 1)
+            assert {name: await redis.hgetall(key) for name, key in keys.items()} == kept
+        assert await redis.hgetall(f"{prefix}:terms:golem-b") == other
+    finally:
+        await redis.execute_command("FT.DROPINDEX", store.index_name, "DD")
+        leftovers = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
+        if leftovers:
+            await redis.delete(*leftovers)
+        await redis.aclose()
