@@ -31,22 +31,23 @@ def reciprocal_rank_fusion(
     if k < 0:
         raise ValueError("rrf k must be non-negative")
     scores: dict[str, float] = {}
-    seen_in: dict[str, list[tuple[str, int]]] = {}
+    seen_lanes: dict[str, list[str]] = {}
+    seen_ranks: dict[str, list[int]] = {}
     for lane in sorted(lanes):
+        weight = 1.0 if weights is None else weights.get(lane, 1.0)
         best_rank: dict[str, int] = {}
         for rank, item_id in enumerate(lanes[lane], start=1):
             best_rank.setdefault(item_id, rank)
         for item_id, rank in best_rank.items():
-            weight = 1.0 if weights is None else weights.get(lane, 1.0)
             scores[item_id] = scores.get(item_id, 0.0) + weight / (k + rank)
-            seen_in.setdefault(item_id, []).append((lane, rank))
+            if item_id in seen_lanes:
+                seen_lanes[item_id].append(lane)
+                seen_ranks[item_id].append(rank)
+            else:
+                seen_lanes[item_id] = [lane]
+                seen_ranks[item_id] = [rank]
     fused = [
-        FusedHit(
-            id=item_id,
-            score=score,
-            lanes=tuple(lane for lane, _ in seen_in[item_id]),
-            ranks=tuple(rank for _, rank in seen_in[item_id]),
-        )
+        FusedHit(item_id, score, tuple(seen_lanes[item_id]), tuple(seen_ranks[item_id]))
         for item_id, score in scores.items()
     ]
     fused.sort(key=lambda hit: (-hit.score, hit.id))

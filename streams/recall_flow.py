@@ -124,8 +124,15 @@ async def run_recall(
     }
     related: dict[str, Related] = {}
     if walks(ctx.mode):
-        for hit in await _walk(query, ctx, source, ranked, policy):
-            related[hit.memory_id] = hit
+        # The lanes' memories make most of the pool: their records load while
+        # the walk (mostly interpreter work) runs, instead of after it.
+        lane_ids = sorted({hit.memory_id for hits in lanes.values() for hit in hits})
+        preload = asyncio.ensure_future(source.records(lane_ids))
+        try:
+            for hit in await _walk(query, ctx, source, ranked, policy):
+                related[hit.memory_id] = hit
+        finally:
+            await preload
         ranked[WALK_LANE] = list(related)
     timer.lap("walk")
     fused = reciprocal_rank_fusion(ranked, k=policy.rrf_k, weights=dict(policy.lane_weights))

@@ -381,7 +381,7 @@ def unpack_node(memory_id: str, raw: Any) -> NodeInfo | None:
     return NodeInfo(
         memory_id=memory_id,
         kind=kind,
-        keys=tuple(part for part in keys.split("|") if part),
+        keys=tuple(filter(None, keys.split("|"))),
         ts_ms=int(_float_or(ts or None, 0.0)),
         utility=_float_or(importance or None, 0.5),
         deleted=(deleted == "1" and not replaced_by) or quarantined == "1" or archived == "1",
