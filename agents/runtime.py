@@ -80,13 +80,7 @@ class Runtime:
             loop = asyncio.get_running_loop()
             embedder = await loop.run_in_executor(
                 None,
-                lambda: SentenceTransformerEmbedder(
-                    settings.model_path,
-                    lanes=settings.embed_lanes,
-                    max_batch=settings.embed_batch_size,
-                    backend=settings.embed_backend,
-                    cache_dir=settings.model_cache_dir,
-                ),
+                lambda: SentenceTransformerEmbedder.from_settings(settings),
             )
         embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)
         self._redis = create_redis(settings.redis_url, settings.redis_max_connections)

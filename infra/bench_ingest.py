@@ -192,12 +192,7 @@ def run_ingest_bench(
         }
     )
     try:
-        embedder = SentenceTransformerEmbedder(
-            settings.model_path,
-            lanes=settings.embed_lanes,
-            backend=settings.embed_backend,
-            cache_dir=settings.model_cache_dir,
-        )
+        embedder = SentenceTransformerEmbedder.from_settings(settings)
 
         async def run_mixes() -> dict[str, Any]:
             results = {

@@ -192,12 +192,7 @@ def run_locomo_bench(
         stop_worker(worker)
         if started_services:
             services.down()
-    embedder = SentenceTransformerEmbedder(
-        settings.model_path,
-        lanes=settings.embed_lanes,
-        backend=settings.embed_backend,
-        cache_dir=settings.model_cache_dir,
-    )
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
     try:
         lexical, dense = _baselines(conversations, embedder)
     finally:

@@ -73,13 +73,7 @@ async def _catch_up(handler: MaintenanceHandler, plan: MaintenancePlan) -> None:
 
 
 async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[str, Any]:
-    embedder = SentenceTransformerEmbedder(
-        settings.model_path,
-        lanes=settings.embed_lanes,
-        max_batch=settings.embed_batch_size,
-        backend=settings.embed_backend,
-        cache_dir=settings.model_cache_dir,
-    )
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
     redis = create_redis(settings.redis_url, 8)
     store = RedisMemoryStore(
         redis, settings.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)

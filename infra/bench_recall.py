@@ -231,13 +231,7 @@ async def _run(
     kafka_queries = max(1, queries // 2)
     per_size = 2 * WARMUP + queries + kafka_queries
     pool = _Queries(len(sizes) * per_size + WARMUP + queries)
-    embedder = SentenceTransformerEmbedder(
-        settings.model_path,
-        lanes=settings.embed_lanes,
-        max_batch=settings.embed_batch_size,
-        backend=settings.embed_backend,
-        cache_dir=settings.model_cache_dir,
-    )
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
     query_embed = await measure_embedding(embedder, pool.take(WARMUP), pool.take(queries))
     logger.info("query embedding: %s", query_embed)
 

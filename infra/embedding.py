@@ -13,12 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from grimoire.infra.onnx_encoder import DEFAULT_CACHE_DIR, OnnxEncoder
+
+if TYPE_CHECKING:
+    from grimoire.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +106,17 @@ class SentenceTransformerEmbedder:
             self.dims,
             self.lanes,
             backend,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
+        """The embedder the settings describe (the worker and every benchmark)."""
+        return cls(
+            settings.model_path,
+            lanes=settings.embed_lanes,
+            max_batch=settings.embed_batch_size,
+            backend=settings.embed_backend,
+            cache_dir=settings.model_cache_dir,
         )
 
     def _encode_now(self, texts: list[str]) -> Vectors:

@@ -53,19 +53,7 @@ class KnnPolicy:
 DEFAULT_KNN_POLICY = KnnPolicy()
 USAGE_FIELDS = ("last_accessed", "included_count_total", "included_count_decay")
 # What the walk reads of a node: no text, no vectors (most nodes are never shown).
-NODE_FIELDS = (
-    "memory_id",
-    "agent_id",
-    "kind",
-    "nexus_keys",
-    "ts",
-    "importance",
-    "deleted",
-    "quarantined",
-    "archived",
-    "replaced_by_summary_id",
-    "actor_id",
-)
+NODE_FIELDS = ("memory_id", "agent_id", *WALK_NODE_FIELDS)
 
 RECORD_FIELDS = (
     "memory_id",
@@ -377,7 +365,22 @@ def unpack_node(memory_id: str, raw: Any) -> NodeInfo | None:
     parts = text_of(raw).split(NODE_SEPARATOR)
     if len(parts) != len(WALK_NODE_FIELDS):
         return None
-    kind, keys, ts, importance, deleted, quarantined, archived, replaced_by, actor = parts
+    return _node(memory_id, parts)
+
+
+def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
+    """NODE_FIELDS values read from a memory hash (a store written before the
+    node table existed) as the walk's node; another agent's memory reads as None."""
+    memory_id, agent, *fields = row
+    if memory_id is None or agent is None or text_of(agent) != agent_id:
+        return None
+    return _node(text_of(memory_id), ["" if value is None else text_of(value) for value in fields])
+
+
+def _node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
+    """The walk's node from `graph.WALK_NODE_FIELDS` values ("" when unset), by
+    position: the walk reads hundreds per query, so no record is built."""
+    kind, keys, ts, importance, deleted, quarantined, archived, replaced_by, actor = fields
     return NodeInfo(
         memory_id=memory_id,
         kind=kind,
@@ -388,41 +391,6 @@ def unpack_node(memory_id: str, raw: Any) -> NodeInfo | None:
         replaced_by=replaced_by,
         actor=actor,
     )
-
-
-def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
-    """NODE_FIELDS values as the walk's node. The walk reads hundreds per query,
-    so this unpacks by position and decodes only what it keeps, instead of
-    building a full record."""
-    (
-        memory_id,
-        agent,
-        kind,
-        keys,
-        ts,
-        importance,
-        deleted,
-        quarantined,
-        archived,
-        replaced,
-        actor,
-    ) = row
-    if memory_id is None or agent is None or text_of(agent) != agent_id:
-        return None
-    replaced_by = "" if replaced is None else text_of(replaced)
-    return NodeInfo(
-        memory_id=text_of(memory_id),
-        kind="" if kind is None else text_of(kind),
-        keys=tuple(part for part in text_of(keys).split("|") if part) if keys else (),
-        ts_ms=int(_float_or(ts, 0.0)),
-        utility=_float_or(importance, 0.5),
-        deleted=(deleted in _TRUE and not replaced_by) or quarantined in _TRUE or archived in _TRUE,
-        replaced_by=replaced_by,
-        actor="" if actor is None else text_of(actor),
-    )
-
-
-_TRUE = (b"1", "1")
 
 
 def _float_or(raw: Any, default: float) -> float:

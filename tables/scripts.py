@@ -7,6 +7,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from grimoire.tables.derived_index import MEMORIES_FIELD
+
 # Create the aggregate from its seed on first sight (count 1 stands for the group's
 # original), then count the fold and keep the latest event time.
 _FOLD_AGGREGATE = """
@@ -84,13 +86,13 @@ return out
 # Document counts of a memory's search terms, counted only when the memory is
 # new, so a redelivered batch counts nothing twice. Queued before the memory's
 # HSET. KEYS: memory hash, the agent's term counts; ARGV: the distinct terms.
-# '#memories' (never a term: terms are words) counts the memories themselves.
+# MEMORIES_FIELD counts the memories themselves.
 _COUNT_NEW_TERMS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HINCRBY', KEYS[2], '#memories', 1)
+redis.call('HINCRBY', KEYS[2], 'MEMORIES_FIELD', 1)
 for i = 1, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
 return #ARGV
-"""
+""".replace("MEMORIES_FIELD", MEMORIES_FIELD)
 
 # A walk round in one round trip: the newest members of each nexus key, and the
 # packed walk node (graph.py's node table) of every member, which the walk scores
