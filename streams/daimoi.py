@@ -279,6 +279,15 @@ async def _load_nodes(graph: GraphView, caches: _Caches, ids: Iterable[str]) -> 
         caches.nodes[memory_id] = found.get(memory_id)
 
 
+async def _load_degrees(graph: GraphView, caches: _Caches, keys: Iterable[str]) -> None:
+    unknown = sorted({k for k in keys if k not in caches.degrees})
+    if not unknown:
+        return
+    found = await graph.degrees(unknown)
+    for key in unknown:
+        caches.degrees[key] = found.get(key, 0)
+
+
 def _live(caches: _Caches, memory_id: str) -> NodeInfo | None:
     node = caches.nodes.get(memory_id)
     return None if node is None or node.deleted else node
@@ -328,11 +337,7 @@ async def _ranked_keys(
     memo = (node.memory_id, walker.index % len(ranking.circuits) if ranking.circuits else 0)
     ranked = caches.ranked.get(memo)
     if ranked is None:
-        unknown = sorted({k for k in node.keys if k not in caches.degrees})
-        if unknown:
-            found = await graph.degrees(unknown)
-            for key in unknown:
-                caches.degrees[key] = found.get(key, 0)
+        await _load_degrees(graph, caches, node.keys)
         ranked = rank_keys(
             node,
             caches.degrees,
@@ -432,11 +437,7 @@ async def _prefetch_round(
         node = _live(caches, memory_id) if memory_id is not None else None
         if node is not None:
             nodes.append((walker, node))
-    unknown = sorted({k for _, node in nodes for k in node.keys if k not in caches.degrees})
-    if unknown:
-        found = await graph.degrees(unknown)
-        for key in unknown:
-            caches.degrees[key] = found.get(key, 0)
+    await _load_degrees(graph, caches, (k for _, node in nodes for k in node.keys))
     keys: set[str] = set()
     for walker, node in nodes:
         ranked = await _ranked_keys(graph, caches, node, walker, ranking)
