@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     bm25_common_term_docs: int = Field(2_000, ge=0)
     bm25_common_term_share: float = Field(0.05, gt=0, le=1)
     bm25_common_term_floor: int = Field(20, ge=0)
+    # Decoded walk nodes a worker keeps between requests (tables/walk_nodes.py);
+    # 0 decodes every node on every request.
+    recall_decoded_nodes: int = Field(50_000, ge=0)
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
 

@@ -40,6 +40,7 @@ Semantics (all deterministic, no clock, no randomness):
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -79,6 +80,17 @@ class NodeInfo:
     replaced_by: str = ""
     spam: float = 0.0
     actor: str = ""
+    # utility * kind preference * (1 - spam): fixed per node, so worked out once
+    # when it is built, not on every walk that meets it (nodes are cached).
+    prior: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        prior = (
+            _clamp01(self.utility)
+            * kind_preference(self.kind, self.actor)
+            * (1.0 - _clamp01(self.spam))
+        )
+        object.__setattr__(self, "prior", prior)
 
 
 class GraphView(Protocol):
@@ -210,12 +222,7 @@ def node_factor(node: NodeInfo, *, now_ms: int, half_life_ms: int = DEFAULT_HALF
     """What a neighbour's score owes to the node itself: recency * utility * kind
     preference * (1 - spam), utility and spam clamped to [0, 1]. A node met over
     many keys and walkers is worked out once per walk."""
-    return (
-        recency(now_ms - node.ts_ms, half_life_ms)
-        * _clamp01(node.utility)
-        * kind_preference(node.kind, node.actor)
-        * (1.0 - _clamp01(node.spam))
-    )
+    return recency(now_ms - node.ts_ms, half_life_ms) * node.prior
 
 
 def score_neighbour(
@@ -268,6 +275,9 @@ class _Caches:
     resolved: dict[str, NodeInfo | None] = field(default_factory=dict)
     # (id, circuit) -> the node's ranked keys, once all their degrees are known
     ranked: dict[tuple[str, int], list[tuple[str, float]]] = field(default_factory=dict)
+    # key -> its members as (live id standing for each, node factor): every
+    # expansion over the key scores the same members, only scaled differently
+    members: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
 
 async def _load_nodes(graph: GraphView, caches: _Caches, ids: Iterable[str]) -> None:
@@ -373,6 +383,28 @@ async def _fetch_keys(
     await _resolve(graph, caches, sorted(ids))
 
 
+def _key_members(
+    caches: _Caches, key: str, *, now_ms: int, half_life_ms: int
+) -> list[tuple[str, float]]:
+    """The key's newest members (fetched already) as the live nodes standing for
+    them, each with its `node_factor`, worked out once per walk."""
+    found = caches.members.get(key)
+    if found is None:
+        found = []
+        factors, resolved = caches.factors, caches.resolved
+        for raw_id in caches.newest[key]:
+            target = resolved.get(raw_id)
+            if target is None:
+                continue
+            factor = factors.get(target.memory_id)
+            if factor is None:
+                factor = node_factor(target, now_ms=now_ms, half_life_ms=half_life_ms)
+                factors[target.memory_id] = factor
+            found.append((target.memory_id, factor))
+        caches.members[key] = found
+    return found
+
+
 def _neighbours(
     caches: _Caches,
     node: NodeInfo,
@@ -386,18 +418,14 @@ def _neighbours(
     score, and id -> every key it was reached over."""
     scores: dict[str, float] = {}
     via: dict[str, list[str]] = {}
-    factors, resolved = caches.factors, caches.resolved
+    node_id = node.memory_id
     for key, key_score in ranked:
         strength_k = strength * key_strength(key_score)
-        for raw_id in caches.newest[key]:
-            target = resolved.get(raw_id)
-            if target is None or target.memory_id == node.memory_id:
+        for target_id, factor in _key_members(
+            caches, key, now_ms=now_ms, half_life_ms=half_life_ms
+        ):
+            if target_id == node_id:
                 continue
-            target_id = target.memory_id
-            factor = factors.get(target_id)
-            if factor is None:
-                factor = node_factor(target, now_ms=now_ms, half_life_ms=half_life_ms)
-                factors[target_id] = factor
             score = strength_k * factor
             best = scores.get(target_id)
             if best is None:
@@ -411,12 +439,16 @@ def _neighbours(
 
 
 def _next_choice(walker: _Walker, max_hops: int) -> str | None:
-    choices = [
-        (-strength, memory_id)
-        for memory_id, (strength, hops) in walker.frontier.items()
-        if hops < max_hops and memory_id not in walker.expanded
-    ]
-    return min(choices)[1] if choices else None
+    """The walker's strongest unexpanded node within reach (ties: lowest id)."""
+    best_id: str | None = None
+    best = 0.0
+    expanded = walker.expanded
+    for memory_id, (strength, hops) in walker.frontier.items():
+        if hops >= max_hops or memory_id in expanded:
+            continue
+        if best_id is None or strength > best or (strength == best and memory_id < best_id):
+            best_id, best = memory_id, strength
+    return best_id
 
 
 async def _prefetch_round(
@@ -501,29 +533,38 @@ async def walk(
     def admit(
         walker: _Walker, child_hops: int, scores: dict[str, float], via: dict[str, list[str]]
     ) -> None:
-        children: Iterable[str] = scores
-        if len(hits) + len(scores) > cap:
-            # Only when the cap can bind does the order matter: best first.
-            children = sorted(scores, key=lambda i: (-scores[i], i))
+        fresh = [i for i in scores if i not in hits and i not in seed_ids]
+        room = cap - len(hits)
+        if len(fresh) > room:
+            # The cap binds: the best-scored new candidates are admitted.
+            fresh = heapq.nsmallest(room, fresh, key=lambda i: (-scores[i], i))
+        index = walker.index
+        for child_id in fresh:
+            hits[child_id] = _Hit(scores[child_id], child_hops, index, set(via[child_id]))
         frontier, expanded = walker.frontier, walker.expanded
-        for child_id in children:
-            if child_id in seed_ids:
-                continue
-            score = scores[child_id]
-            hit = hits.get(child_id)
-            if hit is None:
-                if len(hits) >= cap:
-                    continue
-                hits[child_id] = _Hit(score, child_hops, walker.index, set(via[child_id]))
-            else:
-                if (-score, child_hops, walker.index) < (-hit.score, hit.hops, hit.walker):
-                    hit.score, hit.hops, hit.walker = score, child_hops, walker.index
+        admitted = set(fresh)
+        for child_id, score in scores.items():
+            if child_id not in admitted:
+                hit = hits.get(child_id)
+                if hit is None:
+                    continue  # a seed, or left out by the cap: not walked either
+                # Best score wins; ties go to fewer hops, then the lower walker.
+                if score > hit.score or (
+                    score == hit.score
+                    and (child_hops < hit.hops or (child_hops == hit.hops and index < hit.walker))
+                ):
+                    hit.score, hit.hops, hit.walker = score, child_hops, index
                 hit.keys.update(via[child_id])
             prev = frontier.get(child_id)
             if prev is None:
                 frontier[child_id] = (score, child_hops)
             elif child_id not in expanded:
-                frontier[child_id] = (max(prev[0], score), min(prev[1], child_hops))
+                prev_score, prev_hops = prev
+                if score > prev_score or child_hops < prev_hops:
+                    frontier[child_id] = (
+                        score if score > prev_score else prev_score,
+                        child_hops if child_hops < prev_hops else prev_hops,
+                    )
 
     async def step(walker: _Walker) -> None:
         """Expand until one real expansion is spent or nothing is left to expand."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_RRF_K = 60
 
@@ -30,25 +31,25 @@ def reciprocal_rank_fusion(
     """
     if k < 0:
         raise ValueError("rrf k must be non-negative")
-    scores: dict[str, float] = {}
-    seen_lanes: dict[str, list[str]] = {}
-    seen_ranks: dict[str, list[int]] = {}
+    # id -> [score, lanes, ranks], summed in lane order so scores never depend
+    # on the order the lanes were given in.
+    found: dict[str, list[Any]] = {}
     for lane in sorted(lanes):
         weight = 1.0 if weights is None else weights.get(lane, 1.0)
-        best_rank: dict[str, int] = {}
+        counted: set[str] = set()
         for rank, item_id in enumerate(lanes[lane], start=1):
-            best_rank.setdefault(item_id, rank)
-        for item_id, rank in best_rank.items():
-            scores[item_id] = scores.get(item_id, 0.0) + weight / (k + rank)
-            if item_id in seen_lanes:
-                seen_lanes[item_id].append(lane)
-                seen_ranks[item_id].append(rank)
+            if item_id in counted:
+                continue
+            counted.add(item_id)
+            entry = found.get(item_id)
+            if entry is None:
+                found[item_id] = [weight / (k + rank), [lane], [rank]]
             else:
-                seen_lanes[item_id] = [lane]
-                seen_ranks[item_id] = [rank]
-    fused = [
-        FusedHit(item_id, score, tuple(seen_lanes[item_id]), tuple(seen_ranks[item_id]))
-        for item_id, score in scores.items()
+                entry[0] += weight / (k + rank)
+                entry[1].append(lane)
+                entry[2].append(rank)
+    ordered = sorted(found.items(), key=lambda item: (-item[1][0], item[0]))
+    return [
+        FusedHit(item_id, score, tuple(in_lanes), tuple(ranks))
+        for item_id, (score, in_lanes, ranks) in ordered
     ]
-    fused.sort(key=lambda hit: (-hit.score, hit.id))
-    return fused

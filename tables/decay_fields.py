@@ -1,7 +1,7 @@
 """Stored memory hash fields → the inputs of decay, read exactly as recall reads them.
 
 The pass's snapshot must equal the value recall computes on read, so every
-default and parse here mirrors `recall_source.decode_record` / `with_usage`:
+default and parse here mirrors `recall_records.decode_record` / `with_usage`:
 a missing confidence reads 0.5, a missing strength 1.0, an empty provenance
 "self", an empty decay class "use the kind", and the effective last access is
 the later of the record's own and the usage hash's.

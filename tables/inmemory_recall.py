@@ -18,7 +18,7 @@ from grimoire.streams.recall_source import (
     adjacent_members,
 )
 from grimoire.streams.text import search_terms
-from grimoire.tables.recall_source import decode_record, with_usage
+from grimoire.tables.recall_records import decode_record, with_usage
 
 if TYPE_CHECKING:
     from grimoire.tables.inmemory_store import InMemoryMemoryStore

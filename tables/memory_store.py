@@ -37,6 +37,8 @@ from grimoire.tables.record_codec import (
 )
 from grimoire.tables.scripts import RedisScripts
 from grimoire.tables.search_replies import doc_fields, doc_score, docs
+from grimoire.tables.walk_nodes import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
+from grimoire.tables.walk_nodes import DecodedNodes
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +88,11 @@ class RedisMemoryStore:
         *,
         clock_ms: Any = None,
         knn_policy: KnnPolicy = DEFAULT_KNN_POLICY,
+        decoded_nodes: int = DEFAULT_DECODED_NODES,
     ) -> None:
         self._redis = redis
         self.knn_policy = knn_policy
+        self._decoded_nodes = DecodedNodes(decoded_nodes)
         # Usage counters change on every recall; kept out of the indexed hash so a
         # touch never makes RediSearch re-index the record and its two vectors.
         self.usage_prefix = f"{prefix}:use"
@@ -327,4 +331,5 @@ class RedisMemoryStore:
             agent_id=agent_id,
             dims=self._dims,
             knn_policy=self.knn_policy,
+            decoded_nodes=self._decoded_nodes,
         )

@@ -8,25 +8,24 @@ fetch a memory twice.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 from redis.asyncio import Redis
 
 from grimoire.streams.daimoi import NodeInfo
-from grimoire.streams.field import Affect
 from grimoire.streams.recall_options import RecallFilters
 from grimoire.streams.recall_source import Anchor, LaneHit, RecallRecord, Vector
 from grimoire.tables.derived_index import MEMORIES_FIELD
-from grimoire.tables.graph import NODE_SEPARATOR, WALK_NODE_FIELDS, GraphKeys
+from grimoire.tables.graph import GraphKeys
 from grimoire.tables.queries import FullTextQuery, KnnQuery
+from grimoire.tables.recall_records import RECORD_FIELDS, decode_row
 from grimoire.tables.record_codec import text_of
 from grimoire.tables.scripts import RedisScripts
 from grimoire.tables.search_replies import doc_fields, docs, scored_keys
+from grimoire.tables.walk_nodes import NODE_FIELDS, DecodedNodes, decode_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,41 +50,6 @@ class KnnPolicy:
 
 
 DEFAULT_KNN_POLICY = KnnPolicy()
-USAGE_FIELDS = ("last_accessed", "included_count_total", "included_count_decay")
-# What the walk reads of a node: no text, no vectors (most nodes are never shown).
-NODE_FIELDS = ("memory_id", "agent_id", *WALK_NODE_FIELDS)
-
-RECORD_FIELDS = (
-    "memory_id",
-    "agent_id",
-    "kind",
-    "layer",
-    "text",
-    "gist",
-    "ts",
-    "confidence",
-    "quality",
-    "importance",
-    "strength",
-    "last_accessed",
-    "decay_class",
-    "provenance",
-    "regime",
-    "affect",
-    "normalized_hash",
-    "deleted",
-    "quarantined",
-    "archived",
-    "replaced_by_summary_id",
-    "session_id",
-    "run_id",
-    "actor_id",
-    "event_type",
-    "source_event_id",
-    "hyperedge_ids",
-    "nexus_keys",
-    "canonical",
-)
 
 
 class RedisRecallSource:
@@ -101,8 +65,11 @@ class RedisRecallSource:
         agent_id: str,
         dims: int,
         knn_policy: KnnPolicy = DEFAULT_KNN_POLICY,
+        decoded_nodes: DecodedNodes | None = None,
     ) -> None:
         self._redis = redis
+        # The store's, shared by its requests; without one, nothing outlives the request.
+        self._decoded = decoded_nodes if decoded_nodes is not None else DecodedNodes(0)
         self._usage_prefix = usage_prefix
         self._knn = knn_policy
         self._nodes: dict[str, NodeInfo | None] = {}
@@ -271,20 +238,13 @@ class RedisRecallSource:
     async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
         missing = sorted({i for i in memory_ids if i not in self._records})
         if missing:
-            # Two script calls instead of two commands per record: a pool is
-            # forty-odd records, and packing and parsing commands is client CPU.
-            rows, usages = await asyncio.gather(
-                self._scripts.hmget_many([self._key(i) for i in missing], list(RECORD_FIELDS)),
-                self._scripts.hmget_many(
-                    [f"{self._usage_prefix}:{i}" for i in missing], list(USAGE_FIELDS)
-                ),
+            rows, accessed = await self._scripts.records(
+                [self._key(i) for i in missing],
+                [f"{self._usage_prefix}:{i}" for i in missing],
+                RECORD_FIELDS,
             )
-            for memory_id, row, usage_row in zip(missing, rows, usages, strict=True):
-                doc = dict(zip(RECORD_FIELDS, row, strict=True))
-                usage = dict(zip(USAGE_FIELDS, usage_row, strict=True))
-                self._records[memory_id] = decode_record(
-                    with_usage(doc, usage), self._agent, self._dims
-                )
+            for memory_id, row, last in zip(missing, rows, accessed, strict=True):
+                self._records[memory_id] = decode_row(row, last, self._agent, self._dims)
         return {i: r for i in memory_ids if (r := self._records.get(i)) is not None}
 
     async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
@@ -293,7 +253,7 @@ class RedisRecallSource:
             packed = await self._redis.hmget(self._graph.nodes(self._agent), missing)
             unpacked = []
             for memory_id, raw in zip(missing, packed, strict=True):
-                node = unpack_node(memory_id, raw) if raw is not None else None
+                node = self._decoded.node(memory_id, raw) if raw is not None else None
                 if node is None:
                     unpacked.append(memory_id)
                 else:
@@ -309,11 +269,9 @@ class RedisRecallSource:
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
         if not keys:
             return {}
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.zcard(self._graph.nexus(self._agent, key))
-            counts = await pipe.execute()
-        return {key: int(count) for key, count in zip(keys, counts, strict=True)}
+        nexus = [self._graph.nexus(self._agent, key) for key in keys]
+        counts = await self._scripts.cardinalities(nexus)
+        return dict(zip(keys, counts, strict=True))
 
     async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
         """Newest members per key; their walk nodes come in the same round trip
@@ -322,15 +280,16 @@ class RedisRecallSource:
             return {key: [] for key in keys}
         nexus = [self._graph.nexus(self._agent, key) for key in keys]
         table = self._graph.nodes(self._agent)
-        lists, ids, packed = await self._scripts.newest_with_nodes(table, nexus, limit)
-        for raw_id, raw in zip(ids, packed, strict=True):
-            memory_id = text_of(raw_id)
-            if raw is not None and memory_id not in self._nodes:
-                node = unpack_node(memory_id, raw)
+        lists, raw_ids, packed = await self._scripts.newest_with_nodes(table, nexus, limit)
+        ids = [text_of(raw_id) for raw_id in raw_ids]
+        cached = self._nodes
+        for memory_id, raw in zip(ids, packed, strict=True):
+            if raw is not None and memory_id not in cached:
+                node = self._decoded.node(memory_id, raw)
                 if node is not None:
-                    self._nodes[memory_id] = node
+                    cached[memory_id] = node
         return {
-            key: [text_of(m) for m in members] for key, members in zip(keys, lists, strict=True)
+            key: [ids[at] for at in positions] for key, positions in zip(keys, lists, strict=True)
         }
 
     async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
@@ -357,137 +316,3 @@ class RedisRecallSource:
 
 def _first_other(members: Sequence[Any], memory_id: str) -> str | None:
     return next((m for m in map(text_of, members) if m != memory_id), None)
-
-
-def unpack_node(memory_id: str, raw: Any) -> NodeInfo | None:
-    """A node-table entry (`graph.WALK_NODE_FIELDS` joined by `NODE_SEPARATOR`);
-    None when it does not unpack, so the caller reads the memory hash instead."""
-    parts = text_of(raw).split(NODE_SEPARATOR)
-    if len(parts) != len(WALK_NODE_FIELDS):
-        return None
-    return _node(memory_id, parts)
-
-
-def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
-    """NODE_FIELDS values read from a memory hash (a store written before the
-    node table existed) as the walk's node; another agent's memory reads as None."""
-    memory_id, agent, *fields = row
-    if memory_id is None or agent is None or text_of(agent) != agent_id:
-        return None
-    return _node(text_of(memory_id), ["" if value is None else text_of(value) for value in fields])
-
-
-def _node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
-    """The walk's node from `graph.WALK_NODE_FIELDS` values ("" when unset), by
-    position: the walk reads hundreds per query, so no record is built."""
-    kind, keys, ts, importance, deleted, quarantined, archived, replaced_by, actor = fields
-    return NodeInfo(
-        memory_id=memory_id,
-        kind=kind,
-        keys=tuple(filter(None, keys.split("|"))),
-        ts_ms=int(_float_or(ts or None, 0.0)),
-        utility=_float_or(importance or None, 0.5),
-        deleted=(deleted == "1" and not replaced_by) or quarantined == "1" or archived == "1",
-        replaced_by=replaced_by,
-        actor=actor,
-    )
-
-
-def _float_or(raw: Any, default: float) -> float:
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        return default
-
-
-def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
-    """A record with its usage counters, which live in a hash of their own.
-
-    The record's own `last_accessed` is its creation time; the usage hash only
-    ever moves it forward."""
-    merged = dict(doc)
-    last = _number(usage, "last_accessed", -1.0)
-    if last > _number(doc, "last_accessed", -1.0):
-        merged["last_accessed"] = usage["last_accessed"]
-    for name in ("included_count_total", "included_count_decay"):
-        if usage.get(name) is not None:
-            merged[name] = usage[name]
-    return merged
-
-
-def decode_record(doc: Mapping[str, Any], agent_id: str, dims: int) -> RecallRecord | None:
-    """A stored hash as recall reads it; another agent's record reads as missing."""
-    if doc.get("memory_id") is None or text_of(doc.get("agent_id") or b"") != agent_id:
-        return None
-    blob = doc.get("canonical")
-    vector = None
-    if isinstance(blob, bytes) and len(blob) == dims * 4:
-        vector = np.frombuffer(blob, dtype=np.float32)
-    return RecallRecord(
-        memory_id=text_of(doc["memory_id"]),
-        kind=_text(doc, "kind"),
-        layer=_text(doc, "layer"),
-        text=_text(doc, "text"),
-        gist=_text(doc, "gist"),
-        ts_ms=int(_number(doc, "ts", 0.0)),
-        confidence=_number(doc, "confidence", 0.5),
-        quality=_number(doc, "quality", 0.5),
-        importance=_number(doc, "importance", 0.5),
-        strength=_number(doc, "strength", 1.0),
-        last_accessed_ms=int(v) if (v := _number(doc, "last_accessed", -1.0)) >= 0 else None,
-        decay_class=_text(doc, "decay_class"),
-        provenance=_text(doc, "provenance") or "self",
-        regime=_text(doc, "regime"),
-        affect=_affect(doc.get("affect")),
-        normalized_hash=_text(doc, "normalized_hash"),
-        deleted=_text(doc, "deleted") == "1",
-        quarantined=_text(doc, "quarantined") == "1",
-        archived=_text(doc, "archived") == "1",
-        replaced_by=_text(doc, "replaced_by_summary_id"),
-        session_id=_text(doc, "session_id"),
-        run_id=_text(doc, "run_id"),
-        actor_id=_text(doc, "actor_id"),
-        event_type=_text(doc, "event_type"),
-        source_event_id=_text(doc, "source_event_id"),
-        hyperedge_ids=_split(doc, "hyperedge_ids"),
-        nexus_keys=_split(doc, "nexus_keys"),
-        vector=vector,
-    )
-
-
-def _text(doc: Mapping[str, Any], name: str) -> str:
-    value = doc.get(name)
-    return "" if value is None else text_of(value)
-
-
-def _number(doc: Mapping[str, Any], name: str, default: float) -> float:
-    value = doc.get(name)
-    if value is None:
-        return default
-    try:
-        return float(text_of(value))
-    except ValueError:
-        return default
-
-
-def _split(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
-    raw = _text(doc, name)
-    return tuple(part for part in raw.split("|") if part) if raw else ()
-
-
-def _affect(raw: Any) -> Affect | None:
-    if raw is None:
-        return None
-    try:
-        data = orjson.loads(raw)
-        drives = tuple((str(k), float(v)) for k, v in data.get("drives", ()))
-        return Affect(
-            pleasure=float(data.get("pleasure", 0.0)),
-            arousal=float(data.get("arousal", 0.0)),
-            dominance=float(data.get("dominance", 0.0)),
-            drives=drives,
-        )
-    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
-        return None

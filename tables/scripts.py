@@ -83,6 +83,27 @@ end
 return out
 """
 
+# Records with their usage in one command: KEYS are the memory hashes, then
+# their usage hashes in the same order; ARGV the record fields. Returns {one
+# HMGET row per memory, each usage hash's last_accessed}.
+_RECORDS = """
+local n = #KEYS / 2
+local rows, accessed = {}, {}
+for i = 1, n do
+  rows[i] = redis.call('HMGET', KEYS[i], unpack(ARGV))
+  accessed[i] = redis.call('HGET', KEYS[n + i], 'last_accessed') or false
+end
+return {rows, accessed}
+"""
+
+# Cardinalities of many ZSETs in one command (a walk ranks a node's keys by
+# degree): one ZCARD each in a pipeline costs more client CPU than Redis time.
+_CARDINALITIES = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = redis.call('ZCARD', key) end
+return out
+"""
+
 # Document counts of a memory's search terms, counted only when the memory is
 # new, so a redelivered batch counts nothing twice. Queued before the memory's
 # HSET. KEYS: memory hash, the agent's term counts; ARGV: the distinct terms.
@@ -97,18 +118,24 @@ return #ARGV
 # A walk round in one round trip: the newest members of each nexus key, and the
 # packed walk node (graph.py's node table) of every member, which the walk scores
 # next anyway. KEYS: node table, then nexus ZSETs; ARGV: members per key.
-# Returns {per-key member lists, distinct members, their packed nodes or nil}.
+# Returns {per-key lists of positions in the distinct members, the distinct
+# members, their packed nodes or nil}: busy keys share members, and each id
+# travels and is decoded once.
 _NEWEST_WITH_NODES = """
 local lists, ids, packed, seen = {}, {}, {}, {}
 for i = 2, #KEYS do
   local members = redis.call('ZREVRANGE', KEYS[i], 0, tonumber(ARGV[1]) - 1)
-  lists[i - 1] = members
-  for _, member in ipairs(members) do
-    if not seen[member] then
-      seen[member] = true
+  local positions = {}
+  for j, member in ipairs(members) do
+    local at = seen[member]
+    if not at then
       ids[#ids + 1] = member
+      at = #ids
+      seen[member] = at
     end
+    positions[j] = at - 1
   end
+  lists[i - 1] = positions
 end
 for first = 1, #ids, 500 do
   local chunk = redis.call('HMGET', KEYS[1], unpack(ids, first, math.min(first + 499, #ids)))
@@ -125,6 +152,8 @@ class RedisScripts:
         self._touch = redis.register_script(_TOUCH)
         self._apply_outcome = redis.register_script(_APPLY_OUTCOME)
         self._hmget_many = redis.register_script(_HMGET_MANY)
+        self._cardinalities = redis.register_script(_CARDINALITIES)
+        self._records = redis.register_script(_RECORDS)
         self._newest_with_nodes = redis.register_script(_NEWEST_WITH_NODES)
         self._count_new_terms = redis.register_script(_COUNT_NEW_TERMS)
 
@@ -160,9 +189,25 @@ class RedisScripts:
             return []
         return list(await self._hmget_many(keys=keys, args=fields))
 
+    async def records(
+        self, memory_keys: list[str], usage_keys: list[str], fields: Sequence[str]
+    ) -> tuple[list[list[Any]], list[Any]]:
+        """Each memory's `fields` and its usage hash's `last_accessed` (None if unset)."""
+        if not memory_keys:
+            return [], []
+        rows, accessed = await self._records(keys=[*memory_keys, *usage_keys], args=list(fields))
+        return list(rows), list(accessed)
+
+    async def cardinalities(self, keys: list[str]) -> list[int]:
+        if not keys:
+            return []
+        return [int(count) for count in await self._cardinalities(keys=keys)]
+
     async def newest_with_nodes(
         self, node_table: str, nexus_keys: list[str], limit: int
-    ) -> tuple[list[list[Any]], list[Any], list[Any]]:
+    ) -> tuple[list[list[int]], list[Any], list[Any]]:
+        """Per key, its newest members as positions in the distinct members;
+        the distinct members; and their packed nodes (None where missing)."""
         lists, ids, packed = await self._newest_with_nodes(
             keys=[node_table, *nexus_keys], args=[limit]
         )

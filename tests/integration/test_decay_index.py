@@ -17,7 +17,7 @@ from grimoire.streams.decay import DAY_MS, HOUR_MS
 from grimoire.streams.decay_schedule import DecayReport
 from grimoire.tables.decay_index import DecayIndex
 from grimoire.tables.index_schema import memory_schema
-from grimoire.tables.recall_source import decode_record, with_usage
+from grimoire.tables.recall_records import decode_record, with_usage
 from grimoire.tables.record_codec import text_of
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from grimoire.streams.records import (
     Provenance,
 )
 from grimoire.tables.decay_fields import decode_state
-from grimoire.tables.recall_source import decode_record, with_usage
+from grimoire.tables.recall_records import decode_record, with_usage
 from grimoire.tables.record_codec import hash_fields
 
 T0 = 1_790_000_000_000
