@@ -376,11 +376,13 @@ async def _fetch_keys(
     if not unfetched:
         return
     lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
+    ids: set[str] = set()
     for key in unfetched:
-        caches.newest[key] = list(lists.get(key, []))[: budget.max_neighbors_per_key]
-    ids = {i for key in unfetched for i in caches.newest[key]}
+        members = list(lists.get(key, ()))[: budget.max_neighbors_per_key]
+        caches.newest[key] = members
+        ids.update(members)
     await _load_nodes(graph, caches, ids)
-    await _resolve(graph, caches, sorted(ids))
+    await _resolve(graph, caches, ids)
 
 
 def _key_members(

@@ -213,15 +213,12 @@ class RedisRecallSource:
     async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
         if not anchors:
             return {}
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for anchor in anchors:
-                key = self._graph.nexus(self._agent, anchor.key)
-                pipe.zrangebyscore(key, anchor.ts_ms, "+inf", start=0, num=2)
-                pipe.zrevrangebyscore(key, anchor.ts_ms, "-inf", start=0, num=2)
-            rows = await pipe.execute()
+        rows = await self._scripts.around(
+            [self._graph.nexus(self._agent, anchor.key) for anchor in anchors],
+            [anchor.ts_ms for anchor in anchors],
+        )
         found: dict[str, tuple[str, ...]] = {}
-        for index, anchor in enumerate(anchors):
-            after, before = rows[2 * index], rows[2 * index + 1]
+        for anchor, (after, before) in zip(anchors, rows, strict=True):
             near = [_first_other(before, anchor.memory_id), _first_other(after, anchor.memory_id)]
             found[anchor.memory_id] = tuple(
                 dict.fromkeys([*found.get(anchor.memory_id, ()), *(n for n in near if n)])
@@ -308,10 +305,7 @@ class RedisRecallSource:
     async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
         if not memory_ids:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for memory_id in memory_ids:
-                self._scripts.touch(pipe, f"{self._usage_prefix}:{memory_id}", as_of_ms)
-            await pipe.execute()
+        await self._scripts.touch([f"{self._usage_prefix}:{i}" for i in memory_ids], as_of_ms)
 
 
 def _first_other(members: Sequence[Any], memory_id: str) -> str | None:

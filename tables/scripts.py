@@ -33,16 +33,18 @@ end
 return 1
 """
 
-# Usage accounting for a memory included in a recall reply, on the memory's usage
-# hash. `last_accessed` only moves forward in event time, so replaying requests
-# out of order lands the same.
+# Usage accounting for the memories included in a recall reply, on each
+# memory's usage hash (KEYS). `last_accessed` only moves forward in event time,
+# so replaying requests out of order lands the same.
 _TOUCH = """
-redis.call('HINCRBY', KEYS[1], 'included_count_total', 1)
-redis.call('HINCRBYFLOAT', KEYS[1], 'included_count_decay', 1)
-if tonumber(redis.call('HGET', KEYS[1], 'last_accessed') or '0') < tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'last_accessed', ARGV[1])
+for _, key in ipairs(KEYS) do
+  redis.call('HINCRBY', key, 'included_count_total', 1)
+  redis.call('HINCRBYFLOAT', key, 'included_count_decay', 1)
+  if tonumber(redis.call('HGET', key, 'last_accessed') or '0') < tonumber(ARGV[1]) then
+    redis.call('HSET', key, 'last_accessed', ARGV[1])
+  end
 end
-return 1
+return #KEYS
 """
 
 # One outcome, applied once (KEYS[1] is the agent's set of applied outcome ids) to
@@ -94,6 +96,20 @@ for i = 1, n do
   accessed[i] = redis.call('HGET', KEYS[n + i], 'last_accessed') or false
 end
 return {rows, accessed}
+"""
+
+# Neighbours in time of many anchors: KEYS are nexus ZSETs, ARGV each anchor's
+# event time. Returns per anchor {up to two members at or after it, up to two
+# at or before it, nearest first}.
+_AROUND = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = {
+    redis.call('ZRANGEBYSCORE', key, ARGV[i], '+inf', 'LIMIT', 0, 2),
+    redis.call('ZREVRANGEBYSCORE', key, ARGV[i], '-inf', 'LIMIT', 0, 2),
+  }
+end
+return out
 """
 
 # Cardinalities of many ZSETs in one command (a walk ranks a node's keys by
@@ -154,6 +170,7 @@ class RedisScripts:
         self._hmget_many = redis.register_script(_HMGET_MANY)
         self._cardinalities = redis.register_script(_CARDINALITIES)
         self._records = redis.register_script(_RECORDS)
+        self._around = redis.register_script(_AROUND)
         self._newest_with_nodes = redis.register_script(_NEWEST_WITH_NODES)
         self._count_new_terms = redis.register_script(_COUNT_NEW_TERMS)
 
@@ -177,9 +194,9 @@ class RedisScripts:
             pipe.scripts.add(self._count_new_terms)
             pipe.evalsha(self._count_new_terms.sha, 2, memory_key, terms_key, *terms)
 
-    def touch(self, pipe: Any, key: str, as_of_ms: int) -> None:
-        pipe.scripts.add(self._touch)
-        pipe.evalsha(self._touch.sha, 1, key, as_of_ms)
+    async def touch(self, usage_keys: list[str], as_of_ms: int) -> None:
+        if usage_keys:
+            await self._touch(keys=usage_keys, args=[as_of_ms])
 
     async def apply_outcome(self, keys: list[str], args: list[Any]) -> int:
         return int(await self._apply_outcome(keys=keys, args=args))
@@ -197,6 +214,16 @@ class RedisScripts:
             return [], []
         rows, accessed = await self._records(keys=[*memory_keys, *usage_keys], args=list(fields))
         return list(rows), list(accessed)
+
+    async def around(
+        self, keys: list[str], times: Sequence[int]
+    ) -> list[tuple[list[Any], list[Any]]]:
+        """Per ZSET, up to two members scored at or after its time and up to two
+        at or before it, nearest first."""
+        if not keys:
+            return []
+        rows = await self._around(keys=keys, args=list(times))
+        return [(list(after), list(before)) for after, before in rows]
 
     async def cardinalities(self, keys: list[str]) -> list[int]:
         if not keys:
