@@ -5,8 +5,9 @@ then recall is timed twice with distinct questions, so no query embedding ever
 comes from a cache:
 
 * in process: the recall handler the worker runs (`Runtime(...).handlers()`),
-  called with a raw request as the Faust agent would call it; the time covers
-  parsing, the query embedding, every Redis round trip and the reply;
+  called with a raw request as the Faust agent would call it; the time runs to
+  the reply leaving the handler and covers parsing, the query embedding, every
+  Redis round trip and encoding the reply (the usage write follows the reply);
 * Kafka round trip: `GrimoireClient.recall` against a real worker process.
 
 The bare model embedding one query is timed on its own (`query_embed_ms`).
@@ -120,8 +121,23 @@ def _request(query: str, index: int) -> bytes:
     ).dumps_json()
 
 
-async def _handle(handler: RecallHandler, sink: MemorySink, raw: bytes, topic: str) -> Answer:
+class ReplyClock(MemorySink):
+    """A sink that notes when the reply left: the caller's wait ends there, while
+    the handler still records the answer's usage before its next message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replied_at: float | None = None
+
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        if topic == REPLY_TOPIC:
+            self.replied_at = time.perf_counter()
+        await super().send(topic, key, value)
+
+
+async def _handle(handler: RecallHandler, sink: ReplyClock, raw: bytes, topic: str) -> Answer:
     sink.sent.clear()
+    sink.replied_at = None
     await handler.handle(InputMessage(value=raw, topic=topic))
     replies = sink.on(REPLY_TOPIC)
     if len(replies) != 1:
@@ -134,7 +150,7 @@ async def _handle(handler: RecallHandler, sink: MemorySink, raw: bytes, topic: s
 
 async def measure_in_process(
     handler: RecallHandler,
-    sink: MemorySink,
+    sink: ReplyClock,
     topic: str,
     warmup: Sequence[str],
     timed: Sequence[str],
@@ -147,7 +163,8 @@ async def measure_in_process(
         raw = _request(query, index)
         started = time.perf_counter()
         answer = await _handle(handler, sink, raw, topic)
-        latencies.append((time.perf_counter() - started) * 1000)
+        replied = sink.replied_at if sink.replied_at is not None else time.perf_counter()
+        latencies.append((replied - started) * 1000)
         answers.append(answer)
     return Measured(tuple(latencies), tuple(answers))
 
@@ -248,7 +265,7 @@ async def _run(
         eidolon_weight=settings.eidolon_state_weight,
         limits=settings.input_limits,
     )
-    sink = MemorySink()
+    sink = ReplyClock()
     runtime = Runtime(settings, sink, embedder)
     topic = TopicNames(settings.topic_prefix).recall_requests
     report: dict[str, Any] = {

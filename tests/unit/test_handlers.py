@@ -669,8 +669,7 @@ async def test_recall_replies_once_with_only_the_agents_memories() -> None:
     assert reply["mode"] == "full"
     assert reply["budget"]["items"] == len(items)
     assert set(reply["timings_ms"]) == {
-        "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "usage",
-            "total",
+        "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "total",
     }  # fmt: skip
 
 
@@ -739,6 +738,28 @@ async def test_recall_is_repeatable_on_the_same_state() -> None:
     first, second = rig.sink.sent
     assert orjson.loads(first[2])["items"] == orjson.loads(second[2])["items"]
     assert _items_bytes(first[2]) == _items_bytes(second[2])
+
+
+async def test_the_reply_goes_out_before_usage_is_recorded_and_usage_is_recorded() -> None:
+    rig = await _seeded()
+    seen_at_send: list[dict[str, Any]] = []
+
+    class WatchingSink(MemorySink):
+        async def send(self, topic: str, key: str, value: bytes) -> None:
+            if topic == REPLY_TO:
+                for item in orjson.loads(value)["items"]:
+                    seen_at_send.append(dict(rig.store.usage(item["id"])))
+            await super().send(topic, key, value)
+
+    sink = WatchingSink()
+    rig.recall.sink = sink
+    await rig.recall.handle(recall_request(as_of=TS + 500))
+    assert seen_at_send and all(not usage for usage in seen_at_send)
+    (reply,) = [orjson.loads(value) for value in sink.on(REPLY_TO)]
+    for item in reply["items"]:
+        usage = rig.store.usage(item["id"])
+        assert usage["last_accessed"] == str(TS + 500)
+        assert int(usage["included_count_total"]) == 1
 
 
 async def test_replaying_the_log_gives_the_same_answer_usage_included() -> None:
