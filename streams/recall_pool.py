@@ -3,8 +3,9 @@
 Reciprocal rank fusion decides which memories are looked at; this module loads
 them (a compacted source stands in as its summary), adds the session neighbours
 of the strongest ones and scores every pooled memory with `relevance.score_pool`.
-All storage reads are batched: two rounds for the pool's lexical scores and
-neighbours, one or two for the neighbours that join it.
+All storage reads are batched: one round for the pool's lexical scores and
+neighbours, one for the records and lexical scores of the neighbours that join
+it (two when one of them stands in as its summary).
 """
 
 from __future__ import annotations
@@ -125,12 +126,19 @@ async def assess(
         - set(members)
     )
     if wanted:
-        joined = await _neighbours(source, wanted, members, filters)
+        # The neighbours' lexical scores load with their records: only one that
+        # stands in as its summary needs a second call, for the summary's id.
+        joined, near_lexical = await asyncio.gather(
+            _neighbours(source, wanted, members, filters),
+            _lexical(source, evidence.terms, wanted),
+        )
         renamed = {i: p.record.memory_id for i, p in joined.items()}
         adjacency = {a: tuple(renamed.get(n, n) for n in near) for a, near in adjacency.items()}
         fresh = {p.record.memory_id: p for p in joined.values()}
         members.update(fresh)
-        lexical.update(await _lexical(source, evidence.terms, sorted(fresh)))
+        lexical.update({i: score for i, score in near_lexical.items() if i in fresh})
+        summaries = sorted(set(fresh) - set(wanted))
+        lexical.update(await _lexical(source, evidence.terms, summaries))
         extra = {i: p.record.vector for i, p in fresh.items() if p.record.vector is not None}
         semantic.update(cosines(evidence.vector, extra))
     relevance = score_pool(list(members), lexical, semantic, _symmetric(adjacency), policy)
