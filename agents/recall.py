@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 import orjson
 
@@ -26,7 +24,6 @@ from grimoire.streams.recall_flow import (
     RankingPolicy,
     RecallContext,
     RecalledItem,
-    record_usage,
     run_recall,
 )
 from grimoire.streams.recall_options import RetrievalMode
@@ -38,12 +35,6 @@ from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallItemV1, RecallResultV1
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    result: RecallResultV1
-    record_usage: Callable[[], Awaitable[None]]
 
 
 @dataclass
@@ -63,20 +54,10 @@ class RecallHandler:
             await dead_letter(self.sink, self.topics.dead_letters, message, parsed)
             await self._reply_error(message.value, parsed)
             return
-        served = await self.serve(parsed)
-        await self.sink.send(parsed.reply_to, parsed.agent_id, served.result.dumps_json())
-        # Usage only matters to later recalls, so the caller gets its answer
-        # first; the next message still waits for it.
-        await served.record_usage()
+        result = await self.recall(parsed)
+        await self.sink.send(parsed.reply_to, parsed.agent_id, result.dumps_json())
 
     async def recall(self, query: RecallQuery) -> RecallResultV1:
-        """Answer `query` and record its usage."""
-        served = await self.serve(query)
-        await served.record_usage()
-        return served.result
-
-    async def serve(self, query: RecallQuery) -> Served:
-        """The answer to `query`, with its usage still to record."""
         started = time.perf_counter()
         fields, watermark = await asyncio.gather(
             self.store.load_fields([query.agent_id]), self.store.watermark(query.agent_id)
@@ -109,7 +90,7 @@ class RecallHandler:
         prepared = time.perf_counter()
         source = self.store.recall_source(query.agent_id)
         outcome = await run_recall(
-            query, ctx, source, policy=self.policy, stopwatch=time.perf_counter, account_usage=False
+            query, ctx, source, policy=self.policy, stopwatch=time.perf_counter
         )
         # `lanes` includes the query embedding, which overlaps the BM25 lane.
         timings = {
@@ -118,7 +99,7 @@ class RecallHandler:
             **dict(outcome.timings_ms),
         }
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
-        result = RecallResultV1(
+        return RecallResultV1(
             correlation_id=query.correlation_id,
             agent_id=query.agent_id,
             items=[_item(query, item) for item in outcome.items],
@@ -135,7 +116,6 @@ class RecallHandler:
             },
             timings_ms=timings,
         )
-        return Served(result, partial(record_usage, query, ctx, source, outcome))
 
     async def _vectors(self, text: str, state: FieldState) -> QueryVectors:
         """The query and the state digest in one model call; the eidolon query is

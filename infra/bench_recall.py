@@ -7,7 +7,7 @@ comes from a cache:
 * in process: the recall handler the worker runs (`Runtime(...).handlers()`),
   called with a raw request as the Faust agent would call it; the time runs to
   the reply leaving the handler and covers parsing, the query embedding, every
-  Redis round trip and encoding the reply (the usage write follows the reply);
+  Redis round trip, the usage write and encoding the reply;
 * Kafka round trip: `GrimoireClient.recall` against a real worker process.
 
 The bare model embedding one query is timed on its own (`query_embed_ms`).
@@ -123,8 +123,7 @@ def _request(query: str, index: int) -> bytes:
 
 
 class ReplyClock(MemorySink):
-    """A sink that notes when the reply left: the caller's wait ends there, while
-    the handler still records the answer's usage before its next message."""
+    """A sink that notes when the reply left: the caller's wait ends there."""
 
     def __init__(self) -> None:
         super().__init__()

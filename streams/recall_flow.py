@@ -112,11 +112,8 @@ async def run_recall(
     *,
     policy: RankingPolicy = RankingPolicy(),
     stopwatch: Callable[[], float] | None = None,
-    account_usage: bool = True,
 ) -> RecallOutcome:
-    """Answer one query; `stopwatch` (seconds, monotonic) only feeds the timings.
-    Without `account_usage` the caller calls `record_usage` itself (after it
-    has replied, say)."""
+    """Answer one query; `stopwatch` (seconds, monotonic) only feeds the timings."""
     timer = _Timer(stopwatch)
     if ctx.mode is RetrievalMode.NONE or query.budgets.max_items == 0:
         return RecallOutcome((), 0, timer.laps())
@@ -195,19 +192,10 @@ async def run_recall(
             filters=query.filters,
         )
     timer.lap("pack")
-    outcome = RecallOutcome(tuple(items), used, timer.laps())
-    if account_usage:
-        await record_usage(query, ctx, source, outcome)
-    return outcome
-
-
-async def record_usage(
-    query: RecallQuery, ctx: RecallContext, source: RecallSource, outcome: RecallOutcome
-) -> None:
-    """Count the included memories as used at the request's event time (unless
-    the request opted out)."""
-    if query.record_usage and outcome.items:
-        await source.touch([item.record.memory_id for item in outcome.items], ctx.now_ms)
+    if query.record_usage and items:
+        await source.touch([item.record.memory_id for item in items], ctx.now_ms)
+    timer.lap("usage")
+    return RecallOutcome(tuple(items), used, timer.laps())
 
 
 async def _seed_lanes(
