@@ -84,11 +84,20 @@ def aggregate_id(agent_id: str, target_id: str) -> str:
     return memory_id(agent_id, f"aggregate:{target_id}", 0, ts_ms)
 
 
+def neighbour_similarity(candidate: Vector, neighbour: Vector) -> float:
+    """The cosine of two unit vectors, as admission reads it. A neighbour is found
+    either in the store or earlier in the same batch, and which one depends on
+    where the batch boundaries fell; both paths compute it here, bit for bit the
+    same, so replaying the log decides the same (the index's own distance
+    differs in the last bits)."""
+    return float(np.dot(candidate, neighbour))
+
+
 def _nearest(item: PlanItem, admitted: Sequence[_Admitted]) -> tuple[Neighbour | None, str]:
     best = item.stored.neighbour if item.stored else None
     kind = item.stored.kind if item.stored else ""
     for earlier in admitted:
-        similarity = float(np.dot(item.canonical, earlier.vector))
+        similarity = neighbour_similarity(item.canonical, earlier.vector)
         if best is None or similarity > best.similarity:
             best = Neighbour(earlier.candidate_id, similarity, earlier.confidence, earlier.text)
             kind = earlier.kind

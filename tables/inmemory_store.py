@@ -19,7 +19,7 @@ from grimoire.streams.field import FieldState
 from grimoire.streams.outcomes import Outcome
 from grimoire.streams.recall_source import RecallSource
 from grimoire.streams.text import search_terms
-from grimoire.streams.write_plan import StoredNeighbour
+from grimoire.streams.write_plan import StoredNeighbour, neighbour_similarity
 from grimoire.streams.writes import WriteBatch
 from grimoire.tables.inmemory_recall import InMemoryRecallSource
 from grimoire.tables.memory_store import ScoredHit
@@ -84,10 +84,11 @@ class InMemoryMemoryStore:
             if not hits:
                 found.append(None)
                 continue
-            score, doc = hits[0]
+            _, doc = hits[0]
+            stored = np.frombuffer(doc["canonical"], dtype=np.float32)
             neighbour = Neighbour(
                 memory_id=_text(doc["memory_id"]),
-                similarity=score,
+                similarity=neighbour_similarity(np.frombuffer(vector, dtype=np.float32), stored),
                 confidence=float(_text(doc.get("confidence", "0.5"))),
                 text=_text(doc.get("text", "")),
             )

@@ -18,7 +18,7 @@ from grimoire.streams.admission import Neighbour
 from grimoire.streams.field import FieldState
 from grimoire.streams.outcomes import Outcome
 from grimoire.streams.recall_source import RecallSource
-from grimoire.streams.write_plan import StoredNeighbour
+from grimoire.streams.write_plan import StoredNeighbour, neighbour_similarity
 from grimoire.streams.writes import WriteBatch
 from grimoire.tables.agent_state import AgentStateStore
 from grimoire.tables.decay_index import DecayIndex
@@ -159,21 +159,28 @@ class RedisMemoryStore:
                     agent_id,
                     "canonical",
                     1,
-                    ("memory_id", "confidence", "kind", "text"),
+                    ("memory_id", "confidence", "kind", "text", "canonical"),
                     hybrid_policy=self.knn_policy.hybrid_policy,
                 )
                 pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
             replies = await pipe.execute()
         found: list[StoredNeighbour | None] = []
-        for reply in replies:
+        for (_, vector), reply in zip(queries, replies, strict=True):
             matches = docs(reply)
             if not matches:
                 found.append(None)
                 continue
             doc = doc_fields(matches[0])
+            stored = doc.get("canonical")
+            if isinstance(stored, bytes) and len(stored) == len(vector):
+                similarity = neighbour_similarity(
+                    np.frombuffer(vector, dtype=np.float32), np.frombuffer(stored, dtype=np.float32)
+                )
+            else:
+                similarity = 1.0 - float(text_of(doc["distance"]))
             neighbour = Neighbour(
                 memory_id=text_of(doc["memory_id"]),
-                similarity=1.0 - float(text_of(doc["distance"])),
+                similarity=similarity,
                 confidence=float(text_of(doc.get("confidence", "0.5"))),
                 text=text_of(doc.get("text", "")),
             )

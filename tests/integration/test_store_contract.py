@@ -41,7 +41,7 @@ from grimoire.streams.records import (
     Role,
 )
 from grimoire.streams.text import normalized_hash
-from grimoire.streams.write_plan import StoredNeighbour, aggregate_id
+from grimoire.streams.write_plan import StoredNeighbour, aggregate_id, neighbour_similarity
 from grimoire.streams.writes import (
     AggregateFold,
     Decision,
@@ -414,6 +414,22 @@ async def test_nearest_is_the_closest_live_memory_of_the_agent(h: Harness) -> No
     )
     assert fourth.neighbour.memory_id == R2.id
     assert await h.store.nearest([]) == []
+
+
+async def test_a_stored_neighbours_similarity_is_the_in_batch_one_bit_for_bit(h: Harness) -> None:
+    # Admission finds a neighbour in the store or earlier in the same batch,
+    # depending on where the batch boundaries fell; both must read the same value.
+    rng = np.random.default_rng(7)
+    for index in range(5):
+        stored, query = (unit(*rng.normal(size=DIMS)) for _ in range(2))
+        written = rec(A, f"n{index}", f"neighbour {index}", stored)
+        await commit(h, WriteBatch(records=(written,)))
+        (found,) = await h.store.nearest([(A, query.tobytes())])
+        assert found is not None
+        nearest = await h.record(found.neighbour.memory_id)
+        assert nearest is not None
+        vector = np.frombuffer(nearest["canonical"], dtype=np.float32)
+        assert found.neighbour.similarity == neighbour_similarity(query, vector)
 
 
 async def test_knn_searches_either_lane_within_the_tenant(h: Harness) -> None:
