@@ -112,6 +112,12 @@ class RedisRecallSource:
     ) -> list[LaneHit]:
         """BM25 as the sum of per-term scores, one pipelined query per term.
 
+        Terms are searched VERBATIM: RediSearch's stem expansion of a query
+        term varied between two indexes built from the same events (a word's
+        score moved from 6.2 to 10.9 as `+stem` joined it in one of them), so
+        recall answered differently after a replay; and the term counts that
+        pick the common terms are unstemmed too.
+
         RediSearch scores a single term by the book, but a union of terms
         (`a|b|c`) by its own aggregate, which ranks documents full of common
         words (a speaker's name) above ones holding the rare term: on LoCoMo that
@@ -131,6 +137,7 @@ class RedisRecallSource:
                     "BM25STD",
                     "WITHSCORES",
                     "NOCONTENT",
+                    "VERBATIM",
                     "LIMIT",
                     0,
                     depth,
@@ -203,7 +210,7 @@ class RedisRecallSource:
                 query = FullTextQuery(self._agent, (term,), len(ids), filters)
                 pipe.execute_command(
                     "FT.SEARCH", self._index, query.query_string(), "SCORER", "BM25STD",
-                    "WITHSCORES", "NOCONTENT",
+                    "WITHSCORES", "NOCONTENT", "VERBATIM",
                     "INKEYS", len(ids), *(self._key(i) for i in ids),
                     "LIMIT", 0, len(ids), "DIALECT", 2,
                 )  # fmt: skip

@@ -131,3 +131,17 @@ async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
     # A redelivered batch rewrites the memories but counts nothing twice.
     await store.commit(WriteBatch(records=tuple(_record(n, t) for n, t in enumerate(TEXTS))))
     assert await redis.hmget(counts_key, counted) == expected
+
+
+async def test_terms_match_verbatim_without_stem_expansion(redis: Redis) -> None:
+    # RediSearch's stem expansion of a query term differed between two indexes
+    # built from the same events, so the lane matches terms as written (the
+    # term counts that pick the common terms are unstemmed too).
+    prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
+    source = RedisMemoryStore(redis, prefix, 384).recall_source(AGENT)
+    ids = [_record(n, text).id for n, text in enumerate(TEXTS)]
+    assert await source.full_text(("run",), 20, NO_FILTERS) == []
+    assert await source.lexical(("run",), ids) == {}
+    running = await source.full_text(("running",), 20, NO_FILTERS)
+    assert {hit.memory_id for hit in running} == set(ids[:12])
+    assert set(await source.lexical(("running",), ids)) == set(ids[:12])
