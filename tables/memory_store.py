@@ -171,6 +171,8 @@ class RedisMemoryStore:
                 found.append(None)
                 continue
             doc = doc_fields(matches[0])
+            # As an in-batch neighbour is read (see `neighbour_similarity`): the
+            # index's own distance differs in the last bits.
             stored = doc.get("canonical")
             if isinstance(stored, bytes) and len(stored) == len(vector):
                 similarity = neighbour_similarity(
