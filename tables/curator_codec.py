@@ -15,7 +15,7 @@ from grimoire.streams.curated import CuratedEntry, CuratorReport, EntryStatus, Q
 from grimoire.streams.distill import EpisodeView, Polarity, Situation, outcome_success
 from grimoire.streams.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
 from grimoire.streams.text import gist, normalized_hash
-from grimoire.tables.record_codec import hash_fields, text_of
+from grimoire.tables.record_codec import hash_fields, stored_list, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +46,8 @@ def _num(doc: Mapping[str, Any], name: str, default: float) -> float:
     return float(text_of(value))
 
 
-def _split(value: Any) -> tuple[str, ...]:
-    return tuple(part for part in text_of(value or "").split("|") if part)
-
-
 def episode_view(doc: Mapping[str, Any]) -> EpisodeView:
-    keys = _split(doc.get("nexus_keys"))
+    keys = stored_list(doc.get("nexus_keys"))
     tick = doc.get("tick")
     return EpisodeView(
         memory_id=text_of(doc["memory_id"]),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from grimoire.streams.decay_schedule import DecayEntry
-from grimoire.tables.record_codec import text_of
+from grimoire.tables.record_codec import stored_number, stored_text, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -43,45 +43,31 @@ class StoredDecayState:
     live: bool  # False: deleted, compacted into a summary, or archived
 
 
-def _text(doc: Mapping[str, Any], name: str) -> str:
-    value = doc.get(name)
-    return "" if value is None else text_of(value)
-
-
-def _number(value: Any, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        return float(text_of(value))
-    except ValueError:
-        return default
-
-
 def decode_state(
     doc: Mapping[str, Any], usage_last_accessed: Any, snapshot_effective: Any
 ) -> StoredDecayState | None:
     """None for a missing memory hash; `doc` may also be a `hash_fields` mapping."""
     if doc.get("memory_id") is None:
         return None
-    last = _number(doc.get("last_accessed"), -1.0)
-    used = _number(usage_last_accessed, -1.0)
+    last = stored_number(doc.get("last_accessed"), -1.0)
+    used = stored_number(usage_last_accessed, -1.0)
     last = max(last, used)
-    origin = int(last) if last >= 0 else int(_number(doc.get("ts"), 0.0))
-    snapshot = _number(snapshot_effective, -1.0)
+    origin = int(last) if last >= 0 else int(stored_number(doc.get("ts"), 0.0))
+    snapshot = stored_number(snapshot_effective, -1.0)
     entry = DecayEntry(
         memory_id=text_of(doc["memory_id"]),
-        confidence=_number(doc.get("confidence"), 0.5),
+        confidence=stored_number(doc.get("confidence"), 0.5),
         last_accessed_ms=origin,
-        kind=_text(doc, "kind"),
-        decay_class=_text(doc, "decay_class") or None,
-        provenance=_text(doc, "provenance") or "self",
-        quality=_number(doc.get("quality"), 0.5),
-        strength=_number(doc.get("strength"), 1.0),
+        kind=stored_text(doc.get("kind")),
+        decay_class=stored_text(doc.get("decay_class")) or None,
+        provenance=stored_text(doc.get("provenance")) or "self",
+        quality=stored_number(doc.get("quality"), 0.5),
+        strength=stored_number(doc.get("strength"), 1.0),
         stored_effective=snapshot if snapshot >= 0 else None,
     )
     live = not (
-        _text(doc, "deleted") == "1"
-        or _text(doc, "archived") == "1"
-        or bool(_text(doc, "replaced_by_summary_id"))
+        stored_text(doc.get("deleted")) == "1"
+        or stored_text(doc.get("archived")) == "1"
+        or bool(stored_text(doc.get("replaced_by_summary_id")))
     )
-    return StoredDecayState(agent_id=_text(doc, "agent_id"), entry=entry, live=live)
+    return StoredDecayState(agent_id=stored_text(doc.get("agent_id")), entry=entry, live=live)

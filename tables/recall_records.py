@@ -15,6 +15,7 @@ import orjson
 
 from grimoire.streams.field import Affect
 from grimoire.streams.recall_source import RecallRecord
+from grimoire.tables.record_codec import stored_list, stored_number, stored_text
 
 # Read in this order; `decode_row` unpacks by position. The vector comes last.
 RECORD_FIELDS: Final = (
@@ -57,7 +58,8 @@ def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, An
     The record's own `last_accessed` is its creation time; the usage hash only
     ever moves it forward."""
     merged = dict(doc)
-    if _number(usage.get("last_accessed"), -1.0) > _number(doc.get("last_accessed"), -1.0):
+    used = stored_number(usage.get("last_accessed"), -1.0)
+    if used > stored_number(doc.get("last_accessed"), -1.0):
         merged["last_accessed"] = usage["last_accessed"]
     for name in ("included_count_total", "included_count_decay"):
         if usage.get(name) is not None:
@@ -83,24 +85,24 @@ def decode_row(
         strength, last_accessed, decay_class, provenance, regime, affect, normalized_hash,
         deleted, quarantined, archived, replaced_by, session_id, run_id, actor_id,
         event_type, source_event_id, hyperedge_ids, nexus_keys,
-    ) = [_text(value) for value in raw]  # fmt: skip
+    ) = [stored_text(value) for value in raw]  # fmt: skip
     if agent != agent_id:
         return None
     vector = None
     if isinstance(blob, bytes) and len(blob) == dims * 4:
         vector = np.frombuffer(blob, dtype=np.float32)
-    accessed = max(_number(last_accessed, -1.0), _number(usage_last_accessed, -1.0))
+    accessed = max(stored_number(last_accessed, -1.0), stored_number(usage_last_accessed, -1.0))
     return RecallRecord(
         memory_id=memory_id,
         kind=kind,
         layer=layer,
         text=text,
         gist=gist,
-        ts_ms=int(_number(ts, 0.0)),
-        confidence=_number(confidence, 0.5),
-        quality=_number(quality, 0.5),
-        importance=_number(importance, 0.5),
-        strength=_number(strength, 1.0),
+        ts_ms=int(stored_number(ts, 0.0)),
+        confidence=stored_number(confidence, 0.5),
+        quality=stored_number(quality, 0.5),
+        importance=stored_number(importance, 0.5),
+        strength=stored_number(strength, 1.0),
         last_accessed_ms=int(accessed) if accessed >= 0 else None,
         decay_class=decay_class,
         provenance=provenance or "self",
@@ -116,24 +118,10 @@ def decode_row(
         actor_id=actor_id,
         event_type=event_type,
         source_event_id=source_event_id,
-        hyperedge_ids=tuple(filter(None, hyperedge_ids.split("|"))),
-        nexus_keys=tuple(filter(None, nexus_keys.split("|"))),
+        hyperedge_ids=stored_list(hyperedge_ids),
+        nexus_keys=stored_list(nexus_keys),
         vector=vector,
     )
-
-
-def _text(raw: Any) -> str:
-    return "" if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def _number(raw: Any, default: float) -> float:
-    """A stored number (bytes, text or number); unset or unreadable is `default`."""
-    if raw is None or raw == "" or raw == b"":
-        return default
-    try:
-        return float(raw)
-    except (TypeError, ValueError):
-        return default
 
 
 def _affect(raw: str) -> Affect | None:

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from grimoire.streams.daimoi import NodeInfo
 from grimoire.tables.graph import NODE_SEPARATOR, WALK_NODE_FIELDS
-from grimoire.tables.record_codec import text_of
+from grimoire.tables.record_codec import stored_list, stored_number, stored_text, text_of
 
 # What the walk reads of a memory hash (a store written before the node table).
 NODE_FIELDS: Final = ("memory_id", "agent_id", *WALK_NODE_FIELDS)
@@ -71,7 +71,7 @@ def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
     memory_id, agent, *fields = row
     if memory_id is None or agent is None or text_of(agent) != agent_id:
         return None
-    return _node(text_of(memory_id), ["" if value is None else text_of(value) for value in fields])
+    return _node(text_of(memory_id), [stored_text(value) for value in fields])
 
 
 def _node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
@@ -81,19 +81,10 @@ def _node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
     return NodeInfo(
         memory_id=memory_id,
         kind=kind,
-        keys=tuple(filter(None, keys.split("|"))),
-        ts_ms=int(_float_or(ts or None, 0.0)),
-        utility=_float_or(importance or None, 0.5),
+        keys=stored_list(keys),
+        ts_ms=int(stored_number(ts, 0.0)),
+        utility=stored_number(importance, 0.5),
         deleted=(deleted == "1" and not replaced_by) or quarantined == "1" or archived == "1",
         replaced_by=replaced_by,
         actor=actor,
     )
-
-
-def _float_or(raw: Any, default: float) -> float:
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        return default
