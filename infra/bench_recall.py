@@ -135,17 +135,21 @@ class ReplyClock(MemorySink):
         await super().send(topic, key, value)
 
 
-async def _handle(handler: RecallHandler, sink: ReplyClock, raw: bytes, topic: str) -> Answer:
+async def _handle(
+    handler: RecallHandler, sink: ReplyClock, raw: bytes, topic: str
+) -> tuple[Answer, float]:
+    """The answer, and when its reply left (`time.perf_counter`)."""
     sink.sent.clear()
     sink.replied_at = None
     await handler.handle(InputMessage(value=raw, topic=topic))
     replies = sink.on(REPLY_TOPIC)
-    if len(replies) != 1:
+    if len(replies) != 1 or sink.replied_at is None:
         raise RuntimeError(f"expected one reply, got {len(replies)}: {sink.sent[:3]}")
     payload = orjson.loads(replies[0])
     if payload.get("error"):
         raise RuntimeError(f"recall failed: {payload['error']}")
-    return Answer(len(payload.get("items") or ()), payload.get("timings_ms") or {})
+    answer = Answer(len(payload.get("items") or ()), payload.get("timings_ms") or {})
+    return answer, sink.replied_at
 
 
 async def measure_in_process(
@@ -162,8 +166,7 @@ async def measure_in_process(
     for index, query in enumerate(timed):
         raw = _request(query, index)
         started = time.perf_counter()
-        answer = await _handle(handler, sink, raw, topic)
-        replied = sink.replied_at if sink.replied_at is not None else time.perf_counter()
+        answer, replied = await _handle(handler, sink, raw, topic)
         latencies.append((replied - started) * 1000)
         answers.append(answer)
     return Measured(tuple(latencies), tuple(answers))
