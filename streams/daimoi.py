@@ -43,7 +43,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from grimoire.streams.decay import recency
 from grimoire.streams.keys import (
@@ -152,8 +152,9 @@ class Seed:
     score: float
 
 
-@dataclass(frozen=True, slots=True)
-class Related:
+class Related(NamedTuple):
+    """A memory the walk reached. A named tuple: a walk returns hundreds."""
+
     memory_id: str
     score: float
     via_keys: tuple[str, ...]
@@ -421,22 +422,20 @@ def _neighbours(
     scores: dict[str, float] = {}
     via: dict[str, list[str]] = {}
     node_id = node.memory_id
+    # `ranked` is best first, and a neighbour's score is its (fixed) node factor
+    # times the key's strength: the first key that reaches it gives its best
+    # score, later ones only add themselves to its reasons.
     for key, key_score in ranked:
         strength_k = strength * key_strength(key_score)
         for target_id, factor in _key_members(
             caches, key, now_ms=now_ms, half_life_ms=half_life_ms
         ):
-            if target_id == node_id:
-                continue
-            score = strength_k * factor
-            best = scores.get(target_id)
-            if best is None:
-                scores[target_id] = score
+            keys = via.get(target_id)
+            if keys is not None:
+                keys.append(key)
+            elif target_id != node_id:
+                scores[target_id] = strength_k * factor
                 via[target_id] = [key]
-            else:
-                via[target_id].append(key)
-                if score > best:
-                    scores[target_id] = score
     return scores, via
 
 
