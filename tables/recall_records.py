@@ -49,7 +49,6 @@ RECORD_FIELDS: Final = (
     "nexus_keys",
     "canonical",
 )
-USAGE_FIELDS: Final = ("last_accessed", "included_count_total", "included_count_decay")
 
 
 def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:

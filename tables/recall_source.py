@@ -310,8 +310,6 @@ class RedisRecallSource:
         }
 
     async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
-        if not memory_ids:
-            return
         await self._scripts.touch([f"{self._usage_prefix}:{i}" for i in memory_ids], as_of_ms)
 
 
