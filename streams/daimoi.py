@@ -25,6 +25,9 @@ Semantics (all deterministic, no clock, no randomness):
   are known), keep ``max_keys_per_node``, one ``newest`` call for the keys
   not fetched yet, one ``nodes`` call for unseen neighbours, and at most
   `MAX_REPLACEMENT_DEPTH` ``nodes`` calls to resolve compaction replacements.
+  Each round reads ahead what its walkers' next expansions need: a node with at
+  most ``max_keys_per_node`` keys will fetch all it has not walked, so their
+  degrees and members come in one ``neighbourhood`` call.
 * A neighbour with ``replaced_by`` is replaced by its summary (followed up to
   `MAX_REPLACEMENT_DEPTH` links); if the summary is missing or deleted the original
   stands. Deleted memories and the seeds themselves are never returned.
@@ -106,6 +109,12 @@ class GraphView(Protocol):
 
     async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
         """Per key, up to `limit` memory ids carrying it, newest first."""
+        ...
+
+    async def neighbourhood(
+        self, keys: Sequence[str], limit: int
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
+        """`degrees` and `newest` of the same keys in one round trip."""
         ...
 
 
@@ -377,8 +386,19 @@ async def _fetch_keys(
     if not unfetched:
         return
     lists = await graph.newest(unfetched, budget.max_neighbors_per_key)
+    await _keep_members(graph, caches, unfetched, lists, budget)
+
+
+async def _keep_members(
+    graph: GraphView,
+    caches: _Caches,
+    keys: Sequence[str],
+    lists: Mapping[str, Sequence[str]],
+    budget: WalkBudget,
+) -> None:
+    """Cache the keys' fetched members, then load their nodes and replacements."""
     ids: set[str] = set()
-    for key in unfetched:
+    for key in keys:
         members = list(lists.get(key, ()))[: budget.max_neighbors_per_key]
         caches.newest[key] = members
         ids.update(members)
@@ -470,6 +490,25 @@ async def _prefetch_round(
         node = _live(caches, memory_id) if memory_id is not None else None
         if node is not None:
             nodes.append((walker, node))
+    if budget.max_neighbors_per_key > 0:
+        # A node with no more keys than a walker takes from one node has every
+        # key it has not walked yet fetched, whatever the keys' degrees: those
+        # keys' degrees and members come in one round trip. Larger nodes rank
+        # their keys on the degrees first and fetch only the best.
+        whole = sorted(
+            {
+                key
+                for _, node in nodes
+                if len(set(node.keys)) <= budget.max_keys_per_node
+                for key in node.keys
+                if key not in caches.newest
+            }
+        )
+        if whole:
+            degrees, lists = await graph.neighbourhood(whole, budget.max_neighbors_per_key)
+            for key in whole:
+                caches.degrees.setdefault(key, degrees.get(key, 0))
+            await _keep_members(graph, caches, whole, lists, budget)
     await _load_degrees(graph, caches, (k for _, node in nodes for k in node.keys))
     keys: set[str] = set()
     for walker, node in nodes:

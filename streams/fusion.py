@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 DEFAULT_RRF_K = 60
 
 
-@dataclass(frozen=True, slots=True)
-class FusedHit:
+class FusedHit(NamedTuple):
+    """One fused id. A named tuple: a recall fuses hundreds twice."""
+
     id: str
     score: float
     lanes: tuple[str, ...]

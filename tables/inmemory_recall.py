@@ -102,6 +102,11 @@ class InMemoryRecallSource:
     async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
         return {key: await self._store.newest(self._agent, key, limit) for key in keys}
 
+    async def neighbourhood(
+        self, keys: Sequence[str], limit: int
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
+        return await self.degrees(keys), await self.newest(keys, limit)
+
     async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
         found: dict[str, Mapping[str, str]] = {}
         for edge in edge_ids:

@@ -280,11 +280,25 @@ class RedisRecallSource:
     async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
         """Newest members per key; their walk nodes come in the same round trip
         and wait in the node cache for the `nodes` call that follows."""
+        return (await self._newest(keys, limit, degrees=False))[1]
+
+    async def neighbourhood(
+        self, keys: Sequence[str], limit: int
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
+        if limit <= 0:
+            return await self.degrees(keys), {key: [] for key in keys}
+        return await self._newest(keys, limit, degrees=True)
+
+    async def _newest(
+        self, keys: Sequence[str], limit: int, *, degrees: bool
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
         if not keys or limit <= 0:
-            return {key: [] for key in keys}
+            return {}, {key: [] for key in keys}
         nexus = [self._graph.nexus(self._agent, key) for key in keys]
         table = self._graph.nodes(self._agent)
-        lists, raw_ids, packed = await self._scripts.newest_with_nodes(table, nexus, limit)
+        lists, raw_ids, packed, counts = await self._scripts.newest_with_nodes(
+            table, nexus, limit, degrees=degrees
+        )
         ids = [text_of(raw_id) for raw_id in raw_ids]
         cached = self._nodes
         for memory_id, raw in zip(ids, packed, strict=True):
@@ -292,9 +306,10 @@ class RedisRecallSource:
                 node = self._decoded.node(memory_id, raw)
                 if node is not None:
                     cached[memory_id] = node
-        return {
+        newest = {
             key: [ids[at] for at in positions] for key, positions in zip(keys, lists, strict=True)
         }
+        return dict(zip(keys, counts, strict=True)) if degrees else {}, newest
 
     async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
         if not edge_ids:

@@ -133,13 +133,15 @@ return #ARGV
 
 # A walk round in one round trip: the newest members of each nexus key, and the
 # packed walk node (graph.py's node table) of every member, which the walk scores
-# next anyway. KEYS: node table, then nexus ZSETs; ARGV: members per key.
+# next anyway; with ARGV[2] = '1', each key's degree (ZCARD) too. KEYS: node
+# table, then nexus ZSETs; ARGV: members per key, degrees wanted.
 # Returns {per-key lists of positions in the distinct members, the distinct
-# members, their packed nodes or nil}: busy keys share members, and each id
-# travels and is decoded once.
+# members, their packed nodes or nil, the degrees or nothing}: busy keys share
+# members, and each id travels and is decoded once.
 _NEWEST_WITH_NODES = """
-local lists, ids, packed, seen = {}, {}, {}, {}
+local lists, ids, packed, seen, degrees = {}, {}, {}, {}, {}
 for i = 2, #KEYS do
+  if ARGV[2] == '1' then degrees[i - 1] = redis.call('ZCARD', KEYS[i]) end
   local members = redis.call('ZREVRANGE', KEYS[i], 0, tonumber(ARGV[1]) - 1)
   local positions = {}
   for j, member in ipairs(members) do
@@ -157,7 +159,7 @@ for first = 1, #ids, 500 do
   local chunk = redis.call('HMGET', KEYS[1], unpack(ids, first, math.min(first + 499, #ids)))
   for j = 1, #chunk do packed[first + j - 1] = chunk[j] end
 end
-return {lists, ids, packed}
+return {lists, ids, packed, degrees}
 """
 
 
@@ -231,11 +233,12 @@ class RedisScripts:
         return [int(count) for count in await self._cardinalities(keys=keys)]
 
     async def newest_with_nodes(
-        self, node_table: str, nexus_keys: list[str], limit: int
-    ) -> tuple[list[list[int]], list[Any], list[Any]]:
+        self, node_table: str, nexus_keys: list[str], limit: int, *, degrees: bool = False
+    ) -> tuple[list[list[int]], list[Any], list[Any], list[int]]:
         """Per key, its newest members as positions in the distinct members;
-        the distinct members; and their packed nodes (None where missing)."""
-        lists, ids, packed = await self._newest_with_nodes(
-            keys=[node_table, *nexus_keys], args=[limit]
+        the distinct members; their packed nodes (None where missing); and,
+        when asked, each key's degree (else an empty list)."""
+        lists, ids, packed, counts = await self._newest_with_nodes(
+            keys=[node_table, *nexus_keys], args=[limit, "1" if degrees else "0"]
         )
-        return list(lists), list(ids), list(packed)
+        return list(lists), list(ids), list(packed), [int(count) for count in counts]

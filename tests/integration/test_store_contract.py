@@ -519,6 +519,28 @@ async def test_the_recall_source_scores_given_memories_and_finds_their_neighbour
     assert await source.adjacent([]) == {}
 
 
+async def test_the_walks_key_reads_agree_and_stay_in_the_tenant(h: Harness) -> None:
+    shared = "tag:ops/disk"
+    mine = [rec(A, f"k{n}", f"note {n}", E1, ts=T0 + 1_000 * n, keys=(shared,)) for n in range(4)]
+    theirs = rec(B, "k9", "their note", E2, ts=T0 + 9_000, keys=(shared,))
+    await commit(h, WriteBatch(records=(*mine, theirs)))
+    source = h.store.recall_source(A)
+    keys = [shared, "tag:none"]
+    newest_first = [r.id for r in reversed(mine)]
+
+    degrees, members = await source.neighbourhood(keys, 3)
+    assert degrees == {shared: 4, "tag:none": 0} == await source.degrees(keys)
+    assert members == {shared: newest_first[:3], "tag:none": []}
+    assert members == await source.newest(keys, 3)
+    # the members' nodes came with them: the walk's next read needs no lookup
+    assert set(await source.nodes(newest_first[:3])) == set(newest_first[:3])
+
+    degrees, members = await source.neighbourhood(keys, 0)
+    assert degrees == {shared: 4, "tag:none": 0}
+    assert members == {shared: [], "tag:none": []}
+    assert await source.neighbourhood([], 5) == ({}, {})
+
+
 async def test_the_walk_reads_each_node_as_its_record_says(h: Harness) -> None:
     hidden = rec(A, "q", "the bridge is not safe", E1, quarantined=True)
     group = aggregate_id(A, TARGET.id)

@@ -38,7 +38,8 @@ class FakeGraph:
 
     def __init__(self, nodes: Iterable[NodeInfo]) -> None:
         self._nodes = {n.memory_id: n for n in nodes}
-        self.calls: dict[str, int] = {"nodes": 0, "degrees": 0, "newest": 0}
+        self.calls: dict[str, int] = {"nodes": 0, "degrees": 0, "newest": 0, "neighbourhood": 0}
+        self.fetched_keys: list[str] = []
         self.requested_ids: list[int] = []
 
     def _carrying(self, key: str) -> list[NodeInfo]:
@@ -55,6 +56,17 @@ class FakeGraph:
 
     async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
         self.calls["newest"] += 1
+        return self._newest(keys, limit)
+
+    async def neighbourhood(
+        self, keys: Sequence[str], limit: int
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
+        self.calls["neighbourhood"] += 1
+        degrees = {k: len(self._carrying(k)) for k in keys if self._carrying(k)}
+        return degrees, self._newest(keys, limit)
+
+    def _newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
+        self.fetched_keys.extend(keys)
         out: dict[str, list[str]] = {}
         for key in keys:
             ordered = sorted(self._carrying(key), key=lambda n: (-n.ts_ms, n.memory_id))
@@ -377,7 +389,8 @@ async def test_graph_calls_scale_with_expansions_not_neighbours() -> None:
     )
     got = await run(star, [Seed("S", 1.0)], budget=WalkBudget(num_walkers=1, max_hops=1))
     assert len(got) == 24  # newest 25 include S itself
-    assert star.calls == {"nodes": 2, "degrees": 1, "newest": 1}  # seeds + neighbours
+    # seeds + neighbours; the seed's one key: degree and members in one call
+    assert star.calls == {"nodes": 2, "degrees": 0, "newest": 0, "neighbourhood": 1}
 
 
 async def test_walkers_sharing_a_seed_reuse_the_cache() -> None:
@@ -388,3 +401,29 @@ async def test_walkers_sharing_a_seed_reuse_the_cache() -> None:
     many = await run(g2, [Seed("S", 1.0)], budget=WalkBudget(num_walkers=8, max_hops=1))
     assert g2.calls == single
     assert len(many) == 5
+
+
+async def test_a_node_with_more_keys_than_it_expands_fetches_only_its_best() -> None:
+    """Up to `max_keys_per_node` keys a node's keys are all fetched with their
+    degrees; beyond it the degrees come first, and only the best keys are fetched."""
+    keys = [f"entity:e{i}" for i in range(4)]
+    many = FakeGraph(
+        [node("S", *keys, ts_ms=NOW + 1)]
+        # e0 is carried by the most memories, so it ranks last (commonness penalty).
+        + [node(f"N{i}", keys[0]) for i in range(6)]
+        + [node(f"M{i}", key) for i, key in enumerate(keys[1:])]
+    )
+    budget = WalkBudget(num_walkers=1, max_hops=1, max_keys_per_node=3)
+    got = await run(many, [Seed("S", 1.0)], budget=budget)
+    assert many.calls["neighbourhood"] == 0
+    assert many.calls["degrees"] == 1
+    assert sorted(many.fetched_keys) == keys[1:]
+    assert {r.memory_id for r in got} == {"M0", "M1", "M2"}
+
+    few = FakeGraph(many._nodes.values())
+    wide = WalkBudget(num_walkers=1, max_hops=1, max_keys_per_node=4)
+    got_all = await run(few, [Seed("S", 1.0)], budget=wide)
+    assert few.calls["neighbourhood"] == 1
+    assert few.calls["degrees"] == 0
+    assert sorted(few.fetched_keys) == keys
+    assert {r.memory_id for r in got_all} == {"M0", "M1", "M2", *(f"N{i}" for i in range(6))}

@@ -96,6 +96,13 @@ class DictSource:
             found[key] = [r.memory_id for r in members[:limit]]
         return found
 
+    async def neighbourhood(
+        self, keys: Sequence[str], limit: int
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
+        degrees = await self.degrees(keys)
+        self.graph_calls -= 1  # one round trip for both
+        return degrees, await self.newest(keys, limit)
+
     async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
         return {e: self.edges[e] for e in edge_ids if e in self.edges}
 
