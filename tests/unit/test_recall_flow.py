@@ -374,7 +374,7 @@ async def test_a_walk_round_costs_a_few_batched_graph_calls_not_one_per_walker()
     source = DictSource([*CORPUS, *many])
     q = query("note entity", max_items=10, walk=WalkBudget(num_walkers=8, max_hops=2))
     await ask(source, q)
-    assert source.graph_calls >= 3  # seeds, degrees, neighbours: the walk ran
+    assert source.graph_calls >= 3  # seeds, their keys, neighbours: the walk ran
     # 8 walkers x 2 expansions x 3 reads would be 48 calls one walker at a time.
     assert source.graph_calls <= 12
 
