@@ -37,8 +37,8 @@ RUN pip install . \
     && python -c "import sys, torch; sys.exit(f'CUDA torch {torch.version.cuda}' if torch.version.cuda else 0)" \
     && python -c "from grimoire.infra.embedding import default_model_path as p; m = p(); assert m.is_dir(), m"
 
-# The ONNX export of the model (infra/onnx_encoder.py) is made once here, not by each
-# container on its first start; the file name carries a hash of the weights.
+# The ONNX export of the model and its int8 copy (infra/onnx_encoder.py) are made once
+# here, not by each container on its first start; the file names carry a hash of the weights.
 ENV GRIMOIRE_MODEL_CACHE_DIR=/opt/grimoire/models
 RUN python -c "from grimoire.infra.embedding import SentenceTransformerEmbedder as E; from pathlib import Path; E(cache_dir=Path('/opt/grimoire/models')).close()" \
     && ls /opt/grimoire/models/*.onnx

@@ -13,7 +13,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,8 @@ DEFAULT_CACHE_DIR = Path(".grimoire/models")
 # (inputs, outputs, opset), so no worker loads an export made by older code.
 EXPORT_FORMAT = "last_hidden_state/v1"
 OPSET = 17
+# Part of the quantized file's name, for the same reason.
+QUANTIZED_FORMAT = "int8-matmul-channel-v1"
 # Graph input -> attribute of a `tokenizers.Encoding`.
 _ENCODING_FIELDS = {
     "input_ids": "ids",
@@ -45,13 +47,22 @@ class OnnxEncoder:
     (a single recall query, most often) gets `lanes` intra-op threads: all cores
     on one small input. Batches split across the embedder's lanes run on a
     single-threaded session, one call per lane thread (`run` is thread-safe and
-    releases the GIL), for the reasons the torch lanes are single-threaded."""
+    releases the GIL), for the reasons the torch lanes are single-threaded.
 
-    def __init__(self, path: Path, tokenizer: ThreadTokenizer, *, lanes: int) -> None:
+    `per_row` runs every text on its own through one single-threaded session,
+    for a quantized model (see `quantize`): its activations are scaled by the
+    range of the whole input tensor, so a text batched with others, or padded,
+    would get a slightly different vector. One text, one vector, however the
+    calls were batched, is what makes a replay rebuild the same memory."""
+
+    def __init__(
+        self, path: Path, tokenizer: ThreadTokenizer, *, lanes: int, per_row: bool = False
+    ) -> None:
         self.path = path
+        self.per_row = per_row
         self._tokenizer = tokenizer
-        self._whole = _session(path, max(1, lanes))
-        self._lane = _session(path, 1) if lanes > 1 else self._whole
+        self._whole = _session(path, 1 if per_row else max(1, lanes))
+        self._lane = _session(path, 1) if lanes > 1 and not per_row else self._whole
         # Feed only what the graph declares: models without token_type_ids work too.
         self._inputs = [graph_input.name for graph_input in self._whole.get_inputs()]
         unknown = set(self._inputs) - set(_ENCODING_FIELDS)
@@ -60,21 +71,29 @@ class OnnxEncoder:
 
     @classmethod
     def from_sentence_transformer(
-        cls, model: SentenceTransformer, cache_dir: Path, *, lanes: int
+        cls, model: SentenceTransformer, cache_dir: Path, *, lanes: int, int8: bool = False
     ) -> OnnxEncoder:
         check_supported(model)
         max_length = model.max_seq_length or model.tokenizer.model_max_length
         tokenizer = ThreadTokenizer.like(model.tokenizer, int(max_length))
-        return cls(export(model, tokenizer, cache_dir), tokenizer, lanes=lanes)
+        path = export(model, tokenizer, cache_dir)
+        if int8:
+            return cls(quantize(path), tokenizer, lanes=lanes, per_row=True)
+        return cls(path, tokenizer, lanes=lanes)
 
     def encode(self, texts: Sequence[str], *, whole: bool) -> Vectors:
         """Unit-length sentence vectors; `whole` picks the multi-threaded session."""
+        session = self._whole if whole else self._lane
+        if self.per_row and len(texts) > 1:
+            return np.vstack([self._encode(session, [text]) for text in texts])
+        return self._encode(session, texts)
+
+    def _encode(self, session: onnxruntime.InferenceSession, texts: Sequence[str]) -> Vectors:
         encodings = self._tokenizer.get().encode_batch(list(texts))
         feed = {
             name: np.array([getattr(e, _ENCODING_FIELDS[name]) for e in encodings], dtype=np.int64)
             for name in self._inputs
         }
-        session = self._whole if whole else self._lane
         (hidden,) = session.run(["last_hidden_state"], feed)
         mask = feed["attention_mask"].astype(np.float32)
         counts = np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
@@ -138,16 +157,44 @@ def export(model: SentenceTransformer, tokenizer: ThreadTokenizer, cache_dir: Pa
     names = [name for name in model.tokenizer.model_input_names if name in _ENCODING_FIELDS]
     key = weights_key(transformer, names)
     path = cache_dir / f"{transformer.config.model_type}-{key}.onnx"
+    return _write_once(path, lambda temp: _export(transformer, tokenizer, names, temp))
+
+
+def quantize(exported: Path) -> Path:
+    """The int8 copy of an exported model, made on first use only.
+
+    Dynamic quantization of the MatMul weights, one scale per output channel:
+    on all-MiniLM-L6-v2 it embeds a short query in about half the time (one
+    thread, AVX2: ~4 ms against ~7.5) and keeps each vector within cosine
+    ~0.99 of the float model's (per-tensor scales: ~0.96). Deterministic: the
+    same export always quantizes to the same file."""
+    path = exported.with_name(f"{exported.stem}-{QUANTIZED_FORMAT}.onnx")
+
+    def write(temp: Path) -> None:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(
+            exported,
+            temp,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+        )
+
+    return _write_once(path, write)
+
+
+def _write_once(path: Path, write: Callable[[Path], None]) -> Path:
     if path.exists():
-        logger.info("using cached ONNX export %s", path)
+        logger.info("using cached ONNX model %s", path)
         return path
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    # Workers starting together each export to their own temp file and rename it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Workers starting together each write their own temp file and rename it
     # into place: nobody ever opens half a file, and the last rename wins harmlessly.
-    fd, temp = tempfile.mkstemp(dir=cache_dir, prefix=f".{path.stem}.", suffix=".tmp")
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     os.close(fd)
     try:
-        _export(transformer, tokenizer, names, Path(temp))
+        write(Path(temp))
         # Flushed first, or a crash could leave a truncated file under the final name.
         with open(temp, "rb+") as written:
             os.fsync(written.fileno())
@@ -156,7 +203,7 @@ def export(model: SentenceTransformer, tokenizer: ThreadTokenizer, cache_dir: Pa
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    logger.info("exported %s to ONNX at %s", transformer.config.model_type, path)
+    logger.info("wrote ONNX model %s", path)
     return path
 
 

