@@ -27,6 +27,7 @@ from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore, known_age
 from grimoire.tables.memory_store import RedisMemoryStore
 from grimoire.tables.recall_source import KnnPolicy
 from grimoire.tables.redis_client import create_redis
+from grimoire.tables.vector_space import claim_vector_space, index_holds_documents
 from grimoire.topics.declarations import TopicNames
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,12 @@ class Runtime:
             decoded_nodes=settings.recall_decoded_nodes,
         )
         await store.ensure_schema()
+        await claim_vector_space(
+            self._redis,
+            settings.topic_prefix,
+            embedder.vector_space,
+            has_memories=await index_holds_documents(self._redis, store.index_name),
+        )
         topics = TopicNames(settings.topic_prefix)
         logger.info("runtime ready (prefix %s)", settings.topic_prefix)
         redis = self._redis

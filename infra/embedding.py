@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from grimoire.infra.onnx_encoder import DEFAULT_CACHE_DIR, OnnxEncoder
+from grimoire.infra.onnx_encoder import (
+    DEFAULT_CACHE_DIR,
+    QUANTIZED_FORMAT,
+    OnnxEncoder,
+    model_key,
+)
 
 if TYPE_CHECKING:
     from grimoire.infra.settings import Settings
@@ -33,6 +38,9 @@ BACKENDS = ("onnx-int8", "onnx", "torch")
 
 class Embedder(Protocol):
     dims: int
+    # Names the space its vectors live in (model weights and precision): an
+    # index holds one space, see `tables.vector_space`.
+    vector_space: str
 
     async def embed(self, texts: Sequence[str]) -> Vectors: ...
 
@@ -87,18 +95,23 @@ class SentenceTransformerEmbedder:
         self.backend = backend
         self._onnx: OnnxEncoder | None = None
         self._model: SentenceTransformer | None = None
+        int8 = backend == "onnx-int8"
         if backend.startswith("onnx"):
             # Torch's copy of the weights is dropped: the sessions hold their own.
             self._onnx = OnnxEncoder.from_sentence_transformer(
-                model, cache_dir or DEFAULT_CACHE_DIR, lanes=self.lanes, int8=backend == "onnx-int8"
+                model, cache_dir or DEFAULT_CACHE_DIR, lanes=self.lanes, int8=int8
             )
+            key = self._onnx.model_key
         else:
+            key = model_key(model)
             self._model = model
             if self.lanes > 1:
                 import torch
 
                 # Process-wide: the lanes are the parallelism, not torch's intra-op pool.
                 torch.set_num_threads(1)
+        # float: torch and float ONNX, whose vectors agree to ~1e-7
+        self.vector_space = f"{key}:{QUANTIZED_FORMAT if int8 else 'float32'}"
         self._executor = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="embed")
         self.model_calls = 0
         self.model_seconds = 0.0  # wall time with the model busy: the worker's main cost
@@ -250,6 +263,7 @@ class CachingEmbedder:
     def __init__(self, inner: Embedder, *, capacity: int = 50_000) -> None:
         self._inner = inner
         self.dims = inner.dims
+        self.vector_space = inner.vector_space
         self._capacity = capacity
         self._cache: OrderedDict[bytes, npt.NDArray[np.float32]] = OrderedDict()
         self.hits = 0

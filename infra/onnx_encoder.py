@@ -56,10 +56,17 @@ class OnnxEncoder:
     calls were batched, is what makes a replay rebuild the same memory."""
 
     def __init__(
-        self, path: Path, tokenizer: ThreadTokenizer, *, lanes: int, per_row: bool = False
+        self,
+        path: Path,
+        tokenizer: ThreadTokenizer,
+        *,
+        lanes: int,
+        per_row: bool = False,
+        model_key: str = "",
     ) -> None:
         self.path = path
         self.per_row = per_row
+        self.model_key = model_key  # `model_key()` of the weights it was exported from
         self._tokenizer = tokenizer
         self._whole = _session(path, 1 if per_row else max(1, lanes))
         self._lane = _session(path, 1) if lanes > 1 and not per_row else self._whole
@@ -78,8 +85,8 @@ class OnnxEncoder:
         tokenizer = ThreadTokenizer.like(model.tokenizer, int(max_length))
         path = export(model, tokenizer, cache_dir)
         if int8:
-            return cls(quantize(path), tokenizer, lanes=lanes, per_row=True)
-        return cls(path, tokenizer, lanes=lanes)
+            return cls(quantize(path), tokenizer, lanes=lanes, per_row=True, model_key=path.stem)
+        return cls(path, tokenizer, lanes=lanes, model_key=path.stem)
 
     def encode(self, texts: Sequence[str], *, whole: bool) -> Vectors:
         """Unit-length sentence vectors; `whole` picks the multi-threaded session."""
@@ -154,10 +161,19 @@ def check_supported(model: SentenceTransformer) -> None:
 def export(model: SentenceTransformer, tokenizer: ThreadTokenizer, cache_dir: Path) -> Path:
     """The ONNX file for `model`'s transformer, exported on first use only."""
     transformer: Any = model[0].auto_model
-    names = [name for name in model.tokenizer.model_input_names if name in _ENCODING_FIELDS]
-    key = weights_key(transformer, names)
-    path = cache_dir / f"{transformer.config.model_type}-{key}.onnx"
+    names = _input_names(model)
+    path = cache_dir / f"{model_key(model)}.onnx"
     return _write_once(path, lambda temp: _export(transformer, tokenizer, names, temp))
+
+
+def model_key(model: SentenceTransformer) -> str:
+    """`<model type>-<weights_key>`: names the model's weights, whichever backend runs them."""
+    transformer: Any = model[0].auto_model
+    return f"{transformer.config.model_type}-{weights_key(transformer, _input_names(model))}"
+
+
+def _input_names(model: SentenceTransformer) -> list[str]:
+    return [name for name in model.tokenizer.model_input_names if name in _ENCODING_FIELDS]
 
 
 def quantize(exported: Path) -> Path:

@@ -9,3 +9,7 @@ class StorageError(GrimoireError):
 
 class SchemaMismatch(StorageError):
     """An index with our name exists but was created from a different schema."""
+
+
+class VectorSpaceMismatch(StorageError):
+    """The prefix holds vectors from another model or precision than this worker's."""

@@ -204,6 +204,19 @@ def test_the_export_is_cached_by_weights_and_reused(
     assert [path.stat().st_mtime_ns for path in written] == mtimes
 
 
+def test_the_vector_space_names_the_weights_and_the_precision(
+    model: SentenceTransformerEmbedder,
+    onnx_model: SentenceTransformerEmbedder,
+    torch_model: SentenceTransformerEmbedder,
+) -> None:
+    # torch and float ONNX give the same vectors, so they share a space
+    assert onnx_model._onnx is not None
+    key = onnx_model._onnx.path.stem
+    assert onnx_model.vector_space == torch_model.vector_space == f"{key}:float32"
+    assert model.vector_space == f"{key}:{onnx_encoder.QUANTIZED_FORMAT}"
+    assert CachingEmbedder(model).vector_space == model.vector_space
+
+
 def test_an_unknown_backend_is_refused() -> None:
     with pytest.raises(ValueError, match="backend"):
         SentenceTransformerEmbedder(backend="openvino")

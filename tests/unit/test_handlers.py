@@ -48,6 +48,7 @@ class FakeEmbedder:
     """Hashed bag of words, L2-normalised; records every non-empty call."""
 
     dims = 64
+    vector_space = "bag-of-words-64:float32"
 
     def __init__(self) -> None:
         self.calls = 0
