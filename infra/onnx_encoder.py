@@ -4,6 +4,8 @@ For one short recall query ONNX Runtime is about three times faster than torch
 on CPU (all-MiniLM-L6-v2: p50 ~7 ms against ~20 ms) and gives the same vectors
 to ~1e-7, so the transformer is exported to ONNX, cached on disk, and the mean
 pooling and normalisation the SentenceTransformer would apply are done here.
+An int8 copy of the export (`quantize`) embeds a query in about half that time
+again, with vectors within cosine ~0.99 of the float ones.
 """
 
 from __future__ import annotations
