@@ -60,9 +60,9 @@ class SentenceTransformerEmbedder:
     (infra/onnx_encoder.py). "onnx-int8", the default, runs an int8 copy of that
     export, one text at a time: half the time again, vectors within cosine ~0.99
     of the float model's, and each text's vector independent of its batch.
-    "torch" runs the SentenceTransformer itself. Vectors from different backends
-    are close but not equal: switching on a live index mixes them (replay the
-    log into a fresh index to re-embed).
+    "torch" runs the SentenceTransformer itself. `vector_space` names what the
+    vectors are comparable with: torch and float ONNX share one, int8 has its
+    own, and a prefix holds one space (tables/vector_space.py).
 
     Encoding is CPU-bound and blocks, so it runs off the event loop on `lanes`
     threads, each running the model single-threaded on its own slice of a batch.

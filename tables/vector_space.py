@@ -47,8 +47,7 @@ async def claim_vector_space(redis: Redis, prefix: str, mine: str, *, has_memori
     first = LEGACY_SPACE if has_memories else mine
     # NX: workers starting together agree on whichever claim lands first.
     await redis.set(key, first, nx=True)
-    raw = await redis.get(key)
-    claimed = raw.decode() if isinstance(raw, bytes) else str(raw)
+    claimed = text_of(await redis.get(key))
     if not compatible(claimed, mine):
         raise VectorSpaceMismatch(
             f"prefix {prefix!r} holds vectors from {claimed!r}, this worker embeds with "
