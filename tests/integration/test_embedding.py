@@ -178,6 +178,30 @@ async def test_an_int8_vector_depends_on_its_text_only(model: SentenceTransforme
     np.testing.assert_array_equal(np.vstack(together[::-1]), alone)
 
 
+async def test_a_query_does_not_wait_behind_a_bulk_batch(
+    model: SentenceTransformerEmbedder,
+) -> None:
+    """A recall query goes to the model beside a running batch (compaction's
+    summaries, an ingest burst), not after it, and gets the vector `embed` gives."""
+    query = "which validator missed slots after the upgrade?"
+    expected = await model.embed([query])
+    bulk = [f"{'settlement ' * 30} bulk line {i}" for i in range(256)]
+    queries_before = model.query_calls
+    running = asyncio.ensure_future(model.embed(bulk))
+    await asyncio.sleep(0)  # the batch is on the lanes
+    answered = await model.embed_query([query])
+    assert not running.done()  # through the queue it would have waited for all 256
+    assert model.query_calls == queries_before + 1
+    np.testing.assert_array_equal(answered, expected)
+    assert (await running).shape == (256, 384)
+
+    cache = CachingEmbedder(model, capacity=10)
+    before = model.query_calls
+    np.testing.assert_array_equal(await cache.embed_query([query]), expected)
+    np.testing.assert_array_equal(await cache.embed_query([query]), expected)  # a hit
+    assert model.query_calls == before + 1
+
+
 def test_the_export_is_cached_by_weights_and_reused(
     model: SentenceTransformerEmbedder, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

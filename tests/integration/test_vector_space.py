@@ -85,6 +85,9 @@ class _Embedder:
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.ones((len(texts), self.dims), dtype=np.float32) / np.sqrt(self.dims)
 
+    async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return await self.embed(texts)
+
 
 async def test_a_worker_with_another_space_does_not_start(settings: Settings) -> None:
     mine = settings.model_copy(update={"topic_prefix": _prefix()})

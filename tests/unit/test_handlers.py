@@ -52,6 +52,7 @@ class FakeEmbedder:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.query_calls = 0
         self.texts: list[str] = []
 
     def vector(self, text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -67,6 +68,11 @@ class FakeEmbedder:
         self.calls += 1
         self.texts.extend(texts)
         return np.stack([self.vector(text) for text in texts])
+
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        if texts:
+            self.query_calls += 1
+        return await self.embed(texts)
 
 
 def episode(agent_id: str, text: str, ts: int, event_id: str | None = None, **extra: Any) -> bytes:
@@ -673,6 +679,13 @@ async def test_recall_replies_once_with_only_the_agents_memories() -> None:
         "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "usage",
             "total",
     }  # fmt: skip
+
+
+async def test_recall_embeds_its_query_beside_the_ingest_queue() -> None:
+    rig = await _seeded()
+    assert rig.fake.query_calls == 0  # ingest goes through the batching queue
+    await rig.recall.handle(recall_request())
+    assert rig.fake.query_calls == 1  # the query and the state digest, one call
 
 
 async def test_recall_never_crosses_tenants_even_on_an_exact_match() -> None:
