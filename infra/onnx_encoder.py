@@ -15,7 +15,8 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -191,15 +192,40 @@ def quantize(exported: Path) -> Path:
     def write(temp: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        quantize_dynamic(
-            exported,
-            temp,
-            op_types_to_quantize=["MatMul"],
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-        )
+        # The quantizer's advice to pre-process (shape inference) is not taken: the
+        # vectors it gives without it are measured (cosine, LoCoMo) and kept.
+        with _quiet_quantizer():
+            quantize_dynamic(
+                exported,
+                temp,
+                op_types_to_quantize=["MatMul"],
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+            )
 
     return _write_once(path, write)
+
+
+_PREPROCESS_ADVICE = "consider to run pre-processing before quantization"
+
+
+@contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """While the block runs, drop what the quantizer says on the root logger:
+    a line of INFO per tensor (hundreds) and its pre-processing advice. Other
+    warnings and errors still pass."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        if _PREPROCESS_ADVICE in record.getMessage():
+            return False
+        return record.levelno >= logging.WARNING
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 def _write_once(path: Path, write: Callable[[Path], None]) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,15 @@ def test_the_vector_space_names_the_weights_and_the_precision(
 def test_an_unknown_backend_is_refused() -> None:
     with pytest.raises(ValueError, match="backend"):
         SentenceTransformerEmbedder(backend="openvino")
+
+
+def test_only_the_quantizers_chatter_is_silenced(caplog: pytest.LogCaptureFixture) -> None:
+    advice = "Please consider to run pre-processing before quantization."
+    with caplog.at_level(logging.INFO):
+        with onnx_encoder._quiet_quantizer():
+            logging.info('Quantization parameters for tensor:"x" not specified')
+            logging.warning(advice)
+            logging.warning("a real problem")
+        logging.info("after")
+        logging.warning(advice)
+    assert [r.getMessage() for r in caplog.records] == ["a real problem", "after", advice]
