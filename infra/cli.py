@@ -221,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         from grimoire.infra.bench_locomo import default_data_path, run_locomo_bench
 
         data = Path(args.data) if args.data else default_data_path()
+        if not data.is_file():
+            sys.stderr.write(
+                f"grimoire bench locomo: no LoCoMo file at {data}; pass --data FILE "
+                '(make bench-locomo LOCOMO_ARGS="--data FILE")\n'
+            )
+            return 2
         wanted = tuple(c for c in args.conversations.split(",") if c)
         result = run_locomo_bench(settings, data_path=data, conversation_ids=wanted)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
