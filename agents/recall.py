@@ -15,6 +15,7 @@ from grimoire.agents.messages import UNKNOWN_AGENT, InputMessage
 from grimoire.agents.sinks import EventSink
 from grimoire.infra.embedding import Embedder
 from grimoire.streams.circuits import circuits_for
+from grimoire.streams.contrarian import is_due, window_of
 from grimoire.streams.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.field import Affect, FieldState
 from grimoire.streams.fields import InputLimits
@@ -87,11 +88,20 @@ class RecallHandler:
 
         if mode is not RetrievalMode.NONE:
             ctx = replace(ctx, pending_vectors=vectors)
+        # Anti-rumination: the first recall of each window of ticks carries
+        # memories against the mood; which window was served is the agent's state.
+        window = window_of(state.tick, ctx.affect, self.policy.contrarian)
+        if window is not None:
+            served = await self.store.contrarian_served(query.agent_id)
+            ctx = replace(ctx, contrarian_due=is_due(window, served))
         prepared = time.perf_counter()
         source = self.store.recall_source(query.agent_id)
         outcome = await run_recall(
             query, ctx, source, policy=self.policy, stopwatch=time.perf_counter
         )
+        if window is not None and ctx.contrarian_due and query.record_usage and outcome.items:
+            # Before the reply, like usage: the caller's next request sees it served.
+            await self.store.serve_contrarian(query.agent_id, window)
         # `lanes` includes the query embedding, which overlaps the BM25 lane.
         timings = {
             "state": round((prepared - started) * 1000, 3),

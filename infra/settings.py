@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from grimoire.streams.contrarian import ContrarianPolicy
 from grimoire.streams.daimoi import WalkBudget
 from grimoire.streams.fields import InputLimits
 from grimoire.streams.maintenance import MaintenancePolicy
@@ -73,6 +74,13 @@ class Settings(BaseSettings):
     rerank_w_recency: float = Field(0.15, ge=0)
     rerank_w_regime_match: float = Field(0.10, ge=0)
     rerank_w_affect: float = Field(0.0, ge=0)
+    # Anti-rumination (streams/contrarian.py): the first recall of every window of
+    # this many ticks carries up to `_items` memories against the agent's mood
+    # (|pleasure| >= `_min_valence`); 0 ticks or 0 items switches it off.
+    contrarian_every_ticks: int = Field(100, ge=0)
+    contrarian_items: int = Field(1, ge=0)
+    contrarian_min_valence: float = Field(0.2, ge=0, le=1)
+    contrarian_scan: int = Field(200, ge=0)
     knn_ef_runtime: int = Field(200, ge=1)
     # BATCHES suits agents that own most of the index; "" lets RediSearch choose
     # per query (better when one index holds many small agents).
@@ -178,5 +186,11 @@ class Settings(BaseSettings):
                 ("canonical", self.lane_weight_canonical),
                 ("eidolon", self.lane_weight_eidolon),
                 ("walk", self.lane_weight_walk),
+            ),
+            contrarian=ContrarianPolicy(
+                every_ticks=self.contrarian_every_ticks,
+                items=self.contrarian_items,
+                min_valence=self.contrarian_min_valence,
+                scan=self.contrarian_scan,
             ),
         )

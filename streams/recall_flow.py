@@ -14,6 +14,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from grimoire.streams.contrarian import (
+    CONTRARIAN_REASON,
+    DEFAULT_CONTRARIAN_POLICY,
+    ContrarianPolicy,
+    contrarian_candidates,
+    inject,
+)
 from grimoire.streams.daimoi import Circuit, Related, Seed, walk
 from grimoire.streams.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.streams.episodes import EpisodeSibling, attach_episodes
@@ -36,6 +43,8 @@ from grimoire.streams.rerank import (
 from grimoire.streams.retrieval_decision import lanes_for, walks
 
 WALK_LANE: Final = "walk"
+# A memory injected from past the pool (anti-rumination) was never scored on evidence.
+UNSCORED: Final = Relevance(lexical=0.0, semantic=0.0, own=0.0, context=0.0, total=0.0)
 QueryVectors = tuple[Vector | None, Vector | None]  # canonical, eidolon
 DEFAULT_LANE_WEIGHTS: Final = (
     ("bm25", 1.0),
@@ -63,6 +72,7 @@ class RankingPolicy:
     # lane associate, so they add to a lexical match rather than outvote it.
     # Measured on LoCoMo (make bench-locomo): equal weights lost 0.05-0.10 R@5.
     lane_weights: tuple[tuple[str, float], ...] = DEFAULT_LANE_WEIGHTS
+    contrarian: ContrarianPolicy = DEFAULT_CONTRARIAN_POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,9 @@ class RecallContext:
     digest: tuple[str, ...] = ()
     affect: Affect | None = None
     circuits: tuple[Circuit, ...] = ()
+    # This recall opens a new anti-rumination window (streams/contrarian.py):
+    # it carries memories of the valence opposite to `affect`.
+    contrarian_due: bool = False
     # Vectors still being computed: the BM25 lane starts first and runs in Redis
     # while the model embeds the query, instead of after it.
     pending_vectors: Callable[[], Awaitable[QueryVectors]] | None = field(
@@ -103,6 +116,7 @@ class RecallOutcome:
     items: tuple[RecalledItem, ...]
     tokens_used: int
     timings_ms: tuple[tuple[str, float], ...] = ()
+    contrarian: tuple[str, ...] = ()  # the memories injected against the mood
 
 
 async def run_recall(
@@ -143,6 +157,26 @@ async def run_recall(
     members, relevance = await assess(source, pool, evidence, query.filters, policy.relevance)
     timer.lap("relevance")
     candidates, vectors = _candidates(ctx, policy, members, relevance)
+    shortlisted = {c.memory_id for c in candidates}
+    against: list[str] = []
+    if ctx.contrarian_due and ctx.affect is not None and query.budgets.max_items > 1:
+        members, against = await contrarian_candidates(
+            source,
+            query.filters,
+            ctx.affect,
+            policy.contrarian,
+            fused,
+            members,
+            relevance,
+            candidates,
+        )
+        candidates = candidates + [
+            _candidate(
+                ctx, policy, members[i].record, relevance[i].total if i in relevance else 0.0
+            )
+            for i in against
+            if i not in shortlisted
+        ]
     scored = rerank(
         candidates,
         now_ms=ctx.now_ms,
@@ -151,16 +185,23 @@ async def run_recall(
         weights=policy.weights,
         recency_half_life_ms=policy.recency_half_life_ms,
     )
-    diverse = mmr(scored, vectors, lambda_=policy.mmr_lambda, limit=query.budgets.max_items)
+    main = [s for s in scored if s.memory_id in shortlisted] if against else scored
+    diverse = mmr(main, vectors, lambda_=policy.mmr_lambda, limit=query.budgets.max_items)
+    injected: tuple[str, ...] = ()
+    if against and ctx.affect is not None:
+        diverse, injected = inject(
+            diverse, scored, against, ctx.affect, policy.contrarian, query.budgets.max_items
+        )
     timer.lap("rank")
     packed = pack(
         [
             _pack_input(
                 s,
                 members[s.memory_id],
-                relevance[s.memory_id],
+                relevance.get(s.memory_id, UNSCORED),
                 related.get(s.memory_id),
                 query.explain,
+                contrarian=s.memory_id in injected,
             )
             for s in diverse
         ],
@@ -195,7 +236,8 @@ async def run_recall(
     if query.record_usage and items:
         await source.touch([item.record.memory_id for item in items], ctx.now_ms)
     timer.lap("usage")
-    return RecallOutcome(tuple(items), used, timer.laps())
+    kept = {item.record.memory_id for item in items}
+    return RecallOutcome(tuple(items), used, timer.laps(), tuple(i for i in injected if i in kept))
 
 
 async def _seed_lanes(
@@ -256,23 +298,27 @@ def _candidates(
     vectors: dict[str, Vector] = {}
     for memory_id in sorted(ranked):
         record = members[memory_id].record
-        candidates.append(
-            Candidate(
-                memory_id=memory_id,
-                relevance=relevance[memory_id].total,
-                effective_confidence=record.effective_confidence(ctx.now_ms, policy.decay),
-                quality=record.quality,
-                ts_ms=record.ts_ms,
-                regime=record.regime,
-                kind=record.kind,
-                provenance=record.provenance,
-                normalized_hash=record.normalized_hash,
-                affect=record.affect,
-            )
-        )
+        candidates.append(_candidate(ctx, policy, record, relevance[memory_id].total))
         if record.vector is not None:
             vectors[memory_id] = record.vector
     return candidates, vectors
+
+
+def _candidate(
+    ctx: RecallContext, policy: RankingPolicy, record: RecallRecord, relevance: float
+) -> Candidate:
+    return Candidate(
+        memory_id=record.memory_id,
+        relevance=relevance,
+        effective_confidence=record.effective_confidence(ctx.now_ms, policy.decay),
+        quality=record.quality,
+        ts_ms=record.ts_ms,
+        regime=record.regime,
+        kind=record.kind,
+        provenance=record.provenance,
+        normalized_hash=record.normalized_hash,
+        affect=record.affect,
+    )
 
 
 def _pack_input(
@@ -281,6 +327,8 @@ def _pack_input(
     relevance: Relevance,
     via: Related | None,
     explain: bool,
+    *,
+    contrarian: bool = False,
 ) -> PackInput:
     record = member.record
     keys = via.via_keys if via is not None else ()
@@ -299,6 +347,8 @@ def _pack_input(
         if via is not None:
             detail["walk_score"] = via.score
             detail["walk_hops"] = float(via.hops)
+        if contrarian:
+            detail["contrarian"] = 1.0
         factors = tuple(sorted((k, round(v, 9)) for k, v in detail.items()))
     return PackInput(
         memory_id=record.memory_id,
@@ -307,7 +357,11 @@ def _pack_input(
         score=scored.score,
         gist=record.gist,
         factors=factors,
-        reasons=(*keys, *(f"lane:{lane}" for lane in member.lanes)),
+        reasons=(
+            *keys,
+            *(f"lane:{lane}" for lane in member.lanes),
+            *((CONTRARIAN_REASON,) if contrarian else ()),
+        ),
     )
 
 

@@ -61,6 +61,7 @@ class InMemoryMemoryStore:
         self._decided: dict[str, dict[str, str]] = {}
         self._fields: dict[str, FieldState] = {}
         self._watermarks: dict[str, int] = {}
+        self._contrarian: dict[str, int] = {}
         self._stats: dict[str, dict[str, float]] = {}
         self._metrics: dict[str, float] = {}
         self._usage: dict[str, Hash] = {}
@@ -207,6 +208,12 @@ class InMemoryMemoryStore:
 
     async def watermark(self, agent_id: str) -> int | None:
         return self._watermarks.get(agent_id)
+
+    async def contrarian_served(self, agent_id: str) -> int | None:
+        return self._contrarian.get(agent_id)
+
+    async def serve_contrarian(self, agent_id: str, window: int) -> None:
+        self._contrarian[agent_id] = max(window, self._contrarian.get(agent_id, window))
 
     async def metrics(self) -> dict[str, float]:
         return dict(self._metrics)

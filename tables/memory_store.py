@@ -69,6 +69,8 @@ class MemoryStore(Protocol):
     async def count(self, agent_id: str) -> int: ...
     async def metrics(self) -> dict[str, float]: ...
     async def watermark(self, agent_id: str) -> int | None: ...
+    async def contrarian_served(self, agent_id: str) -> int | None: ...
+    async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
     def recall_source(self, agent_id: str) -> RecallSource: ...
     async def apply_outcome(self, outcome: Outcome) -> int: ...
 
@@ -102,6 +104,8 @@ class RedisMemoryStore:
         self._index = AsyncSearchIndex(self._schema, redis_client=redis)
         self._key_prefix = self._schema.index.prefix
         self._watermarks_key = f"{prefix}:watermarks"
+        # agent -> the last anti-rumination window a recall served (streams/contrarian.py)
+        self._contrarian_key = f"{prefix}:contrarian-windows"
         self._metrics_key = f"{prefix}:metrics"
         self._clock_ms = clock_ms
         self.graph = RedisGraph(redis, prefix)
@@ -304,6 +308,14 @@ class RedisMemoryStore:
     async def watermark(self, agent_id: str) -> int | None:
         score = await self._redis.zscore(self._watermarks_key, agent_id)
         return None if score is None else int(score)
+
+    async def contrarian_served(self, agent_id: str) -> int | None:
+        score = await self._redis.zscore(self._contrarian_key, agent_id)
+        return None if score is None else int(score)
+
+    async def serve_contrarian(self, agent_id: str, window: int) -> None:
+        """Windows only move forward (GT): a late recall never reopens one."""
+        await self._redis.zadd(self._contrarian_key, {agent_id: window}, gt=True)
 
     async def apply_outcome(self, outcome: Outcome) -> int:
         """Apply an outcome once, atomically; -1 when it was applied before, else

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from grimoire.infra.settings import Settings
 from grimoire.tables.index_schema import memory_schema
 from grimoire.topics.client import GrimoireClient
-from grimoire.topics.schemas import OutcomeV1, TranscriptV1
+from grimoire.topics.schemas import EpisodeV1, OutcomeV1, TranscriptV1
 
 BASE_TS = 1_790_000_000_000
 
@@ -138,3 +138,54 @@ async def test_outcomes_through_the_broker_apply_once(
     assert float(await redis_client.hget(key, "strength")) == 2.0
     usage = f"{settings.topic_prefix}:use:{top.id}"
     assert int(await redis_client.hget(usage, "last_accessed")) == BASE_TS + 60_000
+
+
+SAD_LINES = (
+    "disk full on node seven and the writes are failing",
+    "the import job crashed when storage on node seven filled up",
+    "paged at night because the disk on node seven was exhausted",
+    "free disk space alarm below one percent on node seven",
+    "we lost the nightly report since the node seven disk filled",
+)
+
+
+async def test_anti_rumination_through_the_pipeline(
+    client: GrimoireClient,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+    redis_client: Redis,
+    settings: Settings,
+) -> None:
+    agent, _ = agent_ids
+    glad = EpisodeV1(
+        agent_id=agent, ts=BASE_TS, event_id="glad", tick=90, importance=0.9,
+        text="celebrated a calm week with the storage cluster healthy", affect={"pleasure": 0.7},
+    )  # fmt: skip
+    await client.publish_episode(glad)
+    for n, text in enumerate(SAD_LINES):
+        await client.publish_episode(
+            EpisodeV1(
+                agent_id=agent,
+                ts=BASE_TS + (n + 1) * 1_000,
+                event_id=f"sad{n}",
+                tick=101 + n,
+                importance=0.9,
+                text=text,
+                affect={"pleasure": -0.8, "arousal": 0.6},
+            )
+        )
+
+    async def caught_up() -> Any:
+        answer = await client.recall(agent, "disk", k=1, record_usage=False)
+        return answer if answer.watermark == BASE_TS + len(SAD_LINES) * 1_000 else None
+
+    await eventually(caught_up, timeout=20)  # that probe served no window
+    first = await client.recall(agent, "disk full on node seven", k=4, explain=True)
+    again = await client.recall(agent, "disk full on node seven", k=4)
+    injected = [item for item in first.items if "anti-rumination" in (item.reasons or ())]
+    assert [item.source_event_id for item in injected] == ["glad"]
+    assert first.items[-1].source_event_id == "glad"
+    assert injected[0].scores is not None and injected[0].scores["contrarian"] == 1.0
+    assert not any("anti-rumination" in (item.reasons or ()) for item in again.items)
+    windows = f"{settings.topic_prefix}:contrarian-windows"
+    assert await redis_client.zscore(windows, agent) == 1.0  # ticks 100-199

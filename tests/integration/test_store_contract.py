@@ -691,6 +691,17 @@ NEWER = FieldState(
 OLDER = FieldState(A, watermark_ms=T0 + 100, regime="calm", focus=(("tag:x", 1.0),))
 
 
+async def test_the_served_anti_rumination_window_only_moves_forward(h: Harness) -> None:
+    assert await h.store.contrarian_served(A) is None
+    await h.store.serve_contrarian(A, 3)
+    await h.store.serve_contrarian(A, 2)  # a late recall
+    assert await h.store.contrarian_served(A) == 3
+    await h.store.serve_contrarian(A, 5)
+    await h.store.serve_contrarian(B, 0)
+    assert (await h.store.contrarian_served(A), await h.store.contrarian_served(B)) == (5, 0)
+    assert await h.store.contrarian_served(C) is None
+
+
 async def test_field_state_round_trip_and_the_watermark_is_a_maximum(h: Harness) -> None:
     other = FieldState(B, watermark_ms=T0 + 1)
     await commit(h, WriteBatch(fields=(NEWER, other)))

@@ -827,6 +827,64 @@ async def test_unparseable_request_is_only_dead_lettered() -> None:
     assert dead["reason"] == "invalid_json"
 
 
+SAD = {"pleasure": -0.8, "arousal": 0.6}
+SAD_DISK = (
+    "disk full on node seven and the writes are failing",
+    "the import job crashed when storage on node seven filled up",
+    "paged at night because the postgres volume was exhausted",
+    "free space alarm below one percent on the seven box",
+    "we lost the nightly report since the partition filled",
+)
+
+
+def _anti_rumination(reply: dict[str, Any]) -> list[str]:
+    return [
+        item["source_event_id"] for item in reply["items"] if "anti-rumination" in item["reasons"]
+    ]
+
+
+async def test_the_first_recall_of_each_hundred_ticks_carries_a_memory_against_the_mood() -> None:
+    rig = Rig()
+    glad = episode(
+        "agent-1", "celebrated a calm week with the storage cluster healthy", TS, "glad", tick=90,
+        affect={"pleasure": 0.7},
+    )  # fmt: skip
+    sad = [
+        episode(
+            "agent-1",
+            text,
+            TS + 1_000 * (n + 1),
+            f"sad{n}",
+            tick=101 + n,
+            affect=SAD,
+            importance=0.9,
+        )
+        for n, text in enumerate(SAD_DISK)
+    ]
+    await rig.ingest.handle(EventType.EPISODE, messages(glad, *sad))
+    rig.sink.sent.clear()
+
+    def ask(**fields: Any) -> InputMessage:
+        return recall_request(query="disk full node seven", k=4, **fields)
+
+    await rig.recall.handle(ask(record_usage=False))  # a probe serves no window
+    await rig.recall.handle(ask())
+    await rig.recall.handle(ask())  # the same window (ticks 100-199), served already
+    probe, first, again = rig.on(REPLY_TO)
+    assert _anti_rumination(probe) == _anti_rumination(first) == ["glad"]
+    assert first["items"][-1]["source_event_id"] == "glad"
+    assert _anti_rumination(again) == []
+    assert "glad" not in {item["source_event_id"] for item in again["items"]}
+
+    more = episode("agent-1", "the disk on node seven is full yet again", TS + 9_000, "sad9",
+                   tick=200, affect=SAD)  # fmt: skip
+    await rig.ingest.handle(EventType.EPISODE, messages(more, first_offset=10))
+    rig.sink.sent.clear()
+    await rig.recall.handle(ask())  # a new window
+    (later,) = rig.on(REPLY_TO)
+    assert _anti_rumination(later) == ["glad"]
+
+
 async def test_randomised_tenancy_agents_sharing_texts_and_keys_never_mix() -> None:
     rng = random.Random(20261122)
     words = ["disk", "cpu", "node", "seven", "backup", "deploy", "staging", "prod"]
