@@ -92,9 +92,11 @@ async def beyond_pool(
     mood: Affect,
     policy: ContrarianPolicy,
     wanted: int,
+    hashes_taken: frozenset[str] = frozenset(),
 ) -> dict[str, Pooled]:
     """Up to `wanted` memories of opposite valence from the fused list past the
-    pool, in fused order, looking at no more than `policy.scan` ids."""
+    pool, in fused order, looking at no more than `policy.scan` ids; copies of a
+    text in `hashes_taken` are passed over."""
     if wanted <= 0 or policy.scan == 0:
         return {}
     taken = set(seen)
@@ -106,6 +108,8 @@ async def beyond_pool(
         if record is None or not _eligible(record, filters) or record.memory_id in taken:
             continue
         if record.memory_id in found or not opposes(record.affect, mood, policy.min_valence):
+            continue
+        if record.normalized_hash and record.normalized_hash in hashes_taken:
             continue
         found[record.memory_id] = Pooled(
             record,
@@ -135,7 +139,18 @@ async def contrarian_candidates(
     """Memories that may be injected against the mood, in order of preference,
     and the members with those found past the pool added. A copy of a
     shortlisted text is left out: it would take the shortlisted one's place."""
-    found = ranked_pool(members, relevance, mood, contrarian.min_valence)
+    shortlisted = {c.memory_id for c in candidates}
+    hashes = frozenset(c.normalized_hash for c in candidates if c.normalized_hash)
+
+    def usable(pooled: Pooled) -> bool:
+        record = pooled.record
+        return record.memory_id in shortlisted or record.normalized_hash not in hashes
+
+    found = [
+        i
+        for i in ranked_pool(members, relevance, mood, contrarian.min_valence)
+        if usable(members[i])
+    ]
     extra = await beyond_pool(
         source,
         fused,
@@ -144,16 +159,11 @@ async def contrarian_candidates(
         mood,
         contrarian,
         wanted=contrarian.items - min(len(found), contrarian.items),
+        hashes_taken=hashes,
     )
     everyone = {**members, **extra}
-    shortlisted = {c.memory_id for c in candidates}
-    hashes = {c.normalized_hash for c in candidates if c.normalized_hash}
-    usable = [
-        i
-        for i in [*found, *extra]
-        if i in shortlisted or everyone[i].record.normalized_hash not in hashes
-    ]
-    return everyone, usable
+    usable_ids = [*found, *extra]
+    return everyone, usable_ids
 
 
 def inject(

@@ -166,3 +166,15 @@ def test_the_worker_takes_the_policy_from_its_settings() -> None:
     )
     assert settings.ranking_policy.contrarian == ContrarianPolicy(50, 2, 0.4, 10)
     assert Settings(_env_file=None).ranking_policy.contrarian == ContrarianPolicy()  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("pool_depth", [40, 3])
+async def test_a_copy_of_a_shortlisted_text_is_passed_over(pool_depth: int) -> None:
+    # g1 repeats s1's text (same normalized hash) in another mood: injecting it
+    # would take s1's place in the dedupe, so the next memory of that valence goes in.
+    copy = [replace(r, normalized_hash="s1") if r.memory_id == "g1" else r for r in STORE]
+    other = record("g2", "a calm and sunny afternoon", 42, affect=GLAD)
+    policy = RankingPolicy(relevance=replace(RelevancePolicy(), pool_depth=pool_depth))
+    outcome = await recall(DictSource([*copy, other]), query(max_items=4), due=True, policy=policy)
+    assert outcome.contrarian == ("g2",)
+    assert "s1" in ids(outcome)
