@@ -29,7 +29,6 @@ from grimoire.streams.recall_source import RecallRecord, RecallSource
 from grimoire.streams.relevance import Relevance
 from grimoire.streams.rerank import Candidate, Scored
 
-CONTRARIAN_LANE = "contrarian"
 CONTRARIAN_REASON = "anti-rumination"
 
 
