@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance services-up services-down services-status clean
+.PHONY: help setup qemu-user demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -27,16 +27,24 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv with the pinned dependencies (CPU torch) and check it
 
+# The int8 embedding test runs the model again on an emulated AVX2-only CPU
+# (tests/integration/test_embedding.py): Debian's qemu-user, on x86-64 hosts.
+qemu-user: ## install qemu-user (x86-64 hosts) for the cross-CPU embedding test
+	@if [ "$$(uname -m)" = x86_64 ] && ! command -v qemu-x86_64 >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null 2>&1 \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user; }; \
+	fi
+
 demo: setup ## start local tansu + Redis, a worker, simulated agents; print recall answers; stop
 	$(PY) -m grimoire.infra.cli demo
 
-test: setup lint typecheck ## lint, type-check, then the whole suite against real local services
+test: setup qemu-user lint typecheck ## lint, type-check, then the whole suite against real local services
 	$(PY) -m pytest
 
 test-unit: setup ## only the pure tests (no services)
 	$(PY) -m pytest tests/unit
 
-test-integration: setup ## only the tests against the real broker and Redis
+test-integration: setup qemu-user ## only the tests against the real broker and Redis
 	$(PY) -m pytest tests/integration
 
 lint: setup ## ruff check + format check

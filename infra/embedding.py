@@ -63,8 +63,9 @@ class SentenceTransformerEmbedder:
     "onnx" exports the model's transformer once into `cache_dir` and embeds a
     single query about three times faster than torch, with the same vectors
     (infra/onnx_encoder.py). "onnx-int8", the default, runs an int8 copy of that
-    export, one text at a time: half the time again, vectors within cosine ~0.99
-    of the float model's, and each text's vector independent of its batch.
+    export (unsigned weights), one text at a time: about 0.6 of the float time,
+    vectors within cosine ~0.99 of the float model's, and each text's vector
+    independent of its batch and of the CPU it runs on.
     "torch" runs the SentenceTransformer itself. `vector_space` names what the
     vectors are comparable with: torch and float ONNX share one, int8 has its
     own, and a prefix holds one space (tables/vector_space.py).

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import platform
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +261,58 @@ def test_only_the_quantizers_chatter_is_silenced(caplog: pytest.LogCaptureFixtur
         logging.info("after")
         logging.warning(advice)
     assert [r.getMessage() for r in caplog.records] == ["a real problem", "after", advice]
+
+
+# AVX2 and FMA, no AVX-512 and no VNNI: the int8 kernels ONNX Runtime picks on
+# such a CPU are not the ones it picks on an AVX-512 VNNI machine.
+OTHER_CPU = "Haswell"
+_ENCODE_ON_ANOTHER_CPU = """
+import sys
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from grimoire.infra.onnx_encoder import OnnxEncoder
+
+spec, model, texts, out = sys.argv[1:5]
+
+
+class SameTokenizer:
+    def __init__(self) -> None:
+        self.tokenizer = Tokenizer.from_str(Path(spec).read_text())
+
+    def get(self) -> Tokenizer:
+        return self.tokenizer
+
+
+lines = Path(texts).read_text().split("\\n")
+encoder = OnnxEncoder(Path(model), SameTokenizer(), lanes=1, per_row=True)
+np.save(out, encoder.encode(lines, whole=True))
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="emulates another x86-64 CPU")
+def test_int8_vectors_do_not_depend_on_the_cpus_instruction_set(
+    model: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
+    """A replay on another machine, or workers on mixed hardware, must write one
+    vector space: the same int8 model under qemu emulating an AVX2-only CPU gives
+    this CPU's vectors (signed weights gave cosines down to 0.96 here)."""
+    assert model._onnx is not None and model._onnx.per_row
+    qemu = shutil.which("qemu-x86_64")
+    assert qemu is not None, "qemu-user is missing: `make test` installs it"
+    texts = [*VARIED, *_texts("replay", 12)]
+    spec, lines, out = tmp_path / "tokenizer.json", tmp_path / "texts", tmp_path / "v.npy"
+    spec.write_text(model._onnx._tokenizer.get().to_str())
+    lines.write_text("\n".join(texts))
+    arguments = [str(spec), str(model._onnx.path), str(lines), str(out)]
+    subprocess.run(
+        [qemu, "-cpu", OTHER_CPU, sys.executable, "-c", _ENCODE_ON_ANOTHER_CPU, *arguments],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    elsewhere, here = np.load(out), model._onnx.encode(texts, whole=True)
+    assert elsewhere.shape == (len(texts), 384)
+    np.testing.assert_allclose(elsewhere, here, atol=1e-6)
