@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -157,13 +157,18 @@ class SentenceTransformerEmbedder:
         )
         return np.asarray(vectors, dtype=np.float32)
 
+    def _encoder(self, *, whole: bool) -> Callable[[list[str]], Vectors]:
+        """What runs the model on a list of texts; `whole`: one call gets the
+        multi-threaded ONNX session (torch has one way)."""
+        if self._onnx is None:
+            return self._encode_now
+        return partial(self._onnx.encode, whole=whole)
+
     async def _encode(self, texts: list[str]) -> Vectors:
         """One batch across the lanes; rows come back in the order of `texts`."""
         loop = asyncio.get_running_loop()
         slices = lane_slices([len(text) for text in texts], self.lanes)
-        encode = self._encode_now
-        if self._onnx is not None:
-            encode = partial(self._onnx.encode, whole=len(slices) == 1)
+        encode = self._encoder(whole=len(slices) == 1)
         parts = await asyncio.gather(
             *(
                 loop.run_in_executor(self._executor, encode, [texts[i] for i in rows])
@@ -187,11 +192,9 @@ class SentenceTransformerEmbedder:
         lone query through the queue would."""
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        encode = self._encode_now
-        if self._onnx is not None:
-            encode = partial(self._onnx.encode, whole=True)
         self.query_calls += 1
         loop = asyncio.get_running_loop()
+        encode = self._encoder(whole=True)
         return await loop.run_in_executor(self._query_executor, encode, list(texts))
 
     async def embed_timed(self, texts: Sequence[str]) -> tuple[Vectors, float]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from grimoire.streams.field import Affect
 from grimoire.streams.fusion import FusedHit
 from grimoire.streams.recall_options import RecallFilters
-from grimoire.streams.recall_pool import Pooled, resolved_records
+from grimoire.streams.recall_pool import Pooled, joined, resolved_records
 from grimoire.streams.recall_source import RecallRecord, RecallSource
 from grimoire.streams.relevance import Relevance
 from grimoire.streams.rerank import Candidate, Scored
@@ -110,12 +110,7 @@ async def beyond_pool(
             continue
         if record.normalized_hash and record.normalized_hash in hashes_taken:
             continue
-        found[record.memory_id] = Pooled(
-            record,
-            tuple(sorted(hit.lanes)),
-            tuple(sorted(zip(hit.lanes, hit.ranks, strict=True))),
-            hit.score,
-        )
+        found[record.memory_id] = joined(record, hit, None)
         if len(found) >= wanted:
             break
     return found

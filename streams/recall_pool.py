@@ -66,11 +66,13 @@ async def gather_pool(
             held = pool.get(record.memory_id)
             if held is None and len(pool) >= depth:
                 continue
-            pool[record.memory_id] = _joined(record, hit, held)
+            pool[record.memory_id] = joined(record, hit, held)
     return pool
 
 
-def _joined(record: RecallRecord, hit: FusedHit, held: Pooled | None) -> Pooled:
+def joined(record: RecallRecord, hit: FusedHit, held: Pooled | None) -> Pooled:
+    """`record` as pooled under `hit`, with what `held` (the same memory met
+    under another id) brought already."""
     lanes = {*hit.lanes, *(held.lanes if held else ())}
     ranks = {*zip(hit.lanes, hit.ranks, strict=True), *(held.ranks if held else ())}
     rrf = hit.score + (held.rrf if held else 0.0)
