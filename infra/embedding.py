@@ -186,10 +186,9 @@ class SentenceTransformerEmbedder:
     async def embed_query(self, texts: Sequence[str]) -> Vectors:
         """Straight to the model on the query thread, beside whatever batch the
         lanes are running. Through the queue, a recall query arriving while
-        compaction embedded its summaries waited for the whole batch (0.5-0.7 s
-        at 100,000 memories, against 25 ms for the recall itself); beside it, the
-        query only shares the cores. The texts go to the model alone, as a
-        lone query through the queue would."""
+        compaction embedded its summaries waited for the whole batch, many times
+        the recall itself; beside it, the query only shares the cores. The texts
+        go to the model alone, as a lone query through the queue would."""
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         self.query_calls += 1
