@@ -35,12 +35,12 @@ RUN pip install . \
          echo "CUDA packages were installed; torch must come from the CPU index" >&2; exit 1; \
        fi \
     && python -c "import sys, torch; sys.exit(f'CUDA torch {torch.version.cuda}' if torch.version.cuda else 0)" \
-    && python -c "from grimoire.infra.embedding import default_model_path as p; m = p(); assert m.is_dir(), m"
+    && python -c "from grimoire.infra.embedding.embedder import default_model_path as p; m = p(); assert m.is_dir(), m"
 
-# The ONNX export of the model and its int8 copy (infra/onnx_encoder.py) are made once
+# The ONNX export of the model and its int8 copy (infra/embedding/onnx_encoder.py) are made once
 # here, not by each container on its first start; the file names carry a hash of the weights.
 ENV GRIMOIRE_MODEL_CACHE_DIR=/opt/grimoire/models
-RUN python -c "from grimoire.infra.embedding import SentenceTransformerEmbedder as E; from pathlib import Path; E(cache_dir=Path('/opt/grimoire/models')).close()" \
+RUN python -c "from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder as E; from pathlib import Path; E(cache_dir=Path('/opt/grimoire/models')).close()" \
     && ls /opt/grimoire/models/*.onnx
 
 # Writable working directory for the runtime user: Faust creates its data dir

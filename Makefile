@@ -74,14 +74,14 @@ bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline (LOCOMO_AR
 	$(PY) -m grimoire.infra.cli bench locomo $(LOCOMO_ARGS) | tee bench-results/locomo.json
 
 services-up: setup ## start local tansu + Redis (GRIMOIRE_LOCAL_KAFKA_PORT/REDIS_PORT)
-	$(PY) -m grimoire.infra.services up
+	$(PY) -m grimoire.infra.local.services up
 
 services-down: setup ## stop the local services this project started
-	$(PY) -m grimoire.infra.services down
+	$(PY) -m grimoire.infra.local.services down
 
 services-status: setup ## show the local services
-	$(PY) -m grimoire.infra.services status
+	$(PY) -m grimoire.infra.local.services status
 
 clean: ## remove the venv and local state (stops local services first)
-	-test -x $(PY) && $(PY) -m grimoire.infra.services down
+	-test -x $(PY) && $(PY) -m grimoire.infra.local.services down
 	rm -rf $(VENV) .grimoire *.egg-info .pytest_cache .mypy_cache .ruff_cache

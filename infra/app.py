@@ -6,10 +6,10 @@ from typing import Any
 
 import faust
 
-from grimoire.agents.pressure import faust_consumer_lag
-from grimoire.agents.runtime import Runtime
-from grimoire.agents.workers import FaustSink, register_agents
-from grimoire.infra.embedding import Embedder
+from grimoire.agents.faust_agents import FaustSink, register_agents
+from grimoire.agents.maintenance.pressure import faust_consumer_lag
+from grimoire.agents.ports import Embedder
+from grimoire.infra.runtime import Runtime, worker_topology
 from grimoire.infra.settings import Settings
 from grimoire.infra.transport import tuned_transport
 from grimoire.topics.declarations import TopicNames
@@ -51,7 +51,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
     runtime = Runtime(
         settings, FaustSink(app), embedder, lag=faust_consumer_lag(app, ingest_topics)
     )
-    register_agents(app, runtime, settings)
+    register_agents(app, runtime, worker_topology(settings))
 
     @app.on_before_shutdown.connect  # type: ignore[misc]
     async def _close_runtime(_app: Any, **_: Any) -> None:

@@ -54,8 +54,8 @@ async def _recall(settings: Settings, agent_id: str, query: str, k: int) -> None
 async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
     from dataclasses import asdict
 
-    from grimoire.tables.agent_state import AgentStateStore, AgentStats
-    from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore
+    from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore
+    from grimoire.tables.memory.agent_state import AgentStateStore, AgentStats
     from grimoire.tables.redis_client import create_redis
 
     redis = create_redis(settings.redis_url, 2)
@@ -80,7 +80,7 @@ async def _stats(settings: Settings, agent_id: str) -> dict[str, object]:
 
 
 async def _playbook(settings: Settings, agent_id: str) -> str | None:
-    from grimoire.tables.curator_store import RedisCuratorStore
+    from grimoire.tables.maintenance.curator_store import RedisCuratorStore
     from grimoire.tables.redis_client import create_redis
 
     async def no_embedding(texts: object) -> list[bytes]:
@@ -97,7 +97,7 @@ async def _playbook(settings: Settings, agent_id: str) -> str | None:
 async def _reindex(settings: Settings, agent_id: str) -> dict[str, object]:
     from dataclasses import asdict
 
-    from grimoire.tables.derived_index import rebuild_derived
+    from grimoire.tables.memory.rebuild import rebuild_derived
     from grimoire.tables.redis_client import create_redis
 
     redis = create_redis(settings.redis_url, 2)
@@ -191,25 +191,25 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(orjson.dumps(report).decode() + "\n")
         return 0
     if args.command == "demo":
-        from grimoire.infra.demo import run_demo
+        from grimoire.infra.demo.run import run_demo
 
         return run_demo(settings, ticks=args.ticks, block_interval_s=args.block_interval)
     if args.command == "bench" and args.bench == "ingest":
-        from grimoire.infra.bench_ingest import run_ingest_bench
+        from grimoire.infra.bench.ingest import run_ingest_bench
 
         mixes = ("repetitive", "distinct") if args.mix == "both" else (args.mix,)
         result = run_ingest_bench(settings, events=args.events, agents=args.agents, mixes=mixes)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     if args.command == "bench" and args.bench == "recall":
-        from grimoire.infra.bench_recall import run_recall_bench
+        from grimoire.infra.bench.recall import run_recall_bench
 
         sizes = tuple(int(size) for size in args.sizes.split(","))
         result = run_recall_bench(settings, sizes=sizes, queries=args.queries)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     if args.command == "bench" and args.bench == "maintenance":
-        from grimoire.infra.bench_maintenance import run_maintenance_bench
+        from grimoire.infra.bench.maintenance import run_maintenance_bench
 
         sizes = tuple(int(size) for size in args.sizes.split(","))
         result = run_maintenance_bench(settings, sizes=sizes, fresh=args.fresh)
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench" and args.bench == "locomo":
         from pathlib import Path
 
-        from grimoire.infra.bench_locomo import default_data_path, run_locomo_bench
+        from grimoire.infra.bench.locomo import default_data_path, run_locomo_bench
 
         data = Path(args.data) if args.data else default_data_path()
         if not data.is_file():

@@ -8,15 +8,15 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from grimoire.streams.contrarian import ContrarianPolicy
-from grimoire.streams.daimoi import WalkBudget
-from grimoire.streams.fields import InputLimits
-from grimoire.streams.maintenance import MaintenancePolicy
-from grimoire.streams.recall_flow import RankingPolicy
-from grimoire.streams.recall_options import RecallBudgets
-from grimoire.streams.relevance import RelevancePolicy
-from grimoire.streams.requests import RecallLimits
-from grimoire.streams.rerank import RerankWeights
+from grimoire.streams.inbound.recall_request import RecallLimits
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.maintenance.schedule import MaintenancePolicy
+from grimoire.streams.recall.anti_rumination import ContrarianPolicy
+from grimoire.streams.recall.flow import RankingPolicy
+from grimoire.streams.recall.options import RecallBudgets
+from grimoire.streams.recall.relevance import RelevancePolicy
+from grimoire.streams.recall.rerank import RerankWeights
+from grimoire.streams.recall.walk.daimoi import WalkBudget
 
 
 class Settings(BaseSettings):
@@ -61,20 +61,20 @@ class Settings(BaseSettings):
     lane_weight_eidolon: float = Field(0.25, ge=0)
     lane_weight_walk: float = Field(0.25, ge=0)
     rerank_depth: int = Field(20, ge=1)
-    # How the pooled memories are scored on their evidence (streams/relevance.py).
+    # How the pooled memories are scored on their evidence (streams/recall/relevance.py).
     relevance_lexical_share: float = Field(0.5, ge=0, le=1)
     relevance_context_share: float = Field(0.3, ge=0)
     relevance_context_anchors: int = Field(10, ge=0)
     relevance_pool_depth: int = Field(40, ge=1)
     # SPEC §5 step 3 weights of the priors, and how far they scale relevance
-    # (streams/rerank.py); every factor is in [0, 1].
+    # (streams/recall/rerank.py); every factor is in [0, 1].
     rerank_prior_share: float = Field(0.30, ge=0, le=1)
     rerank_w_effective_confidence: float = Field(0.25, ge=0)
     rerank_w_quality: float = Field(0.20, ge=0)
     rerank_w_recency: float = Field(0.15, ge=0)
     rerank_w_regime_match: float = Field(0.10, ge=0)
     rerank_w_affect: float = Field(0.0, ge=0)
-    # Anti-rumination (streams/contrarian.py): the first recall of every window of
+    # Anti-rumination (streams/recall/anti_rumination.py): the first recall of every window of
     # this many ticks carries up to `_items` memories against the agent's mood
     # (|pleasure| >= `_min_valence`); 0 ticks or 0 items switches it off.
     contrarian_every_ticks: int = Field(100, ge=0)
@@ -85,13 +85,13 @@ class Settings(BaseSettings):
     # BATCHES suits agents that own most of the index; "" lets RediSearch choose
     # per query (better when one index holds many small agents).
     knn_hybrid_policy: str = Field("BATCHES", pattern="^(|BATCHES|ADHOC_BF)$")
-    # Common terms only score what rarer terms found (tables/recall_source.py
+    # Common terms only score what rarer terms found (tables/memory/recall_source.py
     # KnnPolicy): held by over this share of an agent's memories (at least the
     # floor), or by over `bm25_common_term_docs` of them; 0 searches every term.
     bm25_common_term_docs: int = Field(2_000, ge=0)
     bm25_common_term_share: float = Field(0.05, gt=0, le=1)
     bm25_common_term_floor: int = Field(20, ge=0)
-    # Decoded walk nodes a worker keeps between requests (tables/walk_nodes.py);
+    # Decoded walk nodes a worker keeps between requests (tables/codec/walk_node.py);
     # 0 decodes every node on every request.
     recall_decoded_nodes: int = Field(50_000, ge=0)
     rrf_k: int = Field(60, ge=0)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from redisvl.query.filter import FilterExpression, Num, Tag
 
-from grimoire.streams.recall_options import NO_FILTERS, RecallFilters
+from grimoire.streams.recall.options import NO_FILTERS, RecallFilters
 
 _TAG_SPECIAL = set(",.<>{}[]\"':;!@#$%^&*()-+=~|/\\ ?")
 

@@ -20,9 +20,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
-from grimoire.infra.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
-from grimoire.infra.worker_process import start_worker, stop_worker
 from grimoire.topics.client import GrimoireClient
 
 ROOT = Path(__file__).resolve().parents[2]

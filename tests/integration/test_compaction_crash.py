@@ -17,11 +17,10 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.compaction import DAY_MS, CompactionPlan, CompactionPolicy
-from grimoire.streams.ids import memory_id
-from grimoire.streams.recall_flow import RecallContext, run_recall
-from grimoire.streams.recall_options import RecallBudgets, RetrievalMode
-from grimoire.streams.records import (
+from grimoire.streams.inbound.recall_request import RecallQuery
+from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPlan, CompactionPolicy
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import (
     EventType,
     Kind,
     Layer,
@@ -29,16 +28,17 @@ from grimoire.streams.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.streams.requests import RecallQuery
-from grimoire.streams.text import normalized_hash, search_terms
-from grimoire.streams.writes import WriteBatch
-from grimoire.tables.compaction import Compactor, Phase
-from grimoire.tables.compaction_store import CompactionKeys, decode_plan
-from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.streams.model.text import normalized_hash, search_terms
+from grimoire.streams.recall.flow import RecallContext, run_recall
+from grimoire.streams.recall.options import RecallBudgets, RetrievalMode
+from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.search_replies import scored_keys
+from grimoire.tables.maintenance.compaction_store import CompactionKeys, decode_plan
+from grimoire.tables.maintenance.compactor import Compactor, Phase
+from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.queries import escape_tag
-from grimoire.tables.record_codec import text_of
 from grimoire.tables.redis_client import create_redis
-from grimoire.tables.search_replies import scored_keys
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.decay import DAY_MS
-from grimoire.streams.ids import memory_id
-from grimoire.streams.records import (
+from grimoire.streams.model.decay import DAY_MS
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import (
     EventType,
     Kind,
     Layer,
@@ -24,10 +24,10 @@ from grimoire.streams.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.streams.text import normalized_hash
-from grimoire.streams.writes import WriteBatch
-from grimoire.tables.curator_store import RedisCuratorStore
-from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore
+from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 
 pytestmark = pytest.mark.integration

@@ -13,12 +13,12 @@ from redis.asyncio import Redis
 from redisvl.index import AsyncSearchIndex
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.decay import DAY_MS, HOUR_MS
-from grimoire.streams.decay_schedule import DecayReport
-from grimoire.tables.decay_index import DecayIndex
-from grimoire.tables.index_schema import memory_schema
-from grimoire.tables.recall_records import decode_record, with_usage
-from grimoire.tables.record_codec import text_of
+from grimoire.streams.maintenance.decay_pass import DecayReport
+from grimoire.streams.model.decay import DAY_MS, HOUR_MS
+from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.recall_record import decode_record, with_usage
+from grimoire.tables.maintenance.decay_index import DecayIndex
+from grimoire.tables.schema.memory_index import memory_schema
 
 pytestmark = pytest.mark.integration
 

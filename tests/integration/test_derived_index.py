@@ -8,8 +8,8 @@ import uuid
 import numpy as np
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.ids import memory_id
-from grimoire.streams.records import (
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import (
     EventType,
     Kind,
     Layer,
@@ -17,10 +17,10 @@ from grimoire.streams.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.streams.text import normalized_hash
-from grimoire.streams.writes import WriteBatch
-from grimoire.tables.derived_index import rebuild_derived
-from grimoire.tables.memory_store import RedisMemoryStore
+from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.memory.rebuild import rebuild_derived
+from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 
 T0 = 1_790_000_000_000

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from grimoire.infra import onnx_encoder
-from grimoire.infra.embedding import (
+from grimoire.infra.embedding.embedder import (
     MAX_AUTO_LANES,
     CachingEmbedder,
     SentenceTransformerEmbedder,
@@ -273,7 +273,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from grimoire.infra.onnx_encoder import OnnxEncoder
+from grimoire.infra.embedding.onnx_encoder import OnnxEncoder
 
 spec, model, texts, out = sys.argv[1:5]
 

@@ -12,10 +12,8 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.ids import memory_id
-from grimoire.streams.recall_options import NO_FILTERS
-from grimoire.streams.recall_source import RecallFilters
-from grimoire.streams.records import (
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import (
     EventType,
     Kind,
     Layer,
@@ -23,10 +21,12 @@ from grimoire.streams.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.streams.text import normalized_hash
-from grimoire.streams.writes import WriteBatch
-from grimoire.tables.memory_store import RedisMemoryStore
-from grimoire.tables.recall_source import KnnPolicy
+from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.recall.options import NO_FILTERS
+from grimoire.streams.recall.ports import RecallFilters
+from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.memory.recall_source import KnnPolicy
+from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 
 pytestmark = pytest.mark.integration

@@ -11,18 +11,17 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from grimoire.agents.maintenance import MaintenanceHandler
-from grimoire.agents.messages import InputMessage
-from grimoire.agents.sinks import MemorySink
-from grimoire.streams.field import FieldState
-from grimoire.streams.maintenance import (
+from grimoire.agents.maintenance.handler import MaintenanceHandler
+from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.streams.maintenance.schedule import (
     MaintenancePlan,
     MaintenancePolicy,
     PressureSignals,
     Task,
 )
-from grimoire.tables.agent_state import AgentStateStore
-from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore, known_agents
+from grimoire.streams.model.field_state import FieldState
+from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
+from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MaintenanceCommandV1
 

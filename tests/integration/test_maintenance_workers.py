@@ -15,9 +15,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
-from grimoire.infra.worker_process import start_worker, stop_worker
-from grimoire.tables.maintenance_ledger import MaintenanceLedgerStore
+from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import EpisodeV1

@@ -11,7 +11,7 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.tables.index_schema import memory_schema
+from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
 

@@ -1,4 +1,4 @@
-"""grimoire.infra.services against real tansu and redis-server processes on spare ports."""
+"""grimoire.infra.local.services against real tansu and redis-server processes on spare ports."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import redis
 from aiokafka import AIOKafkaClient
 
 from grimoire.infra.exceptions import GrimoireInfraError, ServiceError
-from grimoire.infra.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices, ServicePorts
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ async def test_up_is_ready_idempotent_and_down_stops_everything(services: LocalS
     ports = services.ports
     services.ensure_binaries()
     # Start through the CLI in a child interpreter: the services must outlive that parent.
-    cli = [sys.executable, "-m", "grimoire.infra.services", "up"]
+    cli = [sys.executable, "-m", "grimoire.infra.local.services", "up"]
     args = ["--state-dir", str(services.state_dir)]
     args += ["--kafka-port", str(ports.kafka), "--redis-port", str(ports.redis)]
     done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=60)

@@ -25,12 +25,9 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.admission import Neighbour
-from grimoire.streams.field import Affect, FieldState
-from grimoire.streams.ids import memory_id
-from grimoire.streams.recall_options import RecallFilters
-from grimoire.streams.recall_source import Anchor
-from grimoire.streams.records import (
+from grimoire.streams.model.field_state import Affect, FieldState
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import (
     EventType,
     HyperedgeRef,
     Kind,
@@ -40,19 +37,22 @@ from grimoire.streams.records import (
     Provenance,
     Role,
 )
-from grimoire.streams.text import normalized_hash
-from grimoire.streams.write_plan import StoredNeighbour, aggregate_id, neighbour_similarity
-from grimoire.streams.writes import (
+from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.ports import Anchor
+from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.changes import (
     AggregateFold,
     Decision,
     Reinforcement,
     StatsDelta,
     WriteBatch,
 )
-from grimoire.tables.inmemory_store import InMemoryMemoryStore
-from grimoire.tables.memory_store import MemoryStore, RedisMemoryStore
-from grimoire.tables.record_codec import StoredMemory, hash_fields
+from grimoire.streams.write.plan import StoredNeighbour, aggregate_id, neighbour_similarity
+from grimoire.tables.codec.memory_hash import StoredMemory, hash_fields
+from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
+from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""One embedding space per prefix (tables/vector_space.py), on a real Redis."""
+"""One embedding space per prefix (tables/schema/vector_space.py), on a real Redis."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.agents.runtime import Runtime
-from grimoire.agents.sinks import MemorySink
+from grimoire.agents.ports import MemorySink
+from grimoire.infra.runtime import Runtime
 from grimoire.infra.settings import Settings
 from grimoire.tables.exceptions import VectorSpaceMismatch
-from grimoire.tables.vector_space import (
+from grimoire.tables.schema.vector_space import (
     LEGACY_SPACE,
     claim_vector_space,
     compatible,

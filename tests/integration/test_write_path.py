@@ -11,9 +11,9 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.tables.agent_state import AgentStateStore
-from grimoire.tables.graph import GraphKeys
-from grimoire.tables.index_schema import memory_schema
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.memory.graph import GraphKeys
+from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
 

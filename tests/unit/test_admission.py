@@ -1,10 +1,11 @@
-"""grimoire.streams.admission: every factor and band, with hand-computed expectations."""
+"""grimoire.streams.write.admission: every factor and band, with hand-computed expectations."""
 
 from __future__ import annotations
 
 import pytest
 
-from grimoire.streams.admission import (
+from grimoire.streams.model.records import Kind
+from grimoire.streams.write.admission import (
     Action,
     AdmissionCandidate,
     AdmissionPolicy,
@@ -18,7 +19,6 @@ from grimoire.streams.admission import (
     novelty,
     recency,
 )
-from grimoire.streams.records import Kind
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from grimoire.infra.app import create_app
+from grimoire.infra.local.worker_process import settings_env
 from grimoire.infra.settings import Settings
-from grimoire.infra.worker_process import settings_env
 
 
 def _settings(**overrides: object) -> Settings:

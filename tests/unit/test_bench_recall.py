@@ -7,16 +7,16 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from grimoire.infra.bench_corpus import (
+from grimoire.infra.bench.corpus import (
     DERIVED_SIMILARITY,
     corpus_events,
     derive_vector,
     pool_pick,
     recall_queries,
 )
-from grimoire.infra.bench_recall import Latency
-from grimoire.streams.fields import InputLimits
-from grimoire.streams.normalize import Accepted, normalize_event
+from grimoire.infra.bench.recall import Latency
+from grimoire.streams.inbound.events import Accepted, normalize_event
+from grimoire.streams.inbound.validators import InputLimits
 
 
 def _unit(seed: int, dims: int = 384) -> np.ndarray:

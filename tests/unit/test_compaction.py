@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from grimoire.streams.compaction import (
+from grimoire.streams.maintenance.compaction import (
     DAY_MS,
     CompactionBudget,
     CompactionCandidate,
@@ -19,14 +19,14 @@ from grimoire.streams.compaction import (
     paused,
     plan_compaction,
 )
-from grimoire.streams.compaction_summary import (
+from grimoire.streams.maintenance.compaction_summary import (
     SummarySource,
     rolled_up_keys,
     rolled_up_tags,
     summary_id,
     summary_text,
 )
-from grimoire.tables.compaction_store import decode_plan, encode_plan
+from grimoire.tables.maintenance.compaction_store import decode_plan, encode_plan
 
 T0 = 1_790_006_400_000 - (1_790_006_400_000 % DAY_MS)  # a day boundary
 NOW = T0 + 30 * DAY_MS

@@ -1,4 +1,4 @@
-"""Anti-rumination (streams/contrarian.py): when a window is due, how contrarian
+"""Anti-rumination (streams/recall/anti_rumination.py): when a window is due, how contrarian
 memories are chosen, and what the recall answers with them."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ from dataclasses import replace
 import pytest
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.contrarian import (
+from grimoire.streams.inbound.recall_request import RecallQuery
+from grimoire.streams.model.field_state import Affect
+from grimoire.streams.recall.anti_rumination import (
     CONTRARIAN_REASON,
     ContrarianPolicy,
     is_due,
     opposes,
     window_of,
 )
-from grimoire.streams.field import Affect
-from grimoire.streams.recall_flow import RankingPolicy, RecallOutcome, run_recall
-from grimoire.streams.recall_options import RecallFilters
-from grimoire.streams.relevance import RelevancePolicy
-from grimoire.streams.requests import RecallQuery
+from grimoire.streams.recall.flow import RankingPolicy, RecallOutcome, run_recall
+from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.relevance import RelevancePolicy
 
 from .test_recall_flow import DictSource, context, query, record, unit
 

@@ -7,7 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from grimoire.streams.curated import (
+from grimoire.streams.learn.curator.distill import (
+    EpisodeView,
+    Polarity,
+    cluster_episodes,
+    outcome_success,
+    situation_keys,
+)
+from grimoire.streams.learn.curator.plan import curated_id, plan_cycle
+from grimoire.streams.learn.curator.values import (
     CuratedEntry,
     CuratorPlan,
     EntryStatus,
@@ -15,16 +23,8 @@ from grimoire.streams.curated import (
     QuarantineAction,
     QuarantinedView,
 )
-from grimoire.streams.curator import curated_id, plan_cycle
-from grimoire.streams.decay import DAY_MS
-from grimoire.streams.distill import (
-    EpisodeView,
-    Polarity,
-    cluster_episodes,
-    outcome_success,
-    situation_keys,
-)
-from grimoire.streams.records import Kind
+from grimoire.streams.model.decay import DAY_MS
+from grimoire.streams.model.records import Kind
 
 AGENT = "agent-1"
 T0 = 1_790_000_000_000

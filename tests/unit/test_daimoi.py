@@ -1,4 +1,4 @@
-"""grimoire.streams.daimoi: key ranking, neighbour scoring and the budgeted walk.
+"""grimoire.streams.recall.walk.daimoi: key ranking, neighbour scoring and the budgeted walk.
 
 The graph is an in-memory GraphView over a dict that counts its (batched) calls.
 Expected scores are rebuilt by hand from the documented formulas.
@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from grimoire.streams.daimoi import (
+from grimoire.streams.model.nexus_keys import commonness_penalty
+from grimoire.streams.recall.walk.daimoi import (
     DEFAULT_FIELD_BONUS,
     MAX_REPLACEMENT_DEPTH,
     Circuit,
@@ -27,7 +28,6 @@ from grimoire.streams.daimoi import (
     score_neighbour,
     walk,
 )
-from grimoire.streams.keys import commonness_penalty
 
 NOW = 10_000_000
 HL = 1_000_000  # half-life used in the walk tests

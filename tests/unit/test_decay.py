@@ -1,4 +1,4 @@
-"""grimoire.streams.decay: half-lives, retention and effective confidence by hand."""
+"""grimoire.streams.model.decay: half-lives, retention and effective confidence by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from grimoire.streams.decay import (
+from grimoire.streams.model.decay import (
     DAY_MS,
     DEFAULT_DECAY_POLICY,
     HOUR_MS,
@@ -18,7 +18,7 @@ from grimoire.streams.decay import (
     parse_decay_class,
     retention,
 )
-from grimoire.streams.records import Kind
+from grimoire.streams.model.records import Kind
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from grimoire.streams.decay import DAY_MS, HOUR_MS
-from grimoire.streams.decay_schedule import _first_true, effective_now, initial_due_ms
-from grimoire.streams.records import (
+from grimoire.streams.maintenance.decay_pass import _first_true, effective_now, initial_due_ms
+from grimoire.streams.model.decay import DAY_MS, HOUR_MS
+from grimoire.streams.model.records import (
     EventType,
     Kind,
     Layer,
@@ -17,9 +17,9 @@ from grimoire.streams.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.tables.decay_fields import decode_state
-from grimoire.tables.recall_records import decode_record, with_usage
-from grimoire.tables.record_codec import hash_fields
+from grimoire.tables.codec.decay_fields import decode_state
+from grimoire.tables.codec.memory_hash import hash_fields
+from grimoire.tables.codec.recall_record import decode_record, with_usage
 
 T0 = 1_790_000_000_000
 

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from grimoire.streams.decay import DAY_MS, HOUR_MS, DecayPolicy, effective_confidence
-from grimoire.streams.decay_schedule import (
+from grimoire.streams.maintenance.decay_pass import (
     DecayBands,
     DecayBandsError,
     DecayEntry,
@@ -20,6 +19,7 @@ from grimoire.streams.decay_schedule import (
     next_crossing_ms,
     plan_decay_pass,
 )
+from grimoire.streams.model.decay import DAY_MS, HOUR_MS, DecayPolicy, effective_confidence
 
 T0 = 1_700_000_000_000
 BANDS = DecayBands()

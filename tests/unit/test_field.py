@@ -1,4 +1,4 @@
-"""grimoire.streams.field: field state advanced in event time, digests for the eidolon lane.
+"""grimoire.streams.model.field_state: field state advanced in event time, eidolon digests.
 
 H is the focus half-life: a weight one H old counts 0.5, two H old 0.25.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from grimoire.streams.field import (
+from grimoire.streams.model.field_state import (
     DEFAULT_FOCUS_HALF_LIFE_MS,
     Affect,
     FieldState,
@@ -202,7 +202,7 @@ def test_advancing_is_deterministic_and_order_of_keys_is_irrelevant() -> None:
 
 
 def test_agent_stats_derive_rate_and_quality_from_the_counters() -> None:
-    from grimoire.tables.agent_state import AgentStats
+    from grimoire.tables.memory.agent_state import AgentStats
 
     stats = AgentStats.from_counters(
         {

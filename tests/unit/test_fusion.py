@@ -1,10 +1,10 @@
-"""grimoire.streams.fusion: reciprocal rank fusion with hand-computed scores."""
+"""grimoire.streams.recall.fusion: reciprocal rank fusion with hand-computed scores."""
 
 from __future__ import annotations
 
 import pytest
 
-from grimoire.streams.fusion import DEFAULT_RRF_K, FusedHit, reciprocal_rank_fusion
+from grimoire.streams.recall.fusion import DEFAULT_RRF_K, FusedHit, reciprocal_rank_fusion
 
 
 def test_default_k_is_60() -> None:

@@ -1,6 +1,6 @@
 """IngestHandler and RecallHandler against InMemoryMemoryStore and a counting fake embedder.
 
-Admission numbers are worked out by hand from streams/admission.py. A plain episode
+Admission numbers are worked out by hand from streams/write/admission.py. A plain episode
 observation of four words or more has importance 0.3, so U = 0.12, F = 0.4 (no
 evidence, no neighbour above 0.5), T = 0.2; composite = 0.03 + 0.1 + 0.2·N + 0.15·R
 + 0.03. The fake embedder is a bag of words hashed into 64 buckets: two texts that
@@ -19,17 +19,16 @@ import numpy as np
 import orjson
 import pytest
 
-from grimoire.agents.ingest import IngestHandler, IngestReport
-from grimoire.agents.messages import InputMessage
-from grimoire.agents.outcomes import OutcomeHandler
-from grimoire.agents.recall import RecallHandler
-from grimoire.agents.sinks import MemorySink
-from grimoire.infra.embedding import CachingEmbedder, Embedder, Vectors
-from grimoire.streams.ids import memory_id
-from grimoire.streams.records import EventType
-from grimoire.streams.write_plan import aggregate_id
-from grimoire.tables.inmemory_store import InMemoryMemoryStore
-from grimoire.tables.memory_store import MemoryStore
+from grimoire.agents.handlers.ingest import IngestHandler, IngestReport
+from grimoire.agents.handlers.outcomes import OutcomeHandler
+from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.ports import Embedder, InputMessage, MemorySink, Vectors
+from grimoire.infra.embedding.embedder import CachingEmbedder
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import EventType
+from grimoire.streams.write.plan import aggregate_id
+from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.topics.declarations import TopicNames
 
 TS = 1_767_225_600_000

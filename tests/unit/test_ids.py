@@ -1,4 +1,4 @@
-"""grimoire.streams.ids: deterministic UUIDv7 memory ids and content event ids."""
+"""grimoire.streams.model.ids: deterministic UUIDv7 memory ids and content event ids."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from grimoire.streams.ids import content_event_id, memory_id, stable_digest
+from grimoire.streams.model.ids import content_event_id, memory_id, stable_digest
 
 TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

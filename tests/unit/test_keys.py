@@ -1,4 +1,4 @@
-"""grimoire.streams.keys: typed nexus-key extraction, type weights, commonness penalty."""
+"""grimoire.streams.model.nexus_keys: typed nexus-key extraction, type weights, commonness."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from grimoire.streams.keys import (
+from grimoire.streams.model.nexus_keys import (
     DEFAULT_WEIGHTS,
     MAX_KEY_LENGTH,
     KeySource,

@@ -1,4 +1,4 @@
-"""grimoire.streams.locomo, retrieval_metrics and bm25: parsing, scoring, baseline."""
+"""grimoire.infra.bench.locomo_data, retrieval_metrics and bm25: parsing, scoring, baseline."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from grimoire.streams.bm25 import BM25, tokenize
-from grimoire.streams.locomo import load_conversations, parse_evidence, parse_session_date
-from grimoire.streams.retrieval_metrics import Judged, ndcg_at_k, recall_at_k, score
+from grimoire.infra.bench.bm25 import BM25, tokenize
+from grimoire.infra.bench.locomo_data import load_conversations, parse_evidence, parse_session_date
+from grimoire.infra.bench.retrieval_metrics import Judged, ndcg_at_k, recall_at_k, score
 
 TINY = [
     {

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from grimoire.streams.maintenance import (
+from grimoire.streams.maintenance.schedule import (
     Ledger,
     MaintenancePolicy,
     Pressure,
@@ -137,9 +137,12 @@ def test_policy_rejects_zero_periods() -> None:
 
 
 def test_commands_from_the_sdk_schema_parse_and_bad_ones_are_rejected() -> None:
-    from grimoire.streams.fields import InputLimits
-    from grimoire.streams.maintenance_command import MaintenanceCommand, parse_maintenance_command
-    from grimoire.streams.normalize import Rejection
+    from grimoire.streams.inbound.events import Rejection
+    from grimoire.streams.inbound.maintenance_command import (
+        MaintenanceCommand,
+        parse_maintenance_command,
+    )
+    from grimoire.streams.inbound.validators import InputLimits
     from grimoire.topics.schemas import MaintenanceCommandV1
 
     limits = InputLimits()

@@ -1,4 +1,4 @@
-"""grimoire.streams.normalize: rejections with stable reasons, accepted candidates, ids."""
+"""grimoire.streams.inbound.events: rejections with stable reasons, accepted candidates, ids."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from grimoire.streams.fields import InputLimits
-from grimoire.streams.normalize import Accepted, Rejection, normalize_event
-from grimoire.streams.records import EventType, Kind, Layer, MemoryCandidate
+from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.model.records import EventType, Kind, Layer, MemoryCandidate
 
 LIMITS = InputLimits()
 TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -384,7 +384,7 @@ def test_transcript_role_of_unhashable_type_is_rejected_not_raised() -> None:
     """normalize_event promises never to raise on bad input.
 
     A role that is a JSON list/object currently raises TypeError (unhashable) from
-    `role not in _TEXT_LAYER` in streams/transcript.py.
+    `role not in _TEXT_LAYER` in streams/inbound/transcript.py.
     """
     for role in (["user"], {"name": "user"}):
         raw = transcript(line={"role": role, "content": "hi"})

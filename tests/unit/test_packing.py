@@ -1,4 +1,4 @@
-"""grimoire.streams.packing: hand-computed MMR picks and token-budget boundaries."""
+"""grimoire.streams.recall.packing: hand-computed MMR picks and token-budget boundaries."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from itertools import permutations
 
 import pytest
 
-from grimoire.streams.packing import (
+from grimoire.streams.model.records import Kind
+from grimoire.streams.recall.packing import (
     DEFAULT_FULL_TEXT_ITEMS,
     DEFAULT_MAX_ITEMS,
     DEFAULT_MMR_LAMBDA,
@@ -19,7 +20,6 @@ from grimoire.streams.packing import (
     mmr,
     pack,
 )
-from grimoire.streams.records import Kind
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from grimoire.streams.curated import CuratedEntry, EntryStatus
-from grimoire.streams.distill import Polarity, Situation
-from grimoire.streams.playbook import EMPTY_SECTION, render_playbook
-from grimoire.streams.records import Kind
+from grimoire.streams.learn.curator.distill import Polarity, Situation
+from grimoire.streams.learn.curator.playbook import EMPTY_SECTION, render_playbook
+from grimoire.streams.learn.curator.values import CuratedEntry, EntryStatus
+from grimoire.streams.model.records import Kind
 
 T0 = 1_790_000_000_000
 

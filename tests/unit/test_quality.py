@@ -1,10 +1,11 @@
-"""grimoire.streams.quality: each dimension, each red flag, totals computed by hand."""
+"""grimoire.streams.write.quality: each dimension, each red flag, totals computed by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from grimoire.streams.quality import (
+from grimoire.streams.model.records import Kind
+from grimoire.streams.write.quality import (
     NEUTRAL_CONSISTENCY,
     RED_FLAGS,
     QualityWeights,
@@ -15,7 +16,6 @@ from grimoire.streams.quality import (
     specificity,
     verifiability,
 )
-from grimoire.streams.records import Kind
 
 TX = "0x" + "ab" * 32
 ADDRESS = "0x" + "cd" * 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grimoire.streams.records import (
+from grimoire.streams.model.records import (
     EventType,
     Kind,
     Layer,
@@ -13,7 +13,7 @@ from grimoire.streams.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.tables.index_schema import memory_schema, memory_schema_dict
+from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.queries import (
     FullTextQuery,
     KnnQuery,
@@ -21,7 +21,7 @@ from grimoire.tables.queries import (
     live_filter,
     tenant_filter,
 )
-from grimoire.tables.record_codec import hash_fields
+from grimoire.tables.schema.memory_index import memory_schema, memory_schema_dict
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_a_record_without_eidolon_writes_no_eidolon_field() -> None:
 
 
 def test_recall_filter_adds_every_provenance_filter_to_the_live_filter() -> None:
-    from grimoire.streams.recall_options import RecallFilters
+    from grimoire.streams.recall.options import RecallFilters
     from grimoire.tables.queries import recall_filter
 
     filters = RecallFilters(
@@ -247,7 +247,7 @@ def test_recall_filter_adds_every_provenance_filter_to_the_live_filter() -> None
 
 
 def test_knn_and_full_text_queries_carry_the_filters() -> None:
-    from grimoire.streams.recall_options import RecallFilters
+    from grimoire.streams.recall.options import RecallFilters
 
     only = RecallFilters(kinds=("insight",))
     knn = KnnQuery("a", "eidolon", 30, ("memory_id",), only).query_string()

@@ -1,4 +1,4 @@
-"""grimoire.streams.recall_flow on a dict-backed RecallSource: lifecycle, compaction,
+"""grimoire.streams.recall.flow on a dict-backed RecallSource: lifecycle, compaction,
 budgets, filters, token budget, episodes, usage and tenancy."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grimoire.streams.daimoi import NodeInfo, WalkBudget
-from grimoire.streams.packing import ITEM_OVERHEAD_TOKENS, estimate_tokens
-from grimoire.streams.recall_flow import RankingPolicy, RecallContext, RecallOutcome, run_recall
-from grimoire.streams.recall_options import RecallBudgets, RecallFilters, RetrievalMode
-from grimoire.streams.recall_source import Anchor, LaneHit, RecallRecord, Vector, adjacent_members
-from grimoire.streams.relevance import RelevancePolicy
-from grimoire.streams.requests import RecallQuery
-from grimoire.streams.text import search_terms
+from grimoire.streams.inbound.recall_request import RecallQuery
+from grimoire.streams.model.text import search_terms
+from grimoire.streams.recall.flow import RankingPolicy, RecallContext, RecallOutcome, run_recall
+from grimoire.streams.recall.options import RecallBudgets, RecallFilters, RetrievalMode
+from grimoire.streams.recall.packing import ITEM_OVERHEAD_TOKENS, estimate_tokens
+from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector, adjacent_members
+from grimoire.streams.recall.relevance import RelevancePolicy
+from grimoire.streams.recall.walk.daimoi import NodeInfo, WalkBudget
 
 NOW = 1_800_000_000_000
 DIMS = 8

@@ -9,10 +9,10 @@ import numpy as np
 import orjson
 import pytest
 
-from grimoire.streams.daimoi import NodeInfo
-from grimoire.tables.graph import NODE_SEPARATOR
-from grimoire.tables.recall_records import RECORD_FIELDS, decode_record, decode_row, with_usage
-from grimoire.tables.walk_nodes import DecodedNodes, unpack_node
+from grimoire.streams.recall.walk.daimoi import NodeInfo
+from grimoire.tables.codec.recall_record import RECORD_FIELDS, decode_record, decode_row, with_usage
+from grimoire.tables.codec.walk_node import DecodedNodes, unpack_node
+from grimoire.tables.memory.graph import NODE_SEPARATOR
 
 AGENT = "agent-1"
 

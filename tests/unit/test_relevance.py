@@ -1,4 +1,4 @@
-"""grimoire.streams.relevance: pool scoring on lexical and semantic evidence plus
+"""grimoire.streams.recall.relevance: pool scoring on lexical and semantic evidence plus
 session context, hand-computed."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grimoire.streams.recall_source import Anchor, adjacent_members
-from grimoire.streams.relevance import RelevancePolicy, anchors, cosines, score_pool
+from grimoire.streams.recall.ports import Anchor, adjacent_members
+from grimoire.streams.recall.relevance import RelevancePolicy, anchors, cosines, score_pool
 
 
 def vec(*values: float) -> np.ndarray:

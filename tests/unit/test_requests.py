@@ -1,4 +1,4 @@
-"""grimoire.streams.requests: recall request validation."""
+"""grimoire.streams.inbound.recall_request: recall request validation."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from typing import Any
 import orjson
 import pytest
 
-from grimoire.streams.fields import InputLimits
-from grimoire.streams.normalize import Rejection
-from grimoire.streams.recall_options import RecallBudgets
-from grimoire.streams.requests import (
+from grimoire.streams.inbound.events import Rejection
+from grimoire.streams.inbound.recall_request import (
     RECALL_REQUEST_SCHEMA,
     RecallLimits,
     RecallQuery,
     parse_recall_request,
 )
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.recall.options import RecallBudgets
 
 LIMITS = RecallLimits()
 INPUT = InputLimits()
@@ -137,7 +137,7 @@ def test_rejection_keeps_agent_id() -> None:
 
 
 def test_filters_budgets_state_and_flags_are_parsed() -> None:
-    from grimoire.streams.recall_options import RecallFilters, RetrievalMode
+    from grimoire.streams.recall.options import RecallFilters, RetrievalMode
 
     q = parsed(
         request(

@@ -1,13 +1,13 @@
-"""grimoire.streams.rerank: hand-computed multi-factor scores, tie-breaks, dedupe."""
+"""grimoire.streams.recall.rerank: hand-computed multi-factor scores, tie-breaks, dedupe."""
 
 from __future__ import annotations
 
 import pytest
 
-from grimoire.streams.decay import DAY_MS
-from grimoire.streams.field import Affect
-from grimoire.streams.records import Kind
-from grimoire.streams.rerank import (
+from grimoire.streams.model.decay import DAY_MS
+from grimoire.streams.model.field_state import Affect
+from grimoire.streams.model.records import Kind
+from grimoire.streams.recall.rerank import (
     DEFAULT_RECENCY_HALF_LIFE_MS,
     Candidate,
     RerankWeights,

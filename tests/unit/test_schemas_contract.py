@@ -5,16 +5,16 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from grimoire.streams.fields import InputLimits
-from grimoire.streams.normalize import SCHEMAS, Accepted, Rejection, normalize_event
-from grimoire.streams.recall_options import RecallBudgets
-from grimoire.streams.records import EventType, Layer
-from grimoire.streams.requests import (
+from grimoire.streams.inbound.events import SCHEMAS, Accepted, Rejection, normalize_event
+from grimoire.streams.inbound.recall_request import (
     RECALL_REQUEST_SCHEMA,
     RecallLimits,
     RecallQuery,
     parse_recall_request,
 )
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.model.records import EventType, Layer
+from grimoire.streams.recall.options import RecallBudgets
 from grimoire.topics.schemas import EpisodeV1, RecallRequestV1, ToolEventV1, TranscriptV1
 
 LIMITS = InputLimits()

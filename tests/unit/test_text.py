@@ -1,4 +1,4 @@
-"""grimoire.streams.text: normalization, hashing, search terms, control characters."""
+"""grimoire.streams.model.text: normalization, hashing, search terms, control characters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from grimoire.streams.text import (
+from grimoire.streams.model.text import (
     has_control_characters,
     normalize_text,
     normalized_hash,

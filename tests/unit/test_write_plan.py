@@ -1,6 +1,6 @@
-"""grimoire.streams.write_plan: admission decisions → WriteBatch, without a store.
+"""grimoire.streams.write.plan: admission decisions → WriteBatch, without a store.
 
-Factor values are computed by hand from the defaults in streams/admission.py:
+Factor values are computed by hand from the defaults in streams/write/admission.py:
 composite = 0.25·U + 0.25·F + 0.20·N + 0.15·R + 0.15·T; an episode observation has
 T = 0.2 and U = 0.4·importance for a plain text of four words or more.
 """
@@ -15,10 +15,9 @@ import numpy.typing as npt
 import orjson
 import pytest
 
-from grimoire.streams.admission import Neighbour
-from grimoire.streams.field import FieldState
-from grimoire.streams.ids import memory_id
-from grimoire.streams.records import (
+from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.records import (
     EventType,
     HyperedgeRef,
     Kind,
@@ -27,8 +26,9 @@ from grimoire.streams.records import (
     Provenance,
     Role,
 )
-from grimoire.streams.write_plan import PlanItem, StoredNeighbour, aggregate_id, plan_batch
-from grimoire.streams.writes import Decision, Reinforcement, StatsDelta
+from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.changes import Decision, Reinforcement, StatsDelta
+from grimoire.streams.write.plan import PlanItem, StoredNeighbour, aggregate_id, plan_batch
 
 AGENT = "agent-1"
 OTHER = "agent-2"

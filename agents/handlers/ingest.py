@@ -1,0 +1,176 @@
+"""Ingest: validate → dead-letter → key → field state → embed once → admit → store → events."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.ports import Embedder, EmbedUsage, EventSink, InputMessage, embed_with_usage
+from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
+from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
+from grimoire.streams.model.records import EventType, MemoryCandidate
+from grimoire.streams.write.admission import Action, AdmissionPolicy
+from grimoire.streams.write.plan import Outcome, PlanItem, plan_batch
+from grimoire.tables.memory.store import MemoryStore
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import MemoryEventV1
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR = "internal_error"
+_EVENT_TYPES = {
+    Action.ADMIT: "GrimoireWrite",
+    Action.QUARANTINE: "GrimoireQuarantine",
+    Action.REJECT: "GrimoireReject",
+    Action.MERGE: "GrimoireMerge",
+    Action.AGGREGATE: "GrimoireAggregate",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    candidates: int
+    written: int
+    duplicates: int
+    dead_lettered: int
+
+
+@dataclass
+class IngestHandler:
+    store: MemoryStore
+    embedder: Embedder
+    sink: EventSink
+    topics: TopicNames
+    limits: InputLimits = field(default_factory=InputLimits)
+    policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    eidolon_weight: float = DEFAULT_STATE_WEIGHT
+
+    def _normalize(self, event_type: EventType, message: InputMessage) -> Accepted | Rejection:
+        try:
+            return normalize_event(event_type, message.value, self.limits)
+        except Exception as exc:  # a bug must dead-letter the event, not stop the partition
+            logger.exception("normalizer failed on %s@%s", message.topic, message.offset)
+            return Rejection(INTERNAL_ERROR, repr(exc)[:500], None, None)
+
+    async def handle(self, event_type: EventType, messages: Sequence[InputMessage]) -> IngestReport:
+        candidates: list[MemoryCandidate] = []
+        dead = 0
+        for message in messages:
+            outcome = self._normalize(event_type, message)
+            if isinstance(outcome, Rejection):
+                await dead_letter(self.sink, self.topics.dead_letters, message, outcome)
+                dead += 1
+                continue
+            candidates.extend(outcome.candidates)
+
+        decided = await self.store.decided_ids([(c.agent_id, c.id) for c in candidates])
+        fresh = [c for c in _first_of_each(candidates) if c.id not in decided]
+        if not fresh:
+            return IngestReport(len(candidates), 0, len(candidates), dead)
+
+        fields = await self.store.load_fields(sorted({c.agent_id for c in fresh}))
+        states: list[FieldState] = []
+        for cand in fresh:
+            fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
+            states.append(fields[cand.agent_id])
+
+        items, usage = await self._plan_items(fresh, states)
+        batch, outcomes = plan_batch(items, fields, policy=self.policy)
+        counters = {
+            "embed_hits": float(usage.hits),
+            "embed_misses": float(usage.misses),
+            "embed_model_calls": float(usage.model_calls),
+            "embed_model_seconds": usage.model_seconds,
+            "ingest_batches": 1.0,
+            "ingest_candidates": float(len(fresh)),
+        }
+        batch = replace(batch, metrics=tuple(sorted(counters.items())))
+        await self.store.commit(batch)
+        for result in outcomes:
+            await self.sink.send(
+                self.topics.memory_events, result.candidate.agent_id, _event(result)
+            )
+        written = len(batch.records)
+        return IngestReport(len(candidates), written, len(candidates) - len(fresh), dead)
+
+    async def _plan_items(
+        self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]
+    ) -> tuple[list[PlanItem], EmbedUsage]:
+        """Embed contents and state digests in one model call; blend the eidolon vectors."""
+        digests = [state.digest_text() for state in states]
+        texts = list(dict.fromkeys([*(c.text for c in fresh), *(d for d in digests if d)]))
+        vectors, usage = await embed_with_usage(self.embedder, texts)
+        by_text = {text: vectors[row] for row, text in enumerate(texts)}
+        canonical = [by_text[c.text] for c in fresh]
+        stored = await self.store.nearest(
+            [
+                (c.agent_id, v.astype(np.float32).tobytes())
+                for c, v in zip(fresh, canonical, strict=True)
+            ]
+        )
+        items = [
+            PlanItem(
+                candidate=cand,
+                canonical=vector,
+                eidolon=eidolon_vector(
+                    vector,
+                    by_text.get(digest) if digest else None,
+                    state_weight=self.eidolon_weight,
+                ),
+                now_ms=state.watermark_ms,
+                stored=neighbour,
+            )
+            for cand, vector, digest, state, neighbour in zip(
+                fresh, canonical, digests, states, stored, strict=True
+            )
+        ]
+        return items, usage
+
+
+def _first_of_each(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidate]:
+    # The first copy wins, as it does across batches, so batch boundaries never
+    # change what a replay stores.
+    first: dict[str, MemoryCandidate] = {}
+    for candidate in candidates:
+        first.setdefault(candidate.id, candidate)
+    return list(first.values())
+
+
+def _field_update(cand: MemoryCandidate) -> FieldUpdate:
+    return FieldUpdate(
+        ts_ms=cand.ts_ms,
+        keys=cand.keys,
+        tick=cand.tick,
+        block=cand.block,
+        regime=cand.regime,
+        affect=cand.affect,
+    )
+
+
+def _event(result: Outcome) -> bytes:
+    cand, decision = result.candidate, result.decision
+    return MemoryEventV1(
+        type=_EVENT_TYPES[decision.action],
+        agent_id=cand.agent_id,
+        memory_id=result.memory_id or cand.id,
+        candidate_id=cand.id,
+        source_event_id=cand.provenance.source_event_id,
+        kind=cand.kind.value,
+        layer=cand.layer.value,
+        ts=cand.ts_ms,
+        action=decision.action.value,
+        reason=decision.reason,
+        confidence=decision.confidence,
+        quality=result.quality.total if result.quality else None,
+        admission=decision.breakdown(),
+        off_topic=decision.off_topic,
+        target_id=decision.target_id,
+        nexus_keys=list(cand.keys),
+        hyperedge_id=cand.hyperedge.edge_id if cand.hyperedge else None,
+    ).dumps_json()

@@ -1,0 +1,167 @@
+"""Maintenance commands: decide from the agent's ticks what is due, run it, report it.
+
+The command only says "look at this agent now"; the plan comes from the agent's
+tick counter and ledger (`grimoire.streams.maintenance.schedule`), so a duplicate or late
+command finds nothing due and a replay runs the same cycles.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.streams.inbound.events import Rejection
+from grimoire.streams.inbound.maintenance_command import parse_maintenance_command
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.maintenance.schedule import (
+    DEFAULT_MAINTENANCE_POLICY,
+    MaintenancePlan,
+    MaintenancePolicy,
+    PressureSignals,
+    Task,
+    agent_tick,
+    assess_pressure,
+    plan_maintenance,
+)
+from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import MaintenanceEventV1
+
+logger = logging.getLogger(__name__)
+
+EVENT_TYPES = {
+    Task.DECAY: "GrimoireDecay",
+    Task.CURATOR: "CuratorCycleComplete",
+    Task.COMPACTION: "GrimoireCompaction",
+}
+
+
+class TaskRunner(Protocol):
+    """Runs one maintenance task for an agent as of `plan.as_of_ms`; returns its
+    report (JSON-able numbers and strings)."""
+
+    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]: ...
+
+
+class PressureProbe(Protocol):
+    def signals(self) -> PressureSignals: ...
+
+
+class NoPressure:
+    def signals(self) -> PressureSignals:
+        return PressureSignals()
+
+
+class LiveCount(Protocol):
+    async def __call__(self, agent_id: str) -> int: ...
+
+
+@dataclass
+class MaintenanceHandler:
+    ledgers: MaintenanceLedgerStore
+    agent_state: AgentStateStore
+    runners: Mapping[Task, TaskRunner]
+    sink: EventSink
+    topics: TopicNames
+    worker_id: str
+    block_interval_ms: int
+    live_count: LiveCount
+    policy: MaintenancePolicy = DEFAULT_MAINTENANCE_POLICY
+    pressure: PressureProbe = field(default_factory=NoPressure)
+    limits: InputLimits = field(default_factory=InputLimits)
+    lease_ms: int = 120_000
+
+    async def handle(self, message: InputMessage) -> MaintenancePlan | None:
+        """The plan that ran (None when there was nothing to look at)."""
+        command = parse_maintenance_command(message.value, self.limits)
+        if isinstance(command, Rejection):
+            await dead_letter(self.sink, self.topics.dead_letters, message, command)
+            return None
+        agent_id = command.agent_id
+        if not await self.ledgers.acquire(agent_id, self.worker_id, self.lease_ms):
+            # Someone else is mid-pass (a rebalance moved the partition); what is
+            # due stays due for the next command.
+            logger.info("maintenance of %s is held by another worker", agent_id)
+            return None
+        try:
+            return await self._run(agent_id, command.force_compaction)
+        finally:
+            await self.ledgers.release(agent_id, self.worker_id)
+
+    async def _run(self, agent_id: str, force_compaction: bool) -> MaintenancePlan | None:
+        state = await self.agent_state.field(agent_id)
+        if state.tick is None and state.watermark_ms <= 0:
+            return None  # nothing ingested for this agent yet
+        tick = agent_tick(state.tick, state.watermark_ms, self.block_interval_ms)
+        ledger = await self.ledgers.ledger(agent_id)
+        plan = plan_maintenance(
+            agent_id,
+            tick,
+            state.watermark_ms,
+            ledger,
+            live_memories=await self.live_count(agent_id),
+            force_compaction=force_compaction,
+            pressure=assess_pressure(self.pressure.signals(), self.policy),
+            policy=self.policy,
+        )
+        await self.execute(plan)
+        return plan
+
+    async def execute(self, plan: MaintenancePlan) -> list[str]:
+        """Run the plan's tasks in order; returns the ones completed. A task that
+        raises is logged and stays due (its ledger entry does not advance)."""
+        agent_id, tick = plan.agent_id, plan.tick
+        done: list[str] = []
+        for task in plan.tasks:
+            runner = self.runners.get(task)
+            if runner is None:
+                continue
+            started = time.perf_counter()
+            try:
+                report = dict(await runner(plan))
+            except Exception:
+                # Stays due: the ledger is not advanced, the next block retries.
+                logger.exception("maintenance %s of %s at tick %d failed", task, agent_id, tick)
+                continue
+            # Operational only (never an input to a decision): what the pass cost.
+            report["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            if not await self.ledgers.complete(agent_id, task, tick, self.worker_id, report):
+                continue  # another holder completed it first (its report was sent)
+            done.append(task.value)
+            await self._emit(EVENT_TYPES[task], plan, report=report)
+        if done or plan.postponed:
+            await self._emit(
+                "GrimoireMaintenance",
+                plan,
+                tasks=done,
+                postponed=[task.value for task in plan.postponed],
+            )
+        return done
+
+    async def _emit(
+        self,
+        event_type: str,
+        plan: MaintenancePlan,
+        *,
+        report: Mapping[str, Any] | None = None,
+        tasks: list[str] | None = None,
+        postponed: list[str] | None = None,
+    ) -> None:
+        event = MaintenanceEventV1(
+            type=event_type,
+            agent_id=plan.agent_id,
+            tick=plan.tick,
+            ts=plan.as_of_ms,
+            worker=self.worker_id,
+            tasks=tasks,
+            postponed=postponed or None,
+            pressure=plan.pressure.value,
+            report=dict(report) if report is not None else None,
+        )
+        await self.sink.send(self.topics.memory_events, plan.agent_id, event.dumps_json())

@@ -1,0 +1,81 @@
+"""The concrete maintenance tasks behind the handler's runners (decay, curator,
+compaction), each built on its Redis store and adapted to `TaskRunner`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from grimoire.streams.maintenance.compaction import CompactionBudget
+from grimoire.streams.maintenance.schedule import MaintenancePlan
+from grimoire.tables.maintenance.compactor import Compactor
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore
+from grimoire.tables.maintenance.decay_index import DecayIndex
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DecayRunner:
+    """One bounded pass over the entries whose decay band changes by `as_of`."""
+
+    index: DecayIndex
+    limit: int
+
+    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
+        seeded = await self.index.ensure_seeded(plan.agent_id, plan.as_of_ms)
+        report = await self.index.run_pass(plan.agent_id, plan.as_of_ms, self.limit)
+        return {
+            "seeded": seeded or 0,
+            "entries_decayed": report.entries_decayed,
+            "avg_before": round(report.avg_before, 6),
+            "avg_after": round(report.avg_after, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CuratorRunner:
+    """One curator cycle (numbered by the tick, so a replay numbers it alike); its
+    votes and new entries change confidences, so their decay is rescheduled."""
+
+    curator: RedisCuratorStore
+    decay: DecayIndex
+
+    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
+        report = await self.curator.run_cycle(plan.agent_id, plan.as_of_ms, plan.curator_cycle)
+        entries = await self.curator.entries(plan.agent_id)
+        await self.decay.reschedule(
+            plan.agent_id, [entry.memory_id for entry in entries], plan.as_of_ms
+        )
+        body: dict[str, Any] = orjson.loads(report.event_json())
+        body.pop("type", None)
+        body.pop("agent_id", None)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRunner:
+    """Finishes a crashed plan if there is one, then one budgeted compaction; its
+    summaries are new memories, so their decay is scheduled."""
+
+    compactor: Compactor
+    decay: DecayIndex
+    budget: CompactionBudget
+
+    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
+        report = await self.compactor.compact(plan.agent_id, plan.as_of_ms, self.budget)
+        if report.summary_ids:
+            await self.decay.reschedule(plan.agent_id, list(report.summary_ids), plan.as_of_ms)
+        return {
+            "status": report.status,
+            "plan_id": report.plan_id,
+            "summaries": len(report.summary_ids),
+            "summary_ids": ",".join(report.summary_ids),
+            "sources": report.sources,
+            "vectors_dropped": report.vectors_dropped,
+            "finished_pending": report.finished_pending,
+        }

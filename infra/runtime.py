@@ -1,0 +1,211 @@
+"""The worker's long-lived resources (Redis, index, model) and the handlers built on them."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+
+import numpy as np
+from redis.asyncio import Redis
+
+from grimoire.agents.faust_agents import Handlers, WorkerTopology
+from grimoire.agents.handlers.ingest import IngestHandler
+from grimoire.agents.handlers.outcomes import OutcomeHandler
+from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.maintenance.handler import MaintenanceHandler, TaskRunner
+from grimoire.agents.maintenance.pressure import CountingSink, WorkerPressure
+from grimoire.agents.maintenance.tasks import (
+    CompactionRunner,
+    CuratorRunner,
+    DecayRunner,
+)
+from grimoire.agents.ports import Embedder, EventSink
+from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder
+from grimoire.infra.settings import Settings
+from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
+from grimoire.streams.maintenance.schedule import Task
+from grimoire.tables.maintenance.compactor import Compactor
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore
+from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.memory.recall_source import KnnPolicy
+from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.redis_client import create_redis
+from grimoire.tables.schema.vector_space import claim_vector_space, index_holds_documents
+from grimoire.topics.declarations import TopicNames
+
+logger = logging.getLogger(__name__)
+
+
+def _settle_heap() -> None:
+    """Move what start-up built (torch, transformers, the model: ~500,000
+    objects) out of the collector's reach. Otherwise every full collection walks
+    all of it: a ~300 ms pause inside whichever recall triggers it, about one in
+    a few hundred. They never become garbage, so nothing is lost."""
+    gc.collect()
+    gc.freeze()
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Runtime:
+    """Builds the handlers once, on first use, and closes what it opened."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sink: EventSink,
+        embedder: Embedder | None = None,
+        lag: Callable[[], int] | None = None,
+    ):
+        self._settings = settings
+        topics = TopicNames(settings.topic_prefix)
+        self._counting = CountingSink(
+            sink, topics.dead_letters, topics.memory_events, settings.block_interval_s
+        )
+        self._sink: EventSink = self._counting
+        self._lag = lag or (lambda: 0)
+        self.worker_id = worker_id()
+        self._embedder = embedder
+        self._handlers: Handlers | None = None
+        self._lock = asyncio.Lock()
+        self._redis: Redis | None = None
+
+    async def handlers(self) -> Handlers:
+        if self._handlers is None:
+            async with self._lock:
+                if self._handlers is None:
+                    self._handlers = await self._build()
+                    _settle_heap()
+        return self._handlers
+
+    async def _build(self) -> Handlers:
+        settings = self._settings
+        embedder = self._embedder
+        if embedder is None:
+            loop = asyncio.get_running_loop()
+            embedder = await loop.run_in_executor(
+                None,
+                lambda: SentenceTransformerEmbedder.from_settings(settings),
+            )
+        embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)
+        self._redis = create_redis(settings.redis_url, settings.redis_max_connections)
+        store = RedisMemoryStore(
+            self._redis,
+            settings.topic_prefix,
+            embedder.dims,
+            clock_ms=lambda: int(time.time() * 1000),
+            knn_policy=KnnPolicy(
+                settings.knn_ef_runtime,
+                settings.knn_hybrid_policy or None,
+                common_term_docs=settings.bm25_common_term_docs or None,
+                common_term_share=settings.bm25_common_term_share,
+                common_term_floor=settings.bm25_common_term_floor,
+            ),
+            decoded_nodes=settings.recall_decoded_nodes,
+        )
+        await store.ensure_schema()
+        await claim_vector_space(
+            self._redis,
+            settings.topic_prefix,
+            embedder.vector_space,
+            has_memories=await index_holds_documents(self._redis, store.index_name),
+        )
+        topics = TopicNames(settings.topic_prefix)
+        logger.info("runtime ready (prefix %s)", settings.topic_prefix)
+        redis = self._redis
+        return Handlers(
+            maintenance=MaintenanceHandler(
+                ledgers=MaintenanceLedgerStore(redis, settings.topic_prefix),
+                agent_state=AgentStateStore(redis, settings.topic_prefix),
+                runners=build_runners(redis, store, embedder, settings),
+                sink=self._sink,
+                topics=topics,
+                worker_id=self.worker_id,
+                block_interval_ms=int(settings.block_interval_s * 1000),
+                live_count=store.count,
+                policy=settings.maintenance_policy,
+                pressure=WorkerPressure(self._counting, self._lag),
+                limits=settings.input_limits,
+                lease_ms=int(settings.maintenance_lease_s * 1000),
+            ),
+            ingest=IngestHandler(
+                store,
+                embedder,
+                self._sink,
+                topics,
+                settings.input_limits,
+                eidolon_weight=settings.eidolon_state_weight,
+            ),
+            recall=RecallHandler(
+                store,
+                embedder,
+                self._sink,
+                topics,
+                settings.recall_limits,
+                settings.input_limits,
+                settings.ranking_policy,
+                eidolon_weight=settings.eidolon_state_weight,
+            ),
+            outcomes=OutcomeHandler(store, self._sink, topics, settings.input_limits),
+        )
+
+    async def known_agents(self) -> AsyncIterator[str]:
+        await self.handlers()
+        assert self._redis is not None
+        async for agent_id in known_agents(self._redis, self._settings.topic_prefix):
+            yield agent_id
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[bytes]]]:
+    async def embed(texts: Sequence[str]) -> list[bytes]:
+        vectors = await embedder.embed(texts)
+        return [np.asarray(vector, dtype=np.float32).tobytes() for vector in vectors]
+
+    return embed
+
+
+def build_runners(
+    redis: Redis, store: RedisMemoryStore, embedder: Embedder, settings: Settings
+) -> Mapping[Task, TaskRunner]:
+    curator = RedisCuratorStore(redis, settings.topic_prefix, model_bytes(embedder))
+    return {
+        Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
+        Task.CURATOR: CuratorRunner(curator, store.decay),
+        Task.COMPACTION: CompactionRunner(
+            Compactor(
+                redis,
+                settings.topic_prefix,
+                embedder.embed,
+                CompactionPolicy(
+                    min_age_ms=int(settings.maintenance_compaction_min_age_h * 3_600_000)
+                ),
+                dims=embedder.dims,
+            ),
+            store.decay,
+            CompactionBudget(max_clusters=settings.maintenance_compaction_budget),
+        ),
+    }
+
+
+def worker_topology(settings: Settings) -> WorkerTopology:
+    return WorkerTopology(
+        topic_prefix=settings.topic_prefix,
+        partitions=settings.partitions,
+        embed_batch_size=settings.embed_batch_size,
+        embed_batch_within_s=settings.embed_batch_within_s,
+        recall_concurrency=settings.recall_concurrency,
+        maintenance_enabled=settings.maintenance_enabled,
+        block_interval_s=settings.block_interval_s,
+    )

@@ -1,0 +1,347 @@
+"""One curator cycle as a pure plan (SPEC §6 "Curator"): distil, vote, promote,
+demote, prune, review quarantine.
+
+Rules, in order:
+
+1. DISTIL. New episodes are clustered by situation (`distill.py`). A cluster of
+   at least `min_cluster` episodes with a majority verdict and no insight yet
+   ADDs one at 0.5 whose polarity is that verdict ("works"/"fails"). For an
+   insight or heuristic that exists, the cycle's episodes are evidence: more
+   agreeing than disagreeing → one UPVOTE (+0.1), the reverse → one DOWNVOTE
+   (-0.15); each vote starts from the decayed confidence and restarts the decay
+   clock. When the disagreeing total outgrows the agreeing one the entry was
+   wrong about the direction: it is EDITed to the opposite polarity.
+2. PROMOTE / DEMOTE on effective confidence: insight or warning ≥ 0.6 → active,
+   heuristic ≥ 0.7 → playbook; active/playbook < 0.4 → demoted.
+3. DERIVE: an active insight with ≥ `heuristic_min_validated` supporting
+   episodes and no heuristic gets one (0.5, proposed), never straight into the
+   playbook: it must earn its own upvotes.
+4. PRUNE: effective confidence < 0.1 in 3 consecutive cycles → archived, except
+   warnings and bloodstains.
+5. QUARANTINE: more validations than contradictions → released; more
+   contradictions, or older than `quarantine_max_age_ms` → archived.
+
+Nothing reads a clock: `now_ms` is the caller's event time, so replaying a
+cycle plans the same operations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from grimoire.streams.learn.curator.distill import (
+    Distiller,
+    EpisodeCluster,
+    EpisodeView,
+    ExtractiveDistiller,
+    Polarity,
+    Situation,
+    cluster_episodes,
+)
+from grimoire.streams.learn.curator.values import (
+    DEFAULT_CURATOR_POLICY,
+    CuratedEntry,
+    CuratorPlan,
+    CuratorPolicy,
+    CuratorReport,
+    EntryChange,
+    EntryStatus,
+    Op,
+    Operation,
+    QuarantineAction,
+    QuarantineDecision,
+    QuarantinedView,
+)
+from grimoire.streams.model.decay import effective_confidence
+from grimoire.streams.model.ids import memory_id as make_memory_id
+from grimoire.streams.model.records import Kind
+
+logger = logging.getLogger(__name__)
+
+
+def curated_id(agent_id: str, kind: Kind, signature: str, ts_ms: int) -> str:
+    """Same agent, kind, situation and event time → same id, on every replay."""
+    return make_memory_id(agent_id, f"curator/{kind.value}/{signature}", 0, ts_ms)
+
+
+def heuristic_text(situation: Situation, polarity: Polarity) -> str:
+    verb = "Prefer" if polarity is Polarity.WORKS else "Avoid"
+    why = "it tends to work" if polarity is Polarity.WORKS else "it tends to fail"
+    return f"{verb} {situation.describe()}: {why}."
+
+
+def effective(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> float:
+    return effective_confidence(
+        entry.confidence,
+        entry.last_accessed_ms,
+        now_ms,
+        kind=entry.kind,
+        decay_class=entry.decay_class or None,
+        provenance=entry.provenance,
+        quality=entry.quality,
+        strength=entry.strength,
+        policy=policy.decay,
+    )
+
+
+def _flipped(polarity: Polarity) -> Polarity:
+    return Polarity.FAILS if polarity is Polarity.WORKS else Polarity.WORKS
+
+
+@dataclass(slots=True)
+class _Cycle:
+    """Mutable scratch state of one planning call; never escapes `plan_cycle`."""
+
+    agent_id: str
+    now_ms: int
+    policy: CuratorPolicy
+    distiller: Distiller
+    entries: dict[str, CuratedEntry]
+    new_ids: set[str]
+    record_ids: set[str]
+    text_ids: set[str]
+    ops: list[Operation]
+
+    def log(self, op: Op, before: CuratedEntry, after: CuratedEntry) -> None:
+        self.ops.append(
+            Operation(op, after.memory_id, after.kind, before.confidence, after.confidence)
+        )
+
+    def by_signature(self, kind: Kind) -> dict[str, CuratedEntry]:
+        return {
+            e.signature: e
+            for e in sorted(self.entries.values(), key=lambda e: e.memory_id)
+            if e.kind is kind and e.signature and e.status is not EntryStatus.ARCHIVED
+        }
+
+    def sources(self, old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+        merged = tuple(dict.fromkeys((*old, *new)))
+        return merged[-self.policy.max_source_ids :]
+
+    def add_insight(self, cluster: EpisodeCluster, polarity: Polarity) -> None:
+        first = cluster.episodes[0]
+        agree = cluster.successes if polarity is Polarity.WORKS else cluster.failures
+        entry = CuratedEntry(
+            memory_id=curated_id(self.agent_id, Kind.INSIGHT, cluster.signature, first.ts_ms),
+            kind=Kind.INSIGHT,
+            text=self.distiller.distil(cluster, polarity),
+            confidence=self.policy.add_confidence,
+            last_accessed_ms=self.now_ms,
+            ts_ms=cluster.episodes[-1].ts_ms,
+            signature=cluster.signature,
+            situation=cluster.situation,
+            polarity=polarity,
+            validated_count=agree,
+            contradicted_count=cluster.successes + cluster.failures - agree,
+            source_ids=self.sources((), cluster.source_ids),
+        )
+        self._create(entry)
+
+    def _create(self, entry: CuratedEntry) -> None:
+        self.entries[entry.memory_id] = entry
+        self.new_ids.add(entry.memory_id)
+        self.record_ids.add(entry.memory_id)
+        self.text_ids.add(entry.memory_id)
+        self.ops.append(Operation(Op.ADD, entry.memory_id, entry.kind, 0.0, entry.confidence))
+
+    def vote(self, entry: CuratedEntry, cluster: EpisodeCluster) -> None:
+        if entry.polarity is None:
+            return
+        works = entry.polarity is Polarity.WORKS
+        agree = cluster.successes if works else cluster.failures
+        disagree = cluster.failures if works else cluster.successes
+        if agree == disagree == 0:
+            return
+        base = effective(entry, self.now_ms, self.policy)
+        delta = self.policy.upvote if agree > disagree else 0.0
+        delta = -self.policy.downvote if disagree > agree else delta
+        confidence = min(self.policy.max_confidence, max(self.policy.decay.floor, base + delta))
+        after = replace(
+            entry,
+            confidence=round(confidence, 9),
+            last_accessed_ms=max(entry.last_accessed_ms, self.now_ms),
+            validated_count=entry.validated_count + agree,
+            contradicted_count=entry.contradicted_count + disagree,
+            source_ids=self.sources(entry.source_ids, cluster.source_ids),
+        )
+        if delta:
+            self.log(Op.UPVOTE if delta > 0 else Op.DOWNVOTE, entry, after)
+        if after.contradicted_count > after.validated_count:
+            after = self._edit(after, cluster)
+        self.entries[entry.memory_id] = after
+        self.record_ids.add(entry.memory_id)
+
+    def _edit(self, entry: CuratedEntry, cluster: EpisodeCluster) -> CuratedEntry:
+        """Reconsolidation: the evidence says the opposite, so the entry says it."""
+        assert entry.polarity is not None and entry.situation is not None
+        polarity = _flipped(entry.polarity)
+        if entry.kind is Kind.HEURISTIC:
+            text = heuristic_text(entry.situation, polarity)
+        else:
+            text = self.distiller.distil(cluster, polarity)
+        after = replace(
+            entry,
+            text=text,
+            polarity=polarity,
+            validated_count=entry.contradicted_count,
+            contradicted_count=entry.validated_count,
+        )
+        self.text_ids.add(entry.memory_id)
+        self.log(Op.EDIT, entry, after)
+        return after
+
+    def distil(self, episodes: Sequence[EpisodeView]) -> None:
+        insights = self.by_signature(Kind.INSIGHT)
+        heuristics = self.by_signature(Kind.HEURISTIC)
+        for cluster in cluster_episodes(episodes, self.policy.top_keys):
+            insight = insights.get(cluster.signature)
+            if insight is None:
+                majority = cluster.majority
+                if len(cluster.episodes) >= self.policy.min_cluster and majority is not None:
+                    self.add_insight(cluster, majority)
+                continue
+            self.vote(insight, cluster)
+            heuristic = heuristics.get(cluster.signature)
+            if heuristic is not None:
+                self.vote(heuristic, cluster)
+
+    def transition(self, entry: CuratedEntry) -> CuratedEntry:
+        """Promotion, demotion and the low-confidence counter, on decayed confidence."""
+        policy = self.policy
+        level = effective(entry, self.now_ms, policy)
+        after = entry
+        if entry.kind is Kind.HEURISTIC:
+            target, threshold = EntryStatus.PLAYBOOK, policy.promote_heuristic
+        else:
+            target, threshold = EntryStatus.ACTIVE, policy.promote_insight
+        if entry.status is not target and level >= threshold:
+            after = replace(after, status=target)
+            self.log(Op.PROMOTE, entry, after)
+        elif (
+            entry.status in (EntryStatus.ACTIVE, EntryStatus.PLAYBOOK)
+            and level < policy.demote_below
+        ):
+            after = replace(after, status=EntryStatus.DEMOTED)
+            self.log(Op.DEMOTE, entry, after)
+        low = entry.consecutive_low + 1 if level < policy.prune_below else 0
+        after = replace(after, consecutive_low=low)
+        if low >= policy.prune_after_cycles and not policy.exempt(entry):
+            after = replace(after, status=EntryStatus.ARCHIVED)
+            self.record_ids.add(entry.memory_id)
+            self.log(Op.ARCHIVE, entry, after)
+        return after
+
+    def derive(self) -> None:
+        heuristics = self.by_signature(Kind.HEURISTIC)
+        for insight in sorted(self.entries.values(), key=lambda e: e.memory_id):
+            if (
+                insight.kind is not Kind.INSIGHT
+                or insight.status is not EntryStatus.ACTIVE
+                or insight.situation is None
+                or insight.polarity is None
+                or insight.signature in heuristics
+                or insight.validated_count < self.policy.heuristic_min_validated
+            ):
+                continue
+            heuristic = CuratedEntry(
+                memory_id=curated_id(self.agent_id, Kind.HEURISTIC, insight.signature, self.now_ms),
+                kind=Kind.HEURISTIC,
+                text=heuristic_text(insight.situation, insight.polarity),
+                confidence=self.policy.add_confidence,
+                last_accessed_ms=self.now_ms,
+                ts_ms=self.now_ms,
+                signature=insight.signature,
+                situation=insight.situation,
+                polarity=insight.polarity,
+                source_ids=(insight.memory_id,),
+            )
+            self._create(heuristic)
+            heuristics[insight.signature] = heuristic
+
+
+def review_quarantine(
+    quarantined: Sequence[QuarantinedView], now_ms: int, policy: CuratorPolicy
+) -> list[QuarantineDecision]:
+    decisions = []
+    for view in sorted(quarantined, key=lambda v: v.memory_id):
+        exempt = view.kind in policy.exempt_kinds or view.provenance in policy.exempt_provenances
+        if view.validated_count > view.contradicted_count:
+            decisions.append(QuarantineDecision(view.memory_id, QuarantineAction.RELEASE))
+        elif exempt:
+            continue  # safety knowledge waits for evidence rather than being dropped
+        elif (
+            view.contradicted_count > view.validated_count
+            or now_ms - view.ts_ms >= policy.quarantine_max_age_ms
+        ):
+            decisions.append(QuarantineDecision(view.memory_id, QuarantineAction.ARCHIVE))
+    return decisions
+
+
+def plan_cycle(
+    agent_id: str,
+    cycle: int,
+    now_ms: int,
+    episodes: Sequence[EpisodeView],
+    entries: Sequence[CuratedEntry],
+    quarantined: Sequence[QuarantinedView] = (),
+    *,
+    watermark_ms: int = 0,
+    policy: CuratorPolicy = DEFAULT_CURATOR_POLICY,
+    distiller: Distiller | None = None,
+) -> CuratorPlan:
+    """Everything one curator cycle changes, as data; the store applies it."""
+    live = {e.memory_id: e for e in entries if e.status is not EntryStatus.ARCHIVED}
+    work = _Cycle(
+        agent_id, now_ms, policy, distiller or ExtractiveDistiller(), dict(live),
+        set(), set(), set(), [],
+    )  # fmt: skip
+    before = [e.confidence for e in live.values()]
+    after_decay = [effective(e, now_ms, policy) for e in live.values()]
+    work.distil(episodes)
+    for memory_id in sorted(work.entries):
+        work.entries[memory_id] = work.transition(work.entries[memory_id])
+    work.derive()
+    quarantine = review_quarantine(quarantined, now_ms, policy)
+
+    changes = []
+    for memory_id in sorted(work.entries):
+        entry = work.entries[memory_id]
+        if memory_id in work.new_ids or entry != live.get(memory_id):
+            changes.append(
+                EntryChange(
+                    entry,
+                    new=memory_id in work.new_ids,
+                    record_changed=memory_id in work.record_ids,
+                    text_changed=memory_id in work.text_ids,
+                )
+            )
+    counts = {op: sum(1 for o in work.ops if o.op is op) for op in Op}
+    archived_q = sum(1 for d in quarantine if d.action is QuarantineAction.ARCHIVE)
+    report = CuratorReport(
+        agent_id=agent_id,
+        cycle=cycle,
+        now_ms=now_ms,
+        pruned=counts[Op.ARCHIVE] + archived_q,
+        promoted=counts[Op.PROMOTE],
+        proposed=counts[Op.ADD],
+        demoted=counts[Op.DEMOTE],
+        upvoted=counts[Op.UPVOTE],
+        downvoted=counts[Op.DOWNVOTE],
+        edited=counts[Op.EDIT],
+        released=len(quarantine) - archived_q,
+        episodes_seen=len(episodes),
+        entries_decayed=sum(1 for b, a in zip(before, after_decay, strict=True) if a < b),
+        avg_confidence_before=sum(before) / len(before) if before else 0.0,
+        avg_confidence_after=sum(after_decay) / len(after_decay) if after_decay else 0.0,
+    )
+    newest = max((ep.ts_ms for ep in episodes), default=watermark_ms)
+    logger.debug("curator cycle %d for %s: %s", cycle, agent_id, report)
+    return CuratorPlan(
+        changes=tuple(changes),
+        quarantine=tuple(quarantine),
+        operations=tuple(work.ops),
+        report=report,
+        watermark_ms=max(watermark_ms, newest),
+    )

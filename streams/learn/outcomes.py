@@ -1,0 +1,61 @@
+"""Outcome events (SPEC §7, the minimal part the curator needs): what a tick's
+result does to the memories that were used in it.
+
+positive → strength +1, confidence +0.1; negative → confidence -0.15; both reset
+the decay origin to the outcome's event time. validated / contradicted count
+towards the curator's review; run_ended only closes a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class OutcomeKind(StrEnum):
+    POSITIVE = "positive"
+    NEGATIVE = "negative"
+    VALIDATED = "validated"
+    CONTRADICTED = "contradicted"
+    RUN_ENDED = "run_ended"
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeEffect:
+    confidence_delta: float = 0.0
+    strength_delta: float = 0.0
+    resets_decay: bool = False
+    validated: int = 0
+    contradicted: int = 0
+
+    @property
+    def touches_memories(self) -> bool:
+        return self != NO_EFFECT
+
+
+NO_EFFECT = OutcomeEffect()
+_EFFECTS = {
+    OutcomeKind.POSITIVE: OutcomeEffect(0.1, 1.0, True),
+    OutcomeKind.NEGATIVE: OutcomeEffect(-0.15, 0.0, True),
+    OutcomeKind.VALIDATED: OutcomeEffect(validated=1),
+    OutcomeKind.CONTRADICTED: OutcomeEffect(contradicted=1),
+    OutcomeKind.RUN_ENDED: NO_EFFECT,
+}
+
+
+def effect_of(kind: OutcomeKind) -> OutcomeEffect:
+    return _EFFECTS[kind]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    outcome_id: str  # the event id, or a hash of the payload: a redelivery is recognised
+    agent_id: str
+    ts_ms: int
+    kind: OutcomeKind
+    memory_ids: tuple[str, ...]
+    run_id: str = ""
+
+    @property
+    def effect(self) -> OutcomeEffect:
+        return effect_of(self.kind)

@@ -1,0 +1,113 @@
+"""How relevant each pooled candidate is to the query, from its own scores.
+
+The lanes and the walk decide *which* memories are considered (reciprocal rank
+fusion pools them); the pool is then scored on the evidence itself: the exact
+lexical score of the query's terms (the BM25 lane's scorer, for every pooled
+memory, not only the ones the lane returned) and the cosine between the query
+and the memory's canonical vector. Ranks throw that evidence away: the lane's
+first hit counts the same whether it holds every rare query term or one common
+one. Measured on LoCoMo (`make bench-locomo`): a score blend of the two lanes
+beat reciprocal rank fusion of the same lanes by 0.06 R@5.
+
+A memory's context then lends it part of its neighbours' relevance: in a
+session, the line before or after a strong match is usually the other half of
+the same exchange (the question and its answer, the action and its result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from grimoire.streams.recall.ports import Vector
+
+
+@dataclass(frozen=True, slots=True)
+class RelevancePolicy:
+    # Exact terms and meaning count alike: either alone lost 0.04-0.18 R@5 on
+    # LoCoMo against the blend, and 0.4-0.6 were within 0.01 of each other.
+    lexical_share: float = 0.5
+    # How much of its best session neighbour's relevance a memory borrows.
+    context_share: float = 0.3
+    # The best this many memories bring their session neighbours into the pool.
+    context_anchors: int = 10
+    # Memories scored on their evidence: the fused pool is cut here.
+    pool_depth: int = 40
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.lexical_share <= 1.0:
+            raise ValueError("lexical_share must be within [0, 1]")
+        if self.context_share < 0.0:
+            raise ValueError("context_share must be non-negative")
+        if self.context_anchors < 0 or self.pool_depth < 1:
+            raise ValueError("context_anchors must be >= 0 and pool_depth >= 1")
+
+
+DEFAULT_RELEVANCE_POLICY = RelevancePolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class Relevance:
+    """One memory's relevance and what it is made of (each part in [0, 1])."""
+
+    lexical: float
+    semantic: float
+    own: float
+    context: float
+    total: float
+
+
+def cosines(query: Vector | None, vectors: Mapping[str, Vector]) -> dict[str, float]:
+    """Cosine of each vector with the query; none without a query vector."""
+    if query is None or not vectors:
+        return {}
+    ids = sorted(vectors)
+    matrix = np.vstack([np.asarray(vectors[i], dtype=np.float32) for i in ids])
+    q = np.asarray(query, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(q))
+    dots = matrix @ q
+    values = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+    return {i: float(v) for i, v in zip(ids, values, strict=True)}
+
+
+def _spread(values: Mapping[str, float], ids: Sequence[str]) -> dict[str, float]:
+    """Min-max over the pool: the lanes' raw scales (a BM25 sum, a cosine) differ."""
+    raw = [values.get(i, 0.0) for i in ids]
+    low, high = min(raw, default=0.0), max(raw, default=0.0)
+    if high <= low:
+        return {i: (1.0 if high > 0 else 0.0) for i in ids}
+    return {i: (value - low) / (high - low) for i, value in zip(ids, raw, strict=True)}
+
+
+def score_pool(
+    ids: Sequence[str],
+    lexical: Mapping[str, float],
+    semantic: Mapping[str, float],
+    neighbours: Mapping[str, Sequence[str]],
+    policy: RelevancePolicy = DEFAULT_RELEVANCE_POLICY,
+) -> dict[str, Relevance]:
+    """Relevance of every pooled id. A side the query has nothing for (no terms,
+    no vector) leaves the whole weight to the other. `neighbours` are each id's
+    session neighbours; only pooled ones lend relevance."""
+    pool = sorted(set(ids))
+    share = policy.lexical_share
+    if not any(lexical.get(i, 0.0) > 0 for i in pool):
+        share = 0.0
+    elif not semantic:
+        share = 1.0
+    lex, sem = _spread(lexical, pool), _spread(semantic, pool)
+    own = {i: share * lex[i] + (1.0 - share) * sem[i] for i in pool}
+    out: dict[str, Relevance] = {}
+    for i in pool:
+        lent = max((own[n] for n in neighbours.get(i, ()) if n in own and n != i), default=0.0)
+        context = policy.context_share * lent
+        out[i] = Relevance(lex[i], sem[i], own[i], context, own[i] + context)
+    return out
+
+
+def anchors(relevance: Mapping[str, Relevance], count: int) -> list[str]:
+    """The `count` most relevant ids (ties on id), whose neighbours join the pool."""
+    ranked = sorted(relevance, key=lambda i: (-relevance[i].own, i))
+    return ranked[:count]

@@ -1,0 +1,66 @@
+"""What one ingest batch changes in memory, as values.
+
+The planner (pure) produces a WriteBatch; a MemoryStore applies it in one
+round trip. Keeping the changes as data lets unit tests inspect every decision
+without a database and lets the Redis store pipeline everything together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.model.records import MemoryRecord
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateFold:
+    """A near-exact repeat folded into the aggregate that stands for its group.
+
+    The aggregate is created from `seed` the first time (its id is derived from
+    the group's target); later folds only bump `count` and `last_seen`.
+    """
+
+    agent_id: str
+    aggregate_id: str
+    target_id: str
+    member_id: str
+    ts_ms: int
+    seed: MemoryRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Reinforcement:
+    """A near-duplicate that strengthens the existing memory instead of adding one."""
+
+    agent_id: str
+    target_id: str
+    member_id: str
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    agent_id: str
+    candidate_id: str
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatsDelta:
+    agent_id: str
+    counters: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBatch:
+    records: tuple[MemoryRecord, ...] = ()
+    folds: tuple[AggregateFold, ...] = ()
+    reinforcements: tuple[Reinforcement, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    fields: tuple[FieldState, ...] = ()
+    stats: tuple[StatsDelta, ...] = ()
+    metrics: tuple[tuple[str, float], ...] = ()  # deployment-wide counters (not per agent)
+
+    def is_empty(self) -> bool:
+        return not (self.records or self.folds or self.reinforcements or self.decisions)

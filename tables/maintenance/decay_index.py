@@ -1,0 +1,271 @@
+"""The decay schedule in Redis: which memories' decay state changes next, and when.
+
+decay:    {prefix}:decay:{agent}     ZSET memory id → due event time (ms): the
+          next moment its read-time effective confidence changes band
+decayed:  {prefix}:decayed:{memory}  HASH effective, band, as_of: the last pass's
+          snapshot. Deliberately not on the memory hash: an HSET there makes
+          RediSearch re-index the document and both of its vectors.
+
+A pass reads only the members due by `now_ms` (ZRANGEBYSCORE … LIMIT), so its work
+is proportional to what can have changed, not to how many memories the agent has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redisvl.query.filter import Tag
+
+from grimoire.streams.maintenance.decay_pass import (
+    DEFAULT_DECAY_BANDS,
+    DecayBands,
+    DecayEntry,
+    DecayPassPlan,
+    DecayReport,
+    due_ms,
+    initial_due_ms,
+    plan_decay_pass,
+)
+from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
+from grimoire.tables.codec.decay_fields import DECAY_FIELDS, StoredDecayState, decode_state
+from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.queries import tenant_filter
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PASS_LIMIT: Final = 1000
+SEED_BATCH: Final = 1000
+
+# Every due entry's decay inputs in one call: the memory hash's fields, then the
+# usage hash's last_accessed, then the stored snapshot. KEYS come in triples.
+_READ_DECAY_STATE = """
+local out = {}
+for i = 1, #KEYS, 3 do
+  local row = redis.call('HMGET', KEYS[i], unpack(ARGV))
+  row[#row + 1] = redis.call('HGET', KEYS[i + 1], 'last_accessed')
+  row[#row + 1] = redis.call('HGET', KEYS[i + 2], 'effective')
+  out[#out + 1] = row
+end
+return out
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DecayKeys:
+    prefix: str
+
+    def schedule(self, agent_id: str) -> str:
+        return f"{self.prefix}:decay:{agent_id}"
+
+    def memory(self, memory_id: str) -> str:
+        return f"{self.prefix}:mem:{memory_id}"
+
+    def usage(self, memory_id: str) -> str:
+        return f"{self.prefix}:use:{memory_id}"
+
+    def seeded(self, agent_id: str) -> str:
+        return f"{self.prefix}:decay-seeded:{agent_id}"
+
+    def snapshot(self, memory_id: str) -> str:
+        return f"{self.prefix}:decayed:{memory_id}"
+
+
+class DecayIndex:
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str,
+        *,
+        bands: DecayBands = DEFAULT_DECAY_BANDS,
+        policy: DecayPolicy = DEFAULT_DECAY_POLICY,
+    ) -> None:
+        bands.check(policy.floor)
+        self._redis = redis
+        self.keys = DecayKeys(prefix)
+        self._bands = bands
+        self._policy = policy
+        self._read = redis.register_script(_READ_DECAY_STATE)
+
+    # ---- scheduling -------------------------------------------------------------
+
+    def schedule(
+        self,
+        pipe: Any,
+        agent_id: str,
+        memory_id: str,
+        due: int | None,
+        *,
+        keep_existing: bool = False,
+    ) -> None:
+        """Queue a memory's due time on the caller's pipeline; None unschedules it.
+        `keep_existing` leaves an already scheduled memory's due time alone."""
+        key = self.keys.schedule(agent_id)
+        if due is None:
+            if not keep_existing:
+                pipe.zrem(key, memory_id)
+        else:
+            pipe.zadd(key, {memory_id: due}, nx=keep_existing)
+
+    def schedule_new(
+        self, pipe: Any, fields: Mapping[str, Any], *, keep_existing: bool = False
+    ) -> None:
+        """Queue a freshly written memory (its `hash_fields`) at its first crossing;
+        with `keep_existing`, only if it is not scheduled yet (an aggregate's seed
+        is written only by the fold that creates it)."""
+        state = decode_state(fields, None, None)
+        if state is None or not state.live:
+            return
+        try:
+            due = initial_due_ms(state.entry, self._bands, self._policy)
+        except ValueError as exc:
+            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
+            return
+        self.schedule(pipe, state.agent_id, state.entry.memory_id, due, keep_existing=keep_existing)
+
+    async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
+        """Recompute due times after accesses or outcomes changed the stored fields."""
+        if not memory_ids:
+            return
+        states = await self._read_states(memory_ids)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for memory_id, state in zip(memory_ids, states, strict=True):
+                if state is not None and state.agent_id != agent_id:
+                    continue  # another agent's memory: never ours to schedule
+                self.schedule(pipe, agent_id, memory_id, self._due(state, now_ms))
+            await pipe.execute()
+
+    def _due(self, state: StoredDecayState | None, now_ms: int) -> int | None:
+        if state is None or not state.live:
+            return None
+        try:
+            return due_ms(state.entry, now_ms, self._bands, self._policy)
+        except ValueError as exc:
+            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
+            return None
+
+    # ---- the pass ---------------------------------------------------------------
+
+    async def run_pass(
+        self, agent_id: str, now_ms: int, limit: int = DEFAULT_PASS_LIMIT
+    ) -> DecayReport:
+        return (await self.plan_pass(agent_id, now_ms, limit)).report
+
+    async def plan_pass(
+        self, agent_id: str, now_ms: int, limit: int = DEFAULT_PASS_LIMIT
+    ) -> DecayPassPlan:
+        """Snapshot up to `limit` due entries (oldest due first) and reschedule them.
+
+        Three round trips whatever the agent's size: the due ids, their fields,
+        then every write in one pipeline. Entries left over past `limit` stay due
+        and are taken by the next pass."""
+        key = self.keys.schedule(agent_id)
+        raw = await self._redis.zrangebyscore(key, "-inf", now_ms, start=0, num=limit)
+        due_ids = [text_of(member) for member in raw]
+        if not due_ids:
+            return plan_decay_pass((), now_ms, self._bands, self._policy)
+        states = await self._read_states(due_ids)
+        entries: list[DecayEntry] = []
+        gone: list[str] = []
+        for memory_id, state in zip(due_ids, states, strict=True):
+            if state is None or not state.live or state.agent_id != agent_id:
+                gone.append(memory_id)
+            else:
+                entries.append(state.entry)
+        plan = plan_decay_pass(entries, now_ms, self._bands, self._policy)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for update in plan.updates:
+                pipe.hset(
+                    self.keys.snapshot(update.memory_id),
+                    mapping={
+                        # repr round-trips the float exactly: the snapshot equals
+                        # what a reader computes at `as_of`.
+                        "effective": repr(update.effective_after),
+                        "band": update.band,
+                        "as_of": now_ms,
+                    },
+                )
+                self.schedule(pipe, agent_id, update.memory_id, update.next_due_ms)
+            for memory_id in (*gone, *plan.invalid):
+                pipe.zrem(key, memory_id)
+            await pipe.execute()
+        logger.debug(
+            "decay pass %s at %d: %d updated, %d dropped",
+            agent_id,
+            now_ms,
+            len(plan.updates),
+            len(gone) + len(plan.invalid),
+        )
+        return plan
+
+    # ---- migration --------------------------------------------------------------
+
+    async def ensure_seeded(self, agent_id: str, now_ms: int) -> int | None:
+        """Seed an agent once (memories stored before the schedule existed, e.g.
+        after an upgrade); later calls cost one EXISTS. Returns how many it
+        scheduled, or None when the agent was seeded before."""
+        marker = self.keys.seeded(agent_id)
+        if await self._redis.exists(marker):
+            return None
+        scheduled = await self.seed(agent_id, now_ms)
+        await self._redis.set(marker, now_ms)
+        return scheduled
+
+    async def seed(self, agent_id: str, now_ms: int, *, batch: int = SEED_BATCH) -> int:
+        """Schedule every stored, non-deleted, non-archived memory of an agent.
+
+        For data written before the schedule existed. It upserts due times and
+        removes nothing: a stale member (deleted since) is dropped by the pass
+        when it comes due, so writes racing the seed are never lost. Returns how
+        many memories were scheduled."""
+        query = str(tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("archived") != "1"))
+        index = f"{self.keys.prefix}-memory"
+        member_prefix = len(self.keys.memory(""))
+        scheduled = 0
+        offset = 0
+        while True:
+            reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
+                "FT.SEARCH", index, query, "NOCONTENT", "SORTBY", "ts", "ASC",
+                "LIMIT", offset, batch, "DIALECT", 2,
+            )  # fmt: skip
+            ids = [key[member_prefix:] for key in _nocontent_keys(reply)]
+            if not ids:
+                return scheduled
+            states = await self._read_states(ids)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for memory_id, state in zip(ids, states, strict=True):
+                    if state is not None and state.agent_id == agent_id:
+                        due = self._due(state, now_ms)
+                        self.schedule(pipe, agent_id, memory_id, due)
+                        scheduled += due is not None
+                await pipe.execute()
+            offset += len(ids)
+
+    # ---- reads ------------------------------------------------------------------
+
+    async def _read_states(self, memory_ids: Sequence[str]) -> list[StoredDecayState | None]:
+        keys: list[str] = []
+        for memory_id in memory_ids:
+            keys += [
+                self.keys.memory(memory_id),
+                self.keys.usage(memory_id),
+                self.keys.snapshot(memory_id),
+            ]
+        rows = await self._read(keys=keys, args=list(DECAY_FIELDS))
+        width = len(DECAY_FIELDS)
+        states: list[StoredDecayState | None] = []
+        for row in rows:
+            doc = dict(zip(DECAY_FIELDS, row[:width], strict=True))
+            states.append(decode_state(doc, row[width], row[width + 1]))
+        return states
+
+
+def _nocontent_keys(reply: Any) -> Iterable[str]:
+    """Document keys of an FT.SEARCH NOCONTENT reply in either protocol."""
+    if isinstance(reply, dict):  # RESP3
+        rows: list[Any] = list(reply.get("results", reply.get(b"results")) or [])
+        return [text_of(row.get("id", row.get(b"id"))) for row in rows]
+    return [text_of(key) for key in list(reply or [])[1:]]

@@ -1,0 +1,139 @@
+"""Small per-agent state in Redis: field state, decision markers, stats.
+
+Each agent's state is written only by the worker that owns the agent's
+partition, so read-modify-write within one batch is safe.
+
+{prefix}:field             HASH agent → field state (JSON)
+{prefix}:decided:{agent}   HASH candidate id → admission action (makes redelivery a no-op)
+{prefix}:stats:{agent}     HASH counter → value
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from grimoire.streams.model.field_state import Affect, FieldState
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStats:
+    """An agent's write-path counters and what the control surface derives from them."""
+
+    candidates: int = 0
+    admitted: int = 0
+    quarantined: int = 0
+    rejected: int = 0
+    merged: int = 0
+    aggregated: int = 0
+    off_topic: int = 0
+    quality_sum: float = 0.0
+
+    @classmethod
+    def from_counters(cls, counters: Mapping[str, float]) -> AgentStats:
+        return cls(
+            candidates=int(counters.get("candidates", 0)),
+            admitted=int(counters.get("admit", 0)),
+            quarantined=int(counters.get("quarantine", 0)),
+            rejected=int(counters.get("reject", 0)),
+            merged=int(counters.get("merge", 0)),
+            aggregated=int(counters.get("aggregate", 0)),
+            off_topic=int(counters.get("off_topic", 0)),
+            quality_sum=float(counters.get("quality_sum", 0.0)),
+        )
+
+    @property
+    def stored(self) -> int:
+        return self.admitted + self.quarantined
+
+    @property
+    def admission_rate(self) -> float:
+        return self.stored / self.candidates if self.candidates else 0.0
+
+    @property
+    def average_quality(self) -> float:
+        return self.quality_sum / self.stored if self.stored else 0.0
+
+
+def field_to_json(state: FieldState) -> bytes:
+    return orjson.dumps(asdict(state))
+
+
+def field_from_json(agent_id: str, raw: bytes | str | None) -> FieldState:
+    if not raw:
+        return FieldState(agent_id=agent_id)
+    data = orjson.loads(raw)
+    affect = data.get("affect") or {}
+    return FieldState(
+        agent_id=agent_id,
+        watermark_ms=int(data.get("watermark_ms", 0)),
+        tick=data.get("tick"),
+        block=data.get("block"),
+        regime=data.get("regime", ""),
+        affect=Affect(
+            pleasure=float(affect.get("pleasure", 0.0)),
+            arousal=float(affect.get("arousal", 0.0)),
+            dominance=float(affect.get("dominance", 0.0)),
+            drives=tuple((str(n), float(v)) for n, v in affect.get("drives", ())),
+        ),
+        focus=tuple((str(k), float(w)) for k, w in data.get("focus", ())),
+    )
+
+
+class AgentStateStore:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._field_key = f"{prefix}:field"
+
+    def decided_key(self, agent_id: str) -> str:
+        return f"{self._prefix}:decided:{agent_id}"
+
+    def stats_key(self, agent_id: str) -> str:
+        return f"{self._prefix}:stats:{agent_id}"
+
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
+        if not agent_ids:
+            return {}
+        raws = await self._redis.hmget(self._field_key, list(agent_ids))
+        return {
+            agent_id: field_from_json(agent_id, raw)
+            for agent_id, raw in zip(agent_ids, raws, strict=True)
+        }
+
+    async def field(self, agent_id: str) -> FieldState:
+        return (await self.load_fields([agent_id]))[agent_id]
+
+    def save_field(self, pipe: Any, state: FieldState) -> None:
+        pipe.hset(self._field_key, state.agent_id, field_to_json(state))
+
+    async def decided(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
+        """Which of these (agent, candidate id) pairs already have a recorded decision."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id, candidate_id in pairs:
+                pipe.hexists(self.decided_key(agent_id), candidate_id)
+            flags = await pipe.execute()
+        return {cid for (_, cid), flag in zip(pairs, flags, strict=True) if flag}
+
+    def record_decision(self, pipe: Any, agent_id: str, candidate_id: str, action: str) -> None:
+        pipe.hset(self.decided_key(agent_id), candidate_id, action)
+
+    def count(self, pipe: Any, agent_id: str, counters: Mapping[str, float]) -> None:
+        key = self.stats_key(agent_id)
+        for name, amount in counters.items():
+            if isinstance(amount, int):
+                pipe.hincrby(key, name, amount)
+            else:
+                pipe.hincrbyfloat(key, name, amount)
+
+    async def stats(self, agent_id: str) -> dict[str, float]:
+        raw = await self._redis.hgetall(self.stats_key(agent_id))
+        return {_s(k): float(_s(v)) for k, v in raw.items()}
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,71 @@
+"""Rebuild an agent's derived recall structures from its memory hashes.
+
+The walk's node table and the BM25 lane's term counts (see graph.py) are kept
+by the write path. A store written before they existed still recalls correctly
+(the walk reads the memory hashes instead, and every term searches), only more
+slowly; `rebuild_derived` fills them in for one agent, and can be re-run any
+time: both are recomputed from the hashes, never added to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from grimoire.streams.model.text import search_terms
+from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.memory.graph import RedisGraph
+
+logger = logging.getLogger(__name__)
+
+MEMORIES_FIELD = "#memories"  # the term-count hash's count of memories (never a term)
+MAX_COUNTED_TERMS = 1_000  # every distinct term of a memory, not a query's first few
+_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    agent_id: str
+    memories: int
+    terms: int
+
+
+def memory_terms(text: str) -> tuple[str, ...]:
+    """The terms a memory is counted under, at write time and on a rebuild."""
+    return search_terms(text, limit=MAX_COUNTED_TERMS)
+
+
+async def rebuild_derived(redis: Redis, prefix: str, agent_id: str) -> RebuildReport:
+    """Re-pack every memory of `agent_id` into its node table and recount its
+    terms. Writes that land while it runs may be missed by the counts (they are
+    an estimate); the node table is re-packed from the hashes as they stand."""
+    graph = RedisGraph(redis, prefix)
+    ids: list[str] = []
+    counts: Counter[str] = Counter()
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}:mem:*", count=1_000)]
+    for start in range(0, len(keys), _BATCH):
+        batch = keys[start : start + _BATCH]
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in batch:
+                pipe.hmget(key, ["agent_id", "memory_id", "text"])
+            rows = await pipe.execute()
+        for owner, memory_id, text in rows:
+            if owner is None or memory_id is None or text_of(owner) != agent_id:
+                continue
+            ids.append(text_of(memory_id))
+            counts.update(memory_terms(text_of(text or b"")))
+    counts[MEMORIES_FIELD] = len(ids)
+    terms_key = graph.keys.terms(agent_id)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.delete(terms_key, graph.keys.nodes(agent_id))
+        items = sorted(counts.items())
+        for start in range(0, len(items), _BATCH):
+            pipe.hset(terms_key, mapping=dict(items[start : start + _BATCH]))
+        for start in range(0, len(ids), _BATCH):
+            graph.sync_nodes(pipe, agent_id, ids[start : start + _BATCH])
+        await pipe.execute()
+    logger.info("rebuilt %s: %d memories, %d terms", agent_id, len(ids), len(counts) - 1)
+    return RebuildReport(agent_id, len(ids), len(counts) - 1)

@@ -1,0 +1,356 @@
+"""Memory storage: one Protocol, and the Redis (RediSearch via redisvl) implementation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from redis.asyncio import Redis
+from redis.commands.search.query import Query
+from redisvl.index import AsyncSearchIndex
+from redisvl.query import VectorQuery
+
+from grimoire.streams.learn.outcomes import Outcome
+from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.recall.ports import RecallSource
+from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.changes import WriteBatch
+from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
+from grimoire.tables.codec.memory_hash import (
+    RETURN_FIELDS,
+    StoredMemory,
+    hash_fields,
+    stored_memory,
+    text_of,
+)
+from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs
+from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
+from grimoire.tables.codec.walk_node import DecodedNodes
+from grimoire.tables.exceptions import SchemaMismatch
+from grimoire.tables.maintenance.decay_index import DecayIndex
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.memory.graph import RedisGraph
+from grimoire.tables.memory.rebuild import memory_terms
+from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
+from grimoire.tables.memory.scripts import RedisScripts
+from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
+from grimoire.tables.schema.memory_index import memory_schema
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredHit:
+    memory: StoredMemory
+    score: float  # larger is better in every lane
+
+
+class MemoryStore(Protocol):
+    async def ensure_schema(self) -> None: ...
+
+    # write path
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
+    async def nearest(
+        self, queries: Sequence[tuple[str, bytes]]
+    ) -> list[StoredNeighbour | None]: ...
+    async def commit(self, batch: WriteBatch) -> None: ...
+
+    # read path
+    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]: ...
+    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
+    async def count(self, agent_id: str) -> int: ...
+    async def metrics(self) -> dict[str, float]: ...
+    async def watermark(self, agent_id: str) -> int | None: ...
+    async def contrarian_served(self, agent_id: str) -> int | None: ...
+    async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
+    def recall_source(self, agent_id: str) -> RecallSource: ...
+    async def apply_outcome(self, outcome: Outcome) -> int: ...
+
+
+class RedisMemoryStore:
+    """Memory records as Redis hashes indexed by RediSearch.
+
+    The only writer of an agent's records is the worker owning that agent's
+    partition, so check-then-write across two round trips is race-free.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str,
+        dims: int,
+        *,
+        clock_ms: Any = None,
+        knn_policy: KnnPolicy = DEFAULT_KNN_POLICY,
+        decoded_nodes: int = DEFAULT_DECODED_NODES,
+    ) -> None:
+        self._redis = redis
+        self.knn_policy = knn_policy
+        self._decoded_nodes = DecodedNodes(decoded_nodes)
+        # Usage counters change on every recall; kept out of the indexed hash so a
+        # touch never makes RediSearch re-index the record and its two vectors.
+        self.usage_prefix = f"{prefix}:use"
+        self._outcomes_prefix = f"{prefix}:outcomes"
+        self._schema = memory_schema(prefix, dims)
+        self._dims = dims
+        self._index = AsyncSearchIndex(self._schema, redis_client=redis)
+        self._key_prefix = self._schema.index.prefix
+        self._watermarks_key = f"{prefix}:watermarks"
+        # agent -> the last anti-rumination window a recall served (recall/anti_rumination.py)
+        self._contrarian_key = f"{prefix}:contrarian-windows"
+        self._metrics_key = f"{prefix}:metrics"
+        self._clock_ms = clock_ms
+        self.graph = RedisGraph(redis, prefix)
+        self.state = AgentStateStore(redis, prefix)
+        self._scripts = RedisScripts(redis)
+        self.decay = DecayIndex(redis, prefix)
+
+    @property
+    def index_name(self) -> str:
+        return self._schema.index.name
+
+    def key(self, memory_id: str) -> str:
+        return f"{self._key_prefix}:{memory_id}"
+
+    async def ensure_schema(self) -> None:
+        if not await self._index.exists():
+            await self._index.create(overwrite=False)
+            logger.info("created index %s", self.index_name)
+            await self._wait_for_initial_scan()
+            return
+        info = await self._redis.ft(self.index_name).info()
+        attributes = info.get("attributes") if isinstance(info, dict) else None
+        if attributes is not None and len(attributes) != len(self._schema.fields):
+            raise SchemaMismatch(f"index {self.index_name} differs from memory_index.yaml")
+
+    async def _wait_for_initial_scan(self, timeout_s: float = 60.0) -> None:
+        """A new index scans the existing keyspace in the background, and searches
+        meanwhile see part of it; wait so the first recall is complete."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            info = await self._redis.ft(self.index_name).info()
+            indexing = (
+                info.get("indexing", info.get(b"indexing", 0)) if isinstance(info, dict) else 0
+            )
+            if float(text_of(indexing)) == 0:
+                return
+            await asyncio.sleep(0.05)
+        logger.warning("index %s still scanning after %.0fs", self.index_name, timeout_s)
+
+    # ---- write path -------------------------------------------------------------
+
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
+        return await self.state.decided(pairs) if pairs else set()
+
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
+        return await self.state.load_fields(agent_ids)
+
+    async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
+        """Nearest live memory of each (agent, canonical vector), in one pipelined round trip."""
+        if not queries:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id, vector in queries:
+                knn = KnnQuery(
+                    agent_id,
+                    "canonical",
+                    1,
+                    ("memory_id", "confidence", "kind", "text", "canonical"),
+                    hybrid_policy=self.knn_policy.hybrid_policy,
+                )
+                pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
+            replies = await pipe.execute()
+        found: list[StoredNeighbour | None] = []
+        for (_, vector), reply in zip(queries, replies, strict=True):
+            matches = docs(reply)
+            if not matches:
+                found.append(None)
+                continue
+            doc = doc_fields(matches[0])
+            # As an in-batch neighbour is read (see `neighbour_similarity`): the
+            # index's own distance differs in the last bits.
+            stored = doc.get("canonical")
+            if isinstance(stored, bytes) and len(stored) == len(vector):
+                similarity = neighbour_similarity(
+                    np.frombuffer(vector, dtype=np.float32), np.frombuffer(stored, dtype=np.float32)
+                )
+            else:
+                similarity = 1.0 - float(text_of(doc["distance"]))
+            neighbour = Neighbour(
+                memory_id=text_of(doc["memory_id"]),
+                similarity=similarity,
+                confidence=float(text_of(doc.get("confidence", "0.5"))),
+                text=text_of(doc.get("text", "")),
+            )
+            found.append(StoredNeighbour(neighbour, text_of(doc.get("kind", ""))))
+        return found
+
+    async def commit(self, batch: WriteBatch) -> None:
+        now_ms = self._clock_ms() if self._clock_ms else 0
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for record in batch.records:
+                cand = record.candidate
+                fields = hash_fields(record, now_ms)
+                self._scripts.count_new_terms(
+                    pipe,
+                    self.key(record.id),
+                    self.graph.keys.terms(cand.agent_id),
+                    memory_terms(cand.text),
+                )
+                pipe.hset(self.key(record.id), mapping=fields)
+                self.decay.schedule_new(pipe, fields)
+                self.graph.link(pipe, cand.agent_id, cand.id, cand.ts_ms, cand.keys)
+                if cand.hyperedge is not None:
+                    self.graph.bind(
+                        pipe, cand.agent_id, cand.hyperedge.edge_id, {cand.id: cand.hyperedge.role}
+                    )
+            for fold in batch.folds:
+                seed = hash_fields(fold.seed, now_ms)
+                self._scripts.fold_aggregate(pipe, self.key(fold.aggregate_id), seed, fold.ts_ms)
+                self.decay.schedule_new(pipe, seed, keep_existing=True)
+                seed_cand = fold.seed.candidate
+                self.graph.link(
+                    pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
+                )
+            touched: dict[str, set[str]] = {}
+            for record in batch.records:
+                touched.setdefault(record.candidate.agent_id, set()).add(record.id)
+            for fold in batch.folds:
+                touched.setdefault(fold.agent_id, set()).add(fold.aggregate_id)
+            for agent_id in sorted(touched):
+                self.graph.sync_nodes(pipe, agent_id, sorted(touched[agent_id]))
+            for reinforcement in batch.reinforcements:
+                self._scripts.reinforce(
+                    pipe, self.key(reinforcement.target_id), reinforcement.ts_ms
+                )
+            for decision in batch.decisions:
+                self.state.record_decision(
+                    pipe, decision.agent_id, decision.candidate_id, decision.action
+                )
+            for state in batch.fields:
+                self.state.save_field(pipe, state)
+            if batch.fields:
+                # ZADD GT keeps the maximum, so a redelivered old batch never moves it back.
+                marks = {state.agent_id: state.watermark_ms for state in batch.fields}
+                pipe.zadd(self._watermarks_key, marks, gt=True)
+            for delta in batch.stats:
+                self.state.count(pipe, delta.agent_id, dict(delta.counters))
+            for name, amount in batch.metrics:
+                pipe.hincrbyfloat(self._metrics_key, name, amount)
+            await pipe.execute()
+
+    # ---- read path --------------------------------------------------------------
+
+    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for memory_id in ids:
+                pipe.hmget(self.key(memory_id), list(RETURN_FIELDS))
+            rows = await pipe.execute()
+        found: list[StoredMemory | None] = []
+        for row in rows:
+            doc = dict(zip(RETURN_FIELDS, row, strict=True))
+            ok = doc["memory_id"] is not None and text_of(doc["agent_id"]) == agent_id
+            found.append(stored_memory(doc) if ok else None)
+        return found
+
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]:
+        query = VectorQuery(
+            vector=np.asarray(vector, dtype=np.float32).tobytes(),
+            vector_field_name=lane,
+            return_fields=list(RETURN_FIELDS),
+            filter_expression=live_filter(agent_id),
+            num_results=k,
+            dtype="float32",
+        )
+        docs = await self._index.query(query)
+        hits = [ScoredHit(stored_memory(doc), 1.0 - float(doc["vector_distance"])) for doc in docs]
+        hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
+        return hits
+
+    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]:
+        if not terms:
+            return []
+        text_query = FullTextQuery(agent_id, tuple(terms), k)
+        query = (
+            Query(text_query.query_string())
+            .scorer("BM25")
+            .with_scores()
+            .return_fields(*RETURN_FIELDS)
+            .paging(0, k)
+            .dialect(2)
+        )
+        result = await self._redis.ft(self.index_name).search(query)
+        hits = [ScoredHit(stored_memory(doc_fields(doc)), doc_score(doc)) for doc in docs(result)]
+        hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
+        return hits
+
+    async def count(self, agent_id: str) -> int:
+        query = Query(str(tenant_filter(agent_id))).no_content().paging(0, 0).dialect(2)
+        result = await self._redis.ft(self.index_name).search(query)
+        if isinstance(result, dict):
+            return int(result.get("total_results", 0))
+        return int(result.total)
+
+    async def metrics(self) -> dict[str, float]:
+        raw = await self._redis.hgetall(self._metrics_key)
+        return {text_of(k): float(text_of(v)) for k, v in raw.items()}
+
+    async def watermark(self, agent_id: str) -> int | None:
+        score = await self._redis.zscore(self._watermarks_key, agent_id)
+        return None if score is None else int(score)
+
+    async def contrarian_served(self, agent_id: str) -> int | None:
+        score = await self._redis.zscore(self._contrarian_key, agent_id)
+        return None if score is None else int(score)
+
+    async def serve_contrarian(self, agent_id: str, window: int) -> None:
+        """Windows only move forward (GT): a late recall never reopens one."""
+        await self._redis.zadd(self._contrarian_key, {agent_id: window}, gt=True)
+
+    async def apply_outcome(self, outcome: Outcome) -> int:
+        """Apply an outcome once, atomically; -1 when it was applied before, else
+        how many of the agent's memories it changed (others' ids are ignored)."""
+        effect = outcome.effect
+        keys = [f"{self._outcomes_prefix}:{outcome.agent_id}"]
+        for memory_id in outcome.memory_ids:
+            keys += [self.key(memory_id), f"{self.usage_prefix}:{memory_id}"]
+        args = [
+            outcome.outcome_id,
+            outcome.agent_id,
+            outcome.ts_ms,
+            effect.confidence_delta,
+            effect.strength_delta,
+            1 if effect.resets_decay else 0,
+            effect.validated,
+            effect.contradicted,
+        ]
+        changed = await self._scripts.apply_outcome(keys, args)
+        if changed > 0 and effect.touches_memories:
+            # Confidence or the decay origin moved, so each band crossing did too.
+            await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
+        return changed
+
+    def recall_source(self, agent_id: str) -> RecallSource:
+        """A read view bound to one agent, for one request (it caches records)."""
+        return RedisRecallSource(
+            self._redis,
+            index_name=self.index_name,
+            key_prefix=self._key_prefix,
+            usage_prefix=self.usage_prefix,
+            graph_keys=self.graph.keys,
+            scripts=self._scripts,
+            agent_id=agent_id,
+            dims=self._dims,
+            knn_policy=self.knn_policy,
+            decoded_nodes=self._decoded_nodes,
+        )

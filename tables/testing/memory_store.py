@@ -1,0 +1,307 @@
+"""The MemoryStore Protocol over plain dicts, with RedisMemoryStore's semantics.
+
+Records are kept as the flat hash Redis would hold (values encoded the way
+redis-py encodes them: str, or bytes for vectors), so field-level behaviour
+(HSET overwrites, the aggregate fold and reinforce scripts, tag filters on
+"deleted"/"quarantined") is the same. Used by unit tests and as the reference
+the Redis store is checked against in the store contract test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from grimoire.streams.learn.outcomes import Outcome
+from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.model.text import search_terms
+from grimoire.streams.recall.ports import RecallSource
+from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.changes import WriteBatch
+from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
+from grimoire.tables.codec.memory_hash import (
+    RETURN_FIELDS,
+    StoredMemory,
+    hash_fields,
+    stored_memory,
+)
+from grimoire.tables.memory.store import ScoredHit
+from grimoire.tables.testing.recall_source import InMemoryRecallSource
+
+Hash = dict[str, str | bytes]
+LANES = ("canonical", "eidolon")
+
+
+def _encode(value: Any) -> str | bytes:
+    """A value as Redis stores it (redis-py writes numbers with repr, bytes as-is)."""
+    if isinstance(value, bytes | str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"cannot store {type(value).__name__} in a hash")
+    return repr(value)
+
+
+def _encoded(fields: Mapping[str, Any]) -> Hash:
+    return {name: _encode(value) for name, value in fields.items()}
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _cosine(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
+    norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
+    return float(np.dot(a.astype(np.float64), b.astype(np.float64))) / norms if norms else 0.0
+
+
+class InMemoryMemoryStore:
+    def __init__(self, *, clock_ms: Callable[[], int] | None = None, dims: int = 384) -> None:
+        self._clock_ms = clock_ms
+        self._dims = dims
+        self._records: dict[str, Hash] = {}
+        self._nexus: dict[tuple[str, str], dict[str, int]] = {}
+        self._hyperedges: dict[tuple[str, str], dict[str, str]] = {}
+        self._decided: dict[str, dict[str, str]] = {}
+        self._fields: dict[str, FieldState] = {}
+        self._watermarks: dict[str, int] = {}
+        self._contrarian: dict[str, int] = {}
+        self._stats: dict[str, dict[str, float]] = {}
+        self._metrics: dict[str, float] = {}
+        self._usage: dict[str, Hash] = {}
+        self._outcomes: dict[str, set[str]] = {}
+
+    async def ensure_schema(self) -> None:
+        return None
+
+    # ---- write path -------------------------------------------------------------
+
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
+        return {cid for agent, cid in pairs if cid in self._decided.get(agent, {})}
+
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
+        return {a: self._fields.get(a, FieldState(agent_id=a)) for a in agent_ids}
+
+    async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
+        found: list[StoredNeighbour | None] = []
+        for agent_id, vector in queries:
+            hits = self._search(agent_id, np.frombuffer(vector, dtype=np.float32), "canonical", 1)
+            if not hits:
+                found.append(None)
+                continue
+            _, doc = hits[0]
+            stored = np.frombuffer(doc["canonical"], dtype=np.float32)
+            neighbour = Neighbour(
+                memory_id=_text(doc["memory_id"]),
+                similarity=neighbour_similarity(np.frombuffer(vector, dtype=np.float32), stored),
+                confidence=float(_text(doc.get("confidence", "0.5"))),
+                text=_text(doc.get("text", "")),
+            )
+            found.append(StoredNeighbour(neighbour, _text(doc.get("kind", ""))))
+        return found
+
+    async def commit(self, batch: WriteBatch) -> None:
+        """Apply a batch in the order RedisMemoryStore pipelines it."""
+        now_ms = self._clock_ms() if self._clock_ms else 0
+        for record in batch.records:
+            cand = record.candidate
+            self._records.setdefault(record.id, {}).update(_encoded(hash_fields(record, now_ms)))
+            self._link(cand.agent_id, cand.id, cand.ts_ms, cand.keys)
+            if cand.hyperedge is not None:
+                edge = self._hyperedges.setdefault((cand.agent_id, cand.hyperedge.edge_id), {})
+                edge[cand.id] = str(cand.hyperedge.role)
+        for fold in batch.folds:
+            aggregate = self._records.get(fold.aggregate_id)
+            if aggregate is None:
+                aggregate = _encoded(hash_fields(fold.seed, now_ms))
+                aggregate.update({"count": "1", "last_seen": str(fold.ts_ms)})
+                self._records[fold.aggregate_id] = aggregate
+            aggregate["count"] = str(int(_text(aggregate.get("count", "0"))) + 1)
+            _keep_latest(aggregate, fold.ts_ms)
+            keys = fold.seed.candidate.keys
+            self._link(fold.agent_id, fold.aggregate_id, fold.ts_ms, keys, latest=True)
+        for reinforcement in batch.reinforcements:
+            target = self._records.get(reinforcement.target_id)
+            if target is None:  # deleted meanwhile: left alone, like the Lua script
+                continue
+            target["reinforced_count"] = str(int(_text(target.get("reinforced_count", "0"))) + 1)
+            _keep_latest(target, reinforcement.ts_ms)
+        for decision in batch.decisions:
+            self._decided.setdefault(decision.agent_id, {})[decision.candidate_id] = decision.action
+        for state in batch.fields:
+            self._fields[state.agent_id] = state
+            mark = self._watermarks.get(state.agent_id)  # ZADD GT: only ever moves forward
+            if mark is None or state.watermark_ms > mark:
+                self._watermarks[state.agent_id] = state.watermark_ms
+        for delta in batch.stats:
+            counters = self._stats.setdefault(delta.agent_id, {})
+            for name, amount in delta.counters:
+                counters[name] = counters.get(name, 0.0) + amount
+        for name, amount in batch.metrics:
+            self._metrics[name] = self._metrics.get(name, 0.0) + amount
+
+    def _link(
+        self,
+        agent_id: str,
+        memory_id: str,
+        ts_ms: int,
+        keys: Sequence[str],
+        *,
+        latest: bool = False,
+    ) -> None:
+        for key in keys:  # ZADD: the latest write sets the score; ZADD GT only raises it
+            members = self._nexus.setdefault((agent_id, key), {})
+            if latest and memory_id in members:
+                members[memory_id] = max(members[memory_id], ts_ms)
+            else:
+                members[memory_id] = ts_ms
+
+    # ---- read path --------------------------------------------------------------
+
+    def _live(self, agent_id: str) -> list[Hash]:
+        return [
+            doc
+            for doc in self._records.values()
+            if _text(doc.get("agent_id", "")) == agent_id
+            and _text(doc.get("deleted", "")) != "1"
+            and _text(doc.get("quarantined", "")) != "1"
+            and _text(doc.get("archived", "")) != "1"
+        ]
+
+    def _search(
+        self, agent_id: str, vector: np.ndarray[Any, Any], lane: str, k: int
+    ) -> list[tuple[float, Hash]]:
+        if lane not in LANES:
+            raise ValueError(f"unknown vector lane {lane!r}")
+        scored = [
+            (_cosine(vector, np.frombuffer(stored, dtype=np.float32)), doc)
+            for doc in self._live(agent_id)
+            if isinstance(stored := doc.get(lane), bytes) and stored  # absent: not in the lane
+        ]
+        scored.sort(key=lambda item: (-item[0], _text(item[1]["memory_id"])))
+        return scored[:k]
+
+    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]:
+        found: list[StoredMemory | None] = []
+        for memory_id in ids:
+            doc = self._records.get(memory_id)
+            ok = doc is not None and _text(doc.get("agent_id", "")) == agent_id
+            found.append(_stored(doc) if doc is not None and ok else None)
+        return found
+
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]:
+        query = np.asarray(vector, dtype=np.float32)
+        return [ScoredHit(_stored(doc), s) for s, doc in self._search(agent_id, query, lane, k)]
+
+    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]:
+        """Any term may match; the score counts the distinct query terms a text contains."""
+        wanted = set(terms)
+        hits = []
+        for doc in self._live(agent_id):
+            matches = len(wanted & set(search_terms(_text(doc.get("text", "")))))
+            if matches:
+                hits.append(ScoredHit(_stored(doc), float(matches)))
+        hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
+        return hits[:k]
+
+    async def count(self, agent_id: str) -> int:
+        """Every record of the agent, quarantined and deleted ones included (tenant filter)."""
+        return sum(_text(d.get("agent_id", "")) == agent_id for d in self._records.values())
+
+    async def watermark(self, agent_id: str) -> int | None:
+        return self._watermarks.get(agent_id)
+
+    async def contrarian_served(self, agent_id: str) -> int | None:
+        return self._contrarian.get(agent_id)
+
+    async def serve_contrarian(self, agent_id: str, window: int) -> None:
+        self._contrarian[agent_id] = max(window, self._contrarian.get(agent_id, window))
+
+    async def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    def recall_source(self, agent_id: str) -> RecallSource:
+        return InMemoryRecallSource(self, agent_id, self._dims)
+
+    def hashes(self) -> list[Hash]:
+        return list(self._records.values())
+
+    def touch(self, memory_id: str, as_of_ms: int) -> None:
+        """The usage-accounting script's effect on the memory's usage hash."""
+        usage = self._usage.setdefault(memory_id, {})
+        usage["included_count_total"] = str(int(_text(usage.get("included_count_total", "0"))) + 1)
+        decayed = float(_text(usage.get("included_count_decay", "0"))) + 1
+        usage["included_count_decay"] = repr(decayed)
+        if float(_text(usage.get("last_accessed", "0"))) < as_of_ms:
+            usage["last_accessed"] = str(as_of_ms)
+
+    async def apply_outcome(self, outcome: Outcome) -> int:
+        """The outcome script's effect (see scripts._APPLY_OUTCOME)."""
+        applied = self._outcomes.setdefault(outcome.agent_id, set())
+        if outcome.outcome_id in applied:
+            return -1
+        applied.add(outcome.outcome_id)
+        effect, changed = outcome.effect, 0
+        for memory_id in outcome.memory_ids:
+            doc = self._records.get(memory_id)
+            if doc is None or _text(doc.get("agent_id", "")) != outcome.agent_id:
+                continue
+            confidence = float(_text(doc.get("confidence", "0.5"))) + effect.confidence_delta
+            doc["confidence"] = repr(min(1.0, max(0.0, confidence)))
+            if effect.strength_delta:
+                strength = float(_text(doc.get("strength", "1"))) + effect.strength_delta
+                doc["strength"] = repr(strength)
+            for name, amount in (
+                ("validated_count", effect.validated),
+                ("contradicted_count", effect.contradicted),
+            ):
+                if amount:
+                    doc[name] = str(int(_text(doc.get(name, "0"))) + amount)
+            if effect.resets_decay:
+                usage = self._usage.setdefault(memory_id, {})
+                if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
+                    usage["last_accessed"] = str(outcome.ts_ms)
+            changed += 1
+        return changed
+
+    def usage(self, memory_id: str) -> Hash:
+        return dict(self._usage.get(memory_id, {}))
+
+    # ---- inspection (what RedisMemoryStore exposes through .graph and .state) ---
+
+    def record(self, memory_id: str) -> Hash | None:
+        """A copy of the record's hash, as HGETALL would return it (str keys)."""
+        doc = self._records.get(memory_id)
+        return dict(doc) if doc is not None else None
+
+    async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
+        return {key: len(self._nexus.get((agent_id, key), {})) for key in keys}
+
+    async def newest(self, agent_id: str, key: str, limit: int) -> list[str]:
+        members = self._nexus.get((agent_id, key), {})
+        ranked = sorted(members.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        return [memory_id for memory_id, _ in ranked[: max(limit, 0)]]
+
+    async def nexus(self, agent_id: str, key: str) -> dict[str, int]:
+        return dict(self._nexus.get((agent_id, key), {}))
+
+    async def hyperedge(self, agent_id: str, edge_id: str) -> dict[str, str]:
+        return dict(self._hyperedges.get((agent_id, edge_id), {}))
+
+    async def decisions(self, agent_id: str) -> dict[str, str]:
+        return dict(self._decided.get(agent_id, {}))
+
+    async def stats(self, agent_id: str) -> dict[str, float]:
+        return {name: float(value) for name, value in self._stats.get(agent_id, {}).items()}
+
+
+def _keep_latest(doc: Hash, ts_ms: int) -> None:
+    if float(_text(doc.get("last_seen", "0"))) < ts_ms:
+        doc["last_seen"] = str(ts_ms)
+
+
+def _stored(doc: Hash) -> StoredMemory:
+    return stored_memory({name: doc[name] for name in RETURN_FIELDS if name in doc})
