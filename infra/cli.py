@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker":
         return run_worker(settings)
     if args.command == "services":
-        from grimoire.infra import services as local_services
+        from grimoire.infra.local import services as local_services
 
         return local_services.main([args.action])
     if args.command == "recall":

@@ -22,6 +22,7 @@ from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.model.records import EventType
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
@@ -139,7 +140,7 @@ async def _run_mix(
             stats = await asyncio.gather(*(state.stats(agent) for agent in agent_ids))
             metrics = {
                 k.decode(): float(v)
-                for k, v in (await redis.hgetall(f"{settings.topic_prefix}:metrics")).items()
+                for k, v in (await redis.hgetall(Keyspace(settings.topic_prefix).metrics)).items()
             }
     finally:
         await redis.aclose()

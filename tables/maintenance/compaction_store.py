@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Final
 
 import orjson
@@ -31,6 +31,7 @@ from grimoire.streams.model.text import normalized_hash
 from grimoire.tables.codec.memory_hash import hash_fields, text_of
 from grimoire.tables.codec.search_replies import doc_fields, docs
 from grimoire.tables.exceptions import StorageError
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.queries import live_filter
 
 logger = logging.getLogger(__name__)
@@ -75,32 +76,6 @@ return flipped
 """
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionKeys:
-    prefix: str
-
-    def plan(self, agent_id: str, plan_id: str) -> str:
-        return f"{self.prefix}:compact:plan:{agent_id}:{plan_id}"
-
-    def cursor(self, agent_id: str) -> str:
-        return f"{self.prefix}:compact:cursor:{agent_id}"
-
-    def pending(self, agent_id: str) -> str:
-        return f"{self.prefix}:compact:pending:{agent_id}"
-
-    def outbox(self, agent_id: str, plan_id: str) -> str:
-        return f"{self.prefix}:compact:outbox:{agent_id}:{plan_id}"
-
-    def tomb(self, memory_id: str) -> str:
-        return f"{self.prefix}:tomb:{memory_id}"
-
-    def memory(self, memory_id: str) -> str:
-        return f"{self.prefix}:mem:{memory_id}"
-
-    def usage(self, memory_id: str) -> str:
-        return f"{self.prefix}:use:{memory_id}"
-
-
 def encode_plan(plan: CompactionPlan) -> bytes:
     return orjson.dumps(asdict(plan))
 
@@ -126,7 +101,7 @@ def flip_script(redis: Redis) -> Any:
 async def load_candidates(
     redis: Redis,
     index_name: str,
-    keys: CompactionKeys,
+    keys: Keyspace,
     agent_id: str,
     now_ms: int,
     policy: CompactionPolicy,

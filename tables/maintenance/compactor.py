@@ -44,8 +44,8 @@ from grimoire.streams.maintenance.compaction import (
 )
 from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.exceptions import StorageError
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import (
-    CompactionKeys,
     decode_plan,
     encode_plan,
     flip_script,
@@ -112,7 +112,7 @@ class Compactor:
         self._outbox_batch = max(outbox_batch, 1)
         self._max_candidates = max_candidates
         self._index_timeout_s = index_timeout_s
-        self.keys = CompactionKeys(prefix)
+        self.keys = Keyspace(prefix)
         self._graph = RedisGraph(redis, prefix)
         self._index_name = memory_schema(prefix, dims).index.name
         self._flip = flip_script(redis)
@@ -139,10 +139,10 @@ class Compactor:
             return CompactionReport(agent_id, "", "empty", finished_pending=finished)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(
-                self.keys.plan(agent_id, plan.plan_id),
+                self.keys.compaction_plan(agent_id, plan.plan_id),
                 mapping={"plan": encode_plan(plan), "phase": Phase.PLANNED, "agent_id": agent_id},
             )
-            pipe.set(self.keys.pending(agent_id), plan.plan_id)
+            pipe.set(self.keys.compaction_pending(agent_id), plan.plan_id)
             await pipe.execute()
         logger.info(
             "compaction plan %s for %s: %d clusters", plan.plan_id, agent_id, len(plan.clusters)
@@ -157,7 +157,7 @@ class Compactor:
         window holds rather than the store's size; at the end the cursor wraps
         so memories that became compactable later are seen again."""
         horizon = now_ms - self.policy.min_age_ms
-        raw = await self._redis.get(self.keys.cursor(agent_id))
+        raw = await self._redis.get(self.keys.compaction_cursor(agent_id))
         start = int(raw) if raw is not None else None
         if start is None or start > horizon:
             # First pass, or past the end: (re)start at the oldest memory. This
@@ -176,7 +176,7 @@ class Compactor:
             cursor = last if last > start else last + 1  # a full page of one instant
         else:
             cursor = start + self.policy.window_ms
-        await self._redis.set(self.keys.cursor(agent_id), cursor)
+        await self._redis.set(self.keys.compaction_cursor(agent_id), cursor)
         return candidates
 
     async def _first_after(self, agent_id: str, since_ms: int, horizon_ms: int) -> int | None:
@@ -198,14 +198,16 @@ class Compactor:
 
     async def resume(self, agent_id: str) -> CompactionReport | None:
         """Drive the agent's unfinished plan to the end; None when there is none."""
-        pending = await self._redis.get(self.keys.pending(agent_id))
+        pending = await self._redis.get(self.keys.compaction_pending(agent_id))
         if pending is None:
             return None
         plan_id = text_of(pending)
-        raw, phase = await self._redis.hmget(self.keys.plan(agent_id, plan_id), ["plan", "phase"])
+        raw, phase = await self._redis.hmget(
+            self.keys.compaction_plan(agent_id, plan_id), ["plan", "phase"]
+        )
         if raw is None or phase is None:
             logger.warning("pending compaction %s of %s has no plan; dropped", plan_id, agent_id)
-            await self._redis.delete(self.keys.pending(agent_id))
+            await self._redis.delete(self.keys.compaction_pending(agent_id))
             return None
         logger.info("resuming compaction %s of %s at %s", plan_id, agent_id, text_of(phase))
         return await self._run(agent_id, decode_plan(raw), Phase(text_of(phase)), resumed=True)
@@ -221,7 +223,9 @@ class Compactor:
             await self._mark(phase)
         if phase is Phase.SUMMARIES_WRITTEN:
             await self._wait_indexed(plan)
-            await self._redis.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.INDEXED)
+            await self._redis.hset(
+                self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.INDEXED
+            )
             phase = Phase.INDEXED
             await self._mark(phase)
         if phase is Phase.INDEXED:
@@ -261,7 +265,9 @@ class Compactor:
                 pipe.hset(self.keys.memory(cluster.summary_id), mapping=fields)
                 self._graph.link(pipe, agent_id, cluster.summary_id, cluster.ts_ms, cluster.keys)
             self._graph.sync_nodes(pipe, agent_id, [c.summary_id for c in missing])
-            pipe.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.SUMMARIES_WRITTEN)
+            pipe.hset(
+                self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.SUMMARIES_WRITTEN
+            )
             await pipe.execute()
 
     async def _wait_indexed(self, plan: CompactionPlan) -> None:
@@ -283,18 +289,18 @@ class Compactor:
             await asyncio.sleep(0.02)
 
     async def _flip_all(self, agent_id: str, plan: CompactionPlan) -> None:
-        outbox = self.keys.outbox(agent_id, plan.plan_id)
+        outbox = self.keys.compaction_outbox(agent_id, plan.plan_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.scripts.add(self._flip)
             for cluster in plan.clusters:
                 keys = [self.keys.memory(cluster.summary_id), outbox]
                 for source_id in cluster.source_ids:
-                    keys += [self.keys.memory(source_id), self.keys.tomb(source_id)]
+                    keys += [self.keys.memory(source_id), self.keys.tombstone(source_id)]
                 args: list[str | int] = [agent_id, cluster.summary_id, plan.plan_id, plan.now_ms]
                 pipe.evalsha(self._flip.sha, len(keys), *keys, *args)
             flipped_ids = [i for c in plan.clusters for i in (c.summary_id, *c.source_ids)]
             self._graph.sync_nodes(pipe, agent_id, flipped_ids)
-            pipe.hset(self.keys.plan(agent_id, plan.plan_id), "phase", Phase.FLIPPED)
+            pipe.hset(self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.FLIPPED)
             flipped = await pipe.execute()
         for cluster, count in zip(plan.clusters, flipped, strict=False):
             if int(count) < 0:
@@ -303,7 +309,7 @@ class Compactor:
     async def _drain(self, agent_id: str, plan_id: str) -> int:
         """Drop the replaced sources' vectors (the HNSW graph is the costly part of a
         record), one batch per transaction; a redone batch changes nothing."""
-        outbox = self.keys.outbox(agent_id, plan_id)
+        outbox = self.keys.compaction_outbox(agent_id, plan_id)
         dropped = 0
         while True:
             batch = [
@@ -320,11 +326,14 @@ class Compactor:
             await self._mark(Phase.OUTBOX_BATCH)
 
     async def _finish(self, agent_id: str, plan_id: str) -> None:
-        plan_key = self.keys.plan(agent_id, plan_id)
+        plan_key = self.keys.compaction_plan(agent_id, plan_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(plan_key, "phase", Phase.DONE)
             pipe.expire(plan_key, PLAN_TTL_S)
-            pipe.delete(self.keys.pending(agent_id), self.keys.outbox(agent_id, plan_id))
+            pipe.delete(
+                self.keys.compaction_pending(agent_id),
+                self.keys.compaction_outbox(agent_id, plan_id),
+            )
             await pipe.execute()
 
     async def _mark(self, phase: Phase) -> None:

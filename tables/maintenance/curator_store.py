@@ -47,6 +47,7 @@ from grimoire.tables.codec.curated_entry import (
 )
 from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.codec.search_replies import doc_fields, docs
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
 
@@ -72,30 +73,30 @@ class RedisCuratorStore:
         max_episodes: int = 10_000,
     ) -> None:
         self._redis = redis
-        self._prefix = prefix
+        self._keys = Keyspace(prefix)
         self._embed = embed
         self._policy = policy or CuratorPolicy()
         self._distiller = distiller
         self._max_episodes = max_episodes
-        self._index = f"{prefix}-memory"
+        self._index = self._keys.index_name
         self._graph = RedisGraph(redis, prefix)
 
     # ---- keys -------------------------------------------------------------------
 
     def memory_key(self, memory_id: str) -> str:
-        return f"{self._prefix}:mem:{memory_id}"
+        return self._keys.memory(memory_id)
 
     def usage_key(self, memory_id: str) -> str:
-        return f"{self._prefix}:use:{memory_id}"
+        return self._keys.usage(memory_id)
 
     def state_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:curator:{agent_id}"
+        return self._keys.curator(agent_id)
 
     def entries_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:curator:{agent_id}:entries"
+        return self._keys.curator_entries(agent_id)
 
     def playbook_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:playbook:{agent_id}"
+        return self._keys.playbook(agent_id)
 
     # ---- reads ------------------------------------------------------------------
 

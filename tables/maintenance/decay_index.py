@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -33,6 +32,7 @@ from grimoire.streams.maintenance.decay_pass import (
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.decay_fields import DECAY_FIELDS, StoredDecayState, decode_state
 from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.queries import tenant_filter
 
 logger = logging.getLogger(__name__)
@@ -54,26 +54,6 @@ return out
 """
 
 
-@dataclass(frozen=True, slots=True)
-class DecayKeys:
-    prefix: str
-
-    def schedule(self, agent_id: str) -> str:
-        return f"{self.prefix}:decay:{agent_id}"
-
-    def memory(self, memory_id: str) -> str:
-        return f"{self.prefix}:mem:{memory_id}"
-
-    def usage(self, memory_id: str) -> str:
-        return f"{self.prefix}:use:{memory_id}"
-
-    def seeded(self, agent_id: str) -> str:
-        return f"{self.prefix}:decay-seeded:{agent_id}"
-
-    def snapshot(self, memory_id: str) -> str:
-        return f"{self.prefix}:decayed:{memory_id}"
-
-
 class DecayIndex:
     def __init__(
         self,
@@ -85,7 +65,7 @@ class DecayIndex:
     ) -> None:
         bands.check(policy.floor)
         self._redis = redis
-        self.keys = DecayKeys(prefix)
+        self.keys = Keyspace(prefix)
         self._bands = bands
         self._policy = policy
         self._read = redis.register_script(_READ_DECAY_STATE)
@@ -103,7 +83,7 @@ class DecayIndex:
     ) -> None:
         """Queue a memory's due time on the caller's pipeline; None unschedules it.
         `keep_existing` leaves an already scheduled memory's due time alone."""
-        key = self.keys.schedule(agent_id)
+        key = self.keys.decay_schedule(agent_id)
         if due is None:
             if not keep_existing:
                 pipe.zrem(key, memory_id)
@@ -162,7 +142,7 @@ class DecayIndex:
         Three round trips whatever the agent's size: the due ids, their fields,
         then every write in one pipeline. Entries left over past `limit` stay due
         and are taken by the next pass."""
-        key = self.keys.schedule(agent_id)
+        key = self.keys.decay_schedule(agent_id)
         raw = await self._redis.zrangebyscore(key, "-inf", now_ms, start=0, num=limit)
         due_ids = [text_of(member) for member in raw]
         if not due_ids:
@@ -179,7 +159,7 @@ class DecayIndex:
         async with self._redis.pipeline(transaction=False) as pipe:
             for update in plan.updates:
                 pipe.hset(
-                    self.keys.snapshot(update.memory_id),
+                    self.keys.decayed(update.memory_id),
                     mapping={
                         # repr round-trips the float exactly: the snapshot equals
                         # what a reader computes at `as_of`.
@@ -207,7 +187,7 @@ class DecayIndex:
         """Seed an agent once (memories stored before the schedule existed, e.g.
         after an upgrade); later calls cost one EXISTS. Returns how many it
         scheduled, or None when the agent was seeded before."""
-        marker = self.keys.seeded(agent_id)
+        marker = self.keys.decay_seeded(agent_id)
         if await self._redis.exists(marker):
             return None
         scheduled = await self.seed(agent_id, now_ms)
@@ -222,7 +202,7 @@ class DecayIndex:
         when it comes due, so writes racing the seed are never lost. Returns how
         many memories were scheduled."""
         query = str(tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("archived") != "1"))
-        index = f"{self.keys.prefix}-memory"
+        index = self.keys.index_name
         member_prefix = len(self.keys.memory(""))
         scheduled = 0
         offset = 0
@@ -252,7 +232,7 @@ class DecayIndex:
             keys += [
                 self.keys.memory(memory_id),
                 self.keys.usage(memory_id),
-                self.keys.snapshot(memory_id),
+                self.keys.decayed(memory_id),
             ]
         rows = await self._read(keys=keys, args=list(DECAY_FIELDS))
         width = len(DECAY_FIELDS)

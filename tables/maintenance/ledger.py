@@ -16,6 +16,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from grimoire.streams.maintenance.schedule import Ledger, Task
+from grimoire.tables.keyspace import Keyspace
 
 logger = logging.getLogger(__name__)
 
@@ -37,18 +38,18 @@ return 0
 class MaintenanceLedgerStore:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self._redis = redis
-        self._prefix = prefix
+        self._keys = Keyspace(prefix)
         self._advance = redis.register_script(_ADVANCE)
         self._release = redis.register_script(_RELEASE)
 
     def ledger_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:maint:{agent_id}"
+        return self._keys.maintenance_ledger(agent_id)
 
     def lease_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:maint:lease:{agent_id}"
+        return self._keys.maintenance_lease(agent_id)
 
     def log_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:maint:log:{agent_id}"
+        return self._keys.maintenance_log(agent_id)
 
     async def acquire(self, agent_id: str, holder: str, lease_ms: int) -> bool:
         return bool(await self._redis.set(self.lease_key(agent_id), holder, nx=True, px=lease_ms))
@@ -84,7 +85,7 @@ _TASK_FIELDS = frozenset(task.value for task in Task)
 async def known_agents(redis: Redis, prefix: str, batch: int = 500) -> AsyncIterator[str]:
     """Every agent that has ever had an event ingested (the watermark index the
     write path keeps: one small member per agent, cheap to scan)."""
-    async for name, _ in redis.zscan_iter(f"{prefix}:watermarks", count=batch):
+    async for name, _ in redis.zscan_iter(Keyspace(prefix).watermarks, count=batch):
         yield _s(name)
 
 

@@ -18,6 +18,7 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.streams.model.field_state import Affect, FieldState
+from grimoire.tables.keyspace import Keyspace
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +88,14 @@ def field_from_json(agent_id: str, raw: bytes | str | None) -> FieldState:
 class AgentStateStore:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self._redis = redis
-        self._prefix = prefix
-        self._field_key = f"{prefix}:field"
+        self._keys = Keyspace(prefix)
+        self._field_key = self._keys.field_states
 
     def decided_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:decided:{agent_id}"
+        return self._keys.decided(agent_id)
 
     def stats_key(self, agent_id: str) -> str:
-        return f"{self._prefix}:stats:{agent_id}"
+        return self._keys.stats(agent_id)
 
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
         if not agent_ids:

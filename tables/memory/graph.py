@@ -19,31 +19,11 @@ nodes:  {prefix}:nodes:{agent}         HASH memory id → what the walk reads of
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 
-
-@dataclass(frozen=True, slots=True)
-class GraphKeys:
-    prefix: str
-
-    def nexus(self, agent_id: str, key: str) -> str:
-        return f"{self.prefix}:nexus:{agent_id}:{key}"
-
-    def hyperedge(self, agent_id: str, edge_id: str) -> str:
-        return f"{self.prefix}:hyper:{agent_id}:{edge_id}"
-
-    def nodes(self, agent_id: str) -> str:
-        return f"{self.prefix}:nodes:{agent_id}"
-
-    def terms(self, agent_id: str) -> str:
-        return f"{self.prefix}:terms:{agent_id}"
-
-    def memory(self, memory_id: str) -> str:
-        return f"{self.prefix}:mem:{memory_id}"
-
+from grimoire.tables.keyspace import Keyspace
 
 # The memory-hash fields a walk node is packed from, in packed order.
 WALK_NODE_FIELDS = (
@@ -80,7 +60,7 @@ return #KEYS - 1
 class RedisGraph:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self._redis = redis
-        self.keys = GraphKeys(prefix)
+        self.keys = Keyspace(prefix)
         self._sync = redis.register_script(_SYNC_NODES)
 
     def sync_nodes(self, pipe: Any, agent_id: str, memory_ids: Sequence[str]) -> None:

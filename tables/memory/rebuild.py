@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from grimoire.streams.model.text import search_terms
 from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ async def rebuild_derived(redis: Redis, prefix: str, agent_id: str) -> RebuildRe
     graph = RedisGraph(redis, prefix)
     ids: list[str] = []
     counts: Counter[str] = Counter()
-    keys = [key async for key in redis.scan_iter(match=f"{prefix}:mem:*", count=1_000)]
+    keys = [
+        key async for key in redis.scan_iter(match=Keyspace(prefix).memory_pattern, count=1_000)
+    ]
     for start in range(0, len(keys), _BATCH):
         batch = keys[start : start + _BATCH]
         async with redis.pipeline(transaction=False) as pipe:

@@ -22,7 +22,7 @@ from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.codec.recall_record import RECORD_FIELDS, decode_row
 from grimoire.tables.codec.search_replies import doc_fields, docs, scored_keys
 from grimoire.tables.codec.walk_node import NODE_FIELDS, DecodedNodes, decode_node
-from grimoire.tables.memory.graph import GraphKeys
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery
@@ -58,9 +58,7 @@ class RedisRecallSource:
         redis: Redis,
         *,
         index_name: str,
-        key_prefix: str,
-        usage_prefix: str,
-        graph_keys: GraphKeys,
+        keys: Keyspace,
         scripts: RedisScripts,
         agent_id: str,
         dims: int,
@@ -70,19 +68,17 @@ class RedisRecallSource:
         self._redis = redis
         # The store's, shared by its requests; without one, nothing outlives the request.
         self._decoded = decoded_nodes if decoded_nodes is not None else DecodedNodes(0)
-        self._usage_prefix = usage_prefix
         self._knn = knn_policy
         self._nodes: dict[str, NodeInfo | None] = {}
         self._index = index_name
-        self._key_prefix = key_prefix
-        self._graph = graph_keys
+        self._keys = keys
         self._scripts = scripts
         self._agent = agent_id
         self._dims = dims
         self._records: dict[str, RecallRecord | None] = {}
 
     def _key(self, memory_id: str) -> str:
-        return f"{self._key_prefix}:{memory_id}"
+        return self._keys.memory(memory_id)
 
     # ---- lanes ----------------------------------------------------------------------
 
@@ -178,7 +174,7 @@ class RedisRecallSource:
         policy = self._knn
         if policy.common_term_docs is None or len(terms) < 2 or not filters.empty:
             return tuple(terms)
-        counts = await self._redis.hmget(self._graph.terms(self._agent), [*terms, MEMORIES_FIELD])
+        counts = await self._redis.hmget(self._keys.terms(self._agent), [*terms, MEMORIES_FIELD])
         memories = int(counts[-1] or 0)
         held = {term: int(count or 0) for term, count in zip(terms, counts, strict=False)}
         share = max(policy.common_term_floor, policy.common_term_share * memories)
@@ -221,7 +217,7 @@ class RedisRecallSource:
         if not anchors:
             return {}
         rows = await self._scripts.around(
-            [self._graph.nexus(self._agent, anchor.key) for anchor in anchors],
+            [self._keys.nexus(self._agent, anchor.key) for anchor in anchors],
             [anchor.ts_ms for anchor in anchors],
         )
         found: dict[str, tuple[str, ...]] = {}
@@ -233,9 +229,7 @@ class RedisRecallSource:
         return found
 
     def _term_scores(self, reply: Any) -> dict[str, float]:
-        return {
-            key.removeprefix(f"{self._key_prefix}:"): score for key, score in scored_keys(reply)
-        }
+        return {self._keys.memory_id_of(key): score for key, score in scored_keys(reply)}
 
     # ---- records and graph ---------------------------------------------------------
 
@@ -244,7 +238,7 @@ class RedisRecallSource:
         if missing:
             rows, accessed = await self._scripts.records(
                 [self._key(i) for i in missing],
-                [f"{self._usage_prefix}:{i}" for i in missing],
+                [self._keys.usage(i) for i in missing],
                 RECORD_FIELDS,
             )
             for memory_id, row, last in zip(missing, rows, accessed, strict=True):
@@ -254,7 +248,7 @@ class RedisRecallSource:
     async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
         missing = sorted({i for i in memory_ids if i not in self._nodes})
         if missing:
-            packed = await self._redis.hmget(self._graph.nodes(self._agent), missing)
+            packed = await self._redis.hmget(self._keys.nodes(self._agent), missing)
             unpacked = []
             for memory_id, raw in zip(missing, packed, strict=True):
                 node = self._decoded.node(memory_id, raw) if raw is not None else None
@@ -273,7 +267,7 @@ class RedisRecallSource:
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
         if not keys:
             return {}
-        nexus = [self._graph.nexus(self._agent, key) for key in keys]
+        nexus = [self._keys.nexus(self._agent, key) for key in keys]
         counts = await self._scripts.cardinalities(nexus)
         return dict(zip(keys, counts, strict=True))
 
@@ -294,8 +288,8 @@ class RedisRecallSource:
     ) -> tuple[dict[str, int], dict[str, list[str]]]:
         if not keys or limit <= 0:
             return {}, {key: [] for key in keys}
-        nexus = [self._graph.nexus(self._agent, key) for key in keys]
-        table = self._graph.nodes(self._agent)
+        nexus = [self._keys.nexus(self._agent, key) for key in keys]
+        table = self._keys.nodes(self._agent)
         lists, raw_ids, packed, counts = await self._scripts.newest_with_nodes(
             table, nexus, limit, degrees=degrees
         )
@@ -316,7 +310,7 @@ class RedisRecallSource:
             return {}
         async with self._redis.pipeline(transaction=False) as pipe:
             for edge in edge_ids:
-                pipe.hgetall(self._graph.hyperedge(self._agent, edge))
+                pipe.hgetall(self._keys.hyperedge(self._agent, edge))
             rows = await pipe.execute()
         return {
             edge: {text_of(k): text_of(v) for k, v in row.items()}
@@ -325,7 +319,7 @@ class RedisRecallSource:
         }
 
     async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
-        await self._scripts.touch([f"{self._usage_prefix}:{i}" for i in memory_ids], as_of_ms)
+        await self._scripts.touch([self._keys.usage(i) for i in memory_ids], as_of_ms)
 
 
 def _first_other(members: Sequence[Any], memory_id: str) -> str | None:

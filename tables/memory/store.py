@@ -31,6 +31,7 @@ from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs
 from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.exceptions import SchemaMismatch
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.decay_index import DecayIndex
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.tables.memory.graph import RedisGraph
@@ -97,16 +98,10 @@ class RedisMemoryStore:
         self._decoded_nodes = DecodedNodes(decoded_nodes)
         # Usage counters change on every recall; kept out of the indexed hash so a
         # touch never makes RediSearch re-index the record and its two vectors.
-        self.usage_prefix = f"{prefix}:use"
-        self._outcomes_prefix = f"{prefix}:outcomes"
+        self.keys = Keyspace(prefix)
         self._schema = memory_schema(prefix, dims)
         self._dims = dims
         self._index = AsyncSearchIndex(self._schema, redis_client=redis)
-        self._key_prefix = self._schema.index.prefix
-        self._watermarks_key = f"{prefix}:watermarks"
-        # agent -> the last anti-rumination window a recall served (recall/anti_rumination.py)
-        self._contrarian_key = f"{prefix}:contrarian-windows"
-        self._metrics_key = f"{prefix}:metrics"
         self._clock_ms = clock_ms
         self.graph = RedisGraph(redis, prefix)
         self.state = AgentStateStore(redis, prefix)
@@ -118,7 +113,7 @@ class RedisMemoryStore:
         return self._schema.index.name
 
     def key(self, memory_id: str) -> str:
-        return f"{self._key_prefix}:{memory_id}"
+        return self.keys.memory(memory_id)
 
     async def ensure_schema(self) -> None:
         if not await self._index.exists():
@@ -240,11 +235,11 @@ class RedisMemoryStore:
             if batch.fields:
                 # ZADD GT keeps the maximum, so a redelivered old batch never moves it back.
                 marks = {state.agent_id: state.watermark_ms for state in batch.fields}
-                pipe.zadd(self._watermarks_key, marks, gt=True)
+                pipe.zadd(self.keys.watermarks, marks, gt=True)
             for delta in batch.stats:
                 self.state.count(pipe, delta.agent_id, dict(delta.counters))
             for name, amount in batch.metrics:
-                pipe.hincrbyfloat(self._metrics_key, name, amount)
+                pipe.hincrbyfloat(self.keys.metrics, name, amount)
             await pipe.execute()
 
     # ---- read path --------------------------------------------------------------
@@ -302,28 +297,28 @@ class RedisMemoryStore:
         return int(result.total)
 
     async def metrics(self) -> dict[str, float]:
-        raw = await self._redis.hgetall(self._metrics_key)
+        raw = await self._redis.hgetall(self.keys.metrics)
         return {text_of(k): float(text_of(v)) for k, v in raw.items()}
 
     async def watermark(self, agent_id: str) -> int | None:
-        score = await self._redis.zscore(self._watermarks_key, agent_id)
+        score = await self._redis.zscore(self.keys.watermarks, agent_id)
         return None if score is None else int(score)
 
     async def contrarian_served(self, agent_id: str) -> int | None:
-        score = await self._redis.zscore(self._contrarian_key, agent_id)
+        score = await self._redis.zscore(self.keys.contrarian_windows, agent_id)
         return None if score is None else int(score)
 
     async def serve_contrarian(self, agent_id: str, window: int) -> None:
         """Windows only move forward (GT): a late recall never reopens one."""
-        await self._redis.zadd(self._contrarian_key, {agent_id: window}, gt=True)
+        await self._redis.zadd(self.keys.contrarian_windows, {agent_id: window}, gt=True)
 
     async def apply_outcome(self, outcome: Outcome) -> int:
         """Apply an outcome once, atomically; -1 when it was applied before, else
         how many of the agent's memories it changed (others' ids are ignored)."""
         effect = outcome.effect
-        keys = [f"{self._outcomes_prefix}:{outcome.agent_id}"]
+        keys = [self.keys.applied_outcomes(outcome.agent_id)]
         for memory_id in outcome.memory_ids:
-            keys += [self.key(memory_id), f"{self.usage_prefix}:{memory_id}"]
+            keys += [self.key(memory_id), self.keys.usage(memory_id)]
         args = [
             outcome.outcome_id,
             outcome.agent_id,
@@ -345,9 +340,7 @@ class RedisMemoryStore:
         return RedisRecallSource(
             self._redis,
             index_name=self.index_name,
-            key_prefix=self._key_prefix,
-            usage_prefix=self.usage_prefix,
-            graph_keys=self.graph.keys,
+            keys=self.keys,
             scripts=self._scripts,
             agent_id=agent_id,
             dims=self._dims,

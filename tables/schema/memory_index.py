@@ -8,13 +8,16 @@ from typing import Any
 import yaml
 from redisvl.schema import IndexSchema
 
+from grimoire.tables.keyspace import Keyspace
+
 
 def memory_schema_dict(prefix: str, dims: int) -> dict[str, Any]:
     raw = yaml.safe_load(
         resources.files("grimoire.tables.schema").joinpath("memory_index.yaml").read_text()
     )
-    raw["index"]["name"] = raw["index"]["name"].format(prefix=prefix)
-    raw["index"]["prefix"] = raw["index"]["prefix"].format(prefix=prefix)
+    keys = Keyspace(prefix)
+    raw["index"]["name"] = keys.index_name
+    raw["index"]["prefix"] = keys.memory_prefix
     for field in raw["fields"]:
         if field["type"] == "vector":
             field["attrs"]["dims"] = dims

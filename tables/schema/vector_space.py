@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.exceptions import VectorSpaceMismatch
+from grimoire.tables.keyspace import Keyspace
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ LEGACY_SPACE: Final = f"{ANY_MODEL}:float32"
 
 
 def space_key(prefix: str) -> str:
-    return f"{prefix}:vector-space"
+    return Keyspace(prefix).vector_space
 
 
 def compatible(claimed: str, mine: str) -> bool:

@@ -34,7 +34,8 @@ from grimoire.streams.recall.options import RecallBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.codec.search_replies import scored_keys
-from grimoire.tables.maintenance.compaction_store import CompactionKeys, decode_plan
+from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.compaction_store import decode_plan
 from grimoire.tables.maintenance.compactor import Compactor, Phase
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.queries import escape_tag
@@ -134,9 +135,9 @@ class World:
         return sorted(key.rsplit(":", 1)[-1] for key, _ in scored_keys(reply))
 
     async def pending_plan(self) -> CompactionPlan:
-        keys = CompactionKeys(self.prefix)
-        plan_id = text_of(await self.redis.get(keys.pending(self.agent)))
-        return decode_plan(await self.redis.hget(keys.plan(self.agent, plan_id), "plan"))
+        keys = Keyspace(self.prefix)
+        plan_id = text_of(await self.redis.get(keys.compaction_pending(self.agent)))
+        return decode_plan(await self.redis.hget(keys.compaction_plan(self.agent, plan_id), "plan"))
 
     async def vectors_left(self) -> int:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -312,15 +313,15 @@ async def test_the_candidate_scan_moves_window_by_window_jumps_gaps_and_wraps(
     ]  # fmt: skip
     await world.store.commit(WriteBatch(records=tuple(later)))
     compactor = world.compactor()
-    keys = CompactionKeys(world.prefix)
+    keys = Keyspace(world.prefix)
 
     first = await compactor.compact(world.agent, NOW)
     assert first.status == "done" and first.sources == 4  # the T0 window only
-    assert int(await world.redis.get(keys.cursor(world.agent))) == T0 + DAY_MS
+    assert int(await world.redis.get(keys.compaction_cursor(world.agent))) == T0 + DAY_MS
 
     second = await compactor.compact(world.agent, NOW)  # jumps the 8-day gap
     assert second.status == "done" and second.sources == 3
-    assert int(await world.redis.get(keys.cursor(world.agent))) == T0 + 10 * DAY_MS
+    assert int(await world.redis.get(keys.compaction_cursor(world.agent))) == T0 + 10 * DAY_MS
 
     third = await compactor.compact(world.agent, NOW)  # nothing left in range
     assert third.status == "empty"

@@ -75,12 +75,12 @@ async def write(redis: Redis, decay: DecayIndex, *docs: dict[str, Any]) -> None:
 
 
 async def schedule(redis: Redis, decay: DecayIndex, agent: str) -> dict[str, float]:
-    rows = await redis.zrange(decay.keys.schedule(agent), 0, -1, withscores=True)
+    rows = await redis.zrange(decay.keys.decay_schedule(agent), 0, -1, withscores=True)
     return {text_of(member): score for member, score in rows}
 
 
 async def snapshot(redis: Redis, decay: DecayIndex, memory_id: str) -> dict[str, str]:
-    raw = await redis.hgetall(decay.keys.snapshot(memory_id))
+    raw = await redis.hgetall(decay.keys.decayed(memory_id))
     return {text_of(k): text_of(v) for k, v in raw.items()}
 
 

@@ -11,8 +11,8 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
-from grimoire.tables.memory.graph import GraphKeys
 from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
@@ -64,7 +64,7 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     await client.publish_transcript(user_line)
     await client.publish_transcript(assistant_line)
 
-    edge_key = GraphKeys(settings.topic_prefix).hyperedge(agent, "turn:turn-7")
+    edge_key = Keyspace(settings.topic_prefix).hyperedge(agent, "turn:turn-7")
 
     async def members() -> dict[bytes, bytes] | None:
         found = await redis_client.hgetall(edge_key)
@@ -129,7 +129,7 @@ async def test_redelivery_after_a_crash_changes_nothing(
                 await client.publish_tool_event(event)
 
     state = AgentStateStore(redis_client, settings.topic_prefix)
-    graph = GraphKeys(settings.topic_prefix)
+    graph = Keyspace(settings.topic_prefix)
 
     async def snapshot() -> dict[str, Any]:
         stats = await state.stats(agent)

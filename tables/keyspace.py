@@ -1,0 +1,156 @@
+"""Every Redis key Grimoire reads or writes, built in one place.
+
+A deployment's keys all start with its prefix (`GRIMOIRE_TOPIC_PREFIX`), so several
+deployments share one Redis without meeting. Per-agent keys carry the agent id
+after the concern's name; per-memory keys carry the memory id, whose owner is
+recorded in the memory hash itself (`agent_id`), so every read checks it.
+
+Nothing else in the code base builds a key: a test greps the other modules for
+key f-strings (`tests/unit/test_keyspace.py`). Lua scripts receive their keys as
+`KEYS[...]`, never build them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Keyspace"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keyspace:
+    prefix: str
+
+    # -- the memory index and its documents --------------------------------------
+    @property
+    def index_name(self) -> str:
+        """The RediSearch index over memory hashes."""
+        return f"{self.prefix}-memory"
+
+    @property
+    def memory_prefix(self) -> str:
+        """The index's document prefix: every memory hash starts with it."""
+        return f"{self.prefix}:mem"
+
+    @property
+    def memory_pattern(self) -> str:
+        """SCAN pattern matching every memory hash of the deployment."""
+        return f"{self.memory_prefix}:*"
+
+    @property
+    def deployment_pattern(self) -> str:
+        """SCAN pattern matching every key of the deployment."""
+        return f"{self.prefix}:*"
+
+    def memory(self, memory_id: str) -> str:
+        return f"{self.memory_prefix}:{memory_id}"
+
+    def memory_id_of(self, key: str) -> str:
+        """The memory id a memory hash's key names (inverse of `memory`)."""
+        return key.removeprefix(f"{self.memory_prefix}:")
+
+    @property
+    def usage_prefix(self) -> str:
+        return f"{self.prefix}:use"
+
+    def usage(self, memory_id: str) -> str:
+        """A memory's usage counters, apart from its hash so recall's writes do
+        not touch the indexed document."""
+        return f"{self.usage_prefix}:{memory_id}"
+
+    def tombstone(self, memory_id: str) -> str:
+        """What replaced a compacted memory."""
+        return f"{self.prefix}:tomb:{memory_id}"
+
+    def decayed(self, memory_id: str) -> str:
+        """The decay band a memory was last seen in."""
+        return f"{self.prefix}:decayed:{memory_id}"
+
+    # -- deployment-wide ----------------------------------------------------------
+    @property
+    def vector_space(self) -> str:
+        """The embedding space the index's vectors live in (claimed once)."""
+        return f"{self.prefix}:vector-space"
+
+    @property
+    def watermarks(self) -> str:
+        """ZSET agent -> latest event time: also the list of known agents."""
+        return f"{self.prefix}:watermarks"
+
+    @property
+    def field_states(self) -> str:
+        """HASH agent -> field state JSON."""
+        return f"{self.prefix}:field"
+
+    @property
+    def contrarian_windows(self) -> str:
+        """ZSET agent -> the last anti-rumination window a recall served."""
+        return f"{self.prefix}:contrarian-windows"
+
+    @property
+    def metrics(self) -> str:
+        return f"{self.prefix}:metrics"
+
+    # -- per agent: write path ----------------------------------------------------
+    def decided(self, agent_id: str) -> str:
+        """Source events already decided (a redelivery changes nothing)."""
+        return f"{self.prefix}:decided:{agent_id}"
+
+    def stats(self, agent_id: str) -> str:
+        return f"{self.prefix}:stats:{agent_id}"
+
+    def applied_outcomes(self, agent_id: str) -> str:
+        return f"{self.prefix}:outcomes:{agent_id}"
+
+    # -- per agent: graph ---------------------------------------------------------
+    def nexus(self, agent_id: str, nexus_key: str) -> str:
+        """ZSET of the agent's memories carrying one nexus key."""
+        return f"{self.prefix}:nexus:{agent_id}:{nexus_key}"
+
+    def hyperedge(self, agent_id: str, edge_id: str) -> str:
+        return f"{self.prefix}:hyper:{agent_id}:{edge_id}"
+
+    def nodes(self, agent_id: str) -> str:
+        """HASH memory id -> packed walk node."""
+        return f"{self.prefix}:nodes:{agent_id}"
+
+    def terms(self, agent_id: str) -> str:
+        """HASH term -> how many of the agent's memories hold it."""
+        return f"{self.prefix}:terms:{agent_id}"
+
+    # -- per agent: maintenance ---------------------------------------------------
+    def decay_schedule(self, agent_id: str) -> str:
+        return f"{self.prefix}:decay:{agent_id}"
+
+    def decay_seeded(self, agent_id: str) -> str:
+        return f"{self.prefix}:decay-seeded:{agent_id}"
+
+    def compaction_plan(self, agent_id: str, plan_id: str) -> str:
+        return f"{self.prefix}:compact:plan:{agent_id}:{plan_id}"
+
+    def compaction_cursor(self, agent_id: str) -> str:
+        return f"{self.prefix}:compact:cursor:{agent_id}"
+
+    def compaction_pending(self, agent_id: str) -> str:
+        return f"{self.prefix}:compact:pending:{agent_id}"
+
+    def compaction_outbox(self, agent_id: str, plan_id: str) -> str:
+        return f"{self.prefix}:compact:outbox:{agent_id}:{plan_id}"
+
+    def curator(self, agent_id: str) -> str:
+        return f"{self.prefix}:curator:{agent_id}"
+
+    def curator_entries(self, agent_id: str) -> str:
+        return f"{self.prefix}:curator:{agent_id}:entries"
+
+    def playbook(self, agent_id: str) -> str:
+        return f"{self.prefix}:playbook:{agent_id}"
+
+    def maintenance_ledger(self, agent_id: str) -> str:
+        return f"{self.prefix}:maint:{agent_id}"
+
+    def maintenance_lease(self, agent_id: str) -> str:
+        return f"{self.prefix}:maint:lease:{agent_id}"
+
+    def maintenance_log(self, agent_id: str) -> str:
+        return f"{self.prefix}:maint:log:{agent_id}"
