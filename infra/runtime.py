@@ -32,7 +32,6 @@ from grimoire.streams.maintenance.schedule import Task
 from grimoire.tables.maintenance.compactor import Compactor
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
-from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -124,7 +123,7 @@ class Runtime:
         return Handlers(
             maintenance=MaintenanceHandler(
                 ledgers=MaintenanceLedgerStore(redis, settings.topic_prefix),
-                agent_state=AgentStateStore(redis, settings.topic_prefix),
+                field_states=store,
                 runners=build_runners(redis, store, embedder, settings),
                 sink=self._sink,
                 topics=topics,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,10 +28,20 @@ from grimoire.streams.maintenance.schedule import (
     assess_pressure,
     plan_maintenance,
 )
-from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore
-from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.streams.model.field_state import FieldState
+from grimoire.tables.maintenance.ledger import MaintenanceLedger
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MaintenanceEventV1
+
+__all__ = [
+    "EVENT_TYPES",
+    "FieldStates",
+    "LiveCount",
+    "MaintenanceHandler",
+    "NoPressure",
+    "PressureProbe",
+    "TaskRunner",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +68,20 @@ class NoPressure:
         return PressureSignals()
 
 
+class FieldStates(Protocol):
+    """Where the agent's tick and watermark come from (the memory store)."""
+
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
+
+
 class LiveCount(Protocol):
     async def __call__(self, agent_id: str) -> int: ...
 
 
 @dataclass
 class MaintenanceHandler:
-    ledgers: MaintenanceLedgerStore
-    agent_state: AgentStateStore
+    ledgers: MaintenanceLedger
+    field_states: FieldStates
     runners: Mapping[Task, TaskRunner]
     sink: EventSink
     topics: TopicNames
@@ -95,7 +111,7 @@ class MaintenanceHandler:
             await self.ledgers.release(agent_id, self.worker_id)
 
     async def _run(self, agent_id: str, force_compaction: bool) -> MaintenancePlan | None:
-        state = await self.agent_state.field(agent_id)
+        state = (await self.field_states.load_fields([agent_id]))[agent_id]
         if state.tick is None and state.watermark_ms <= 0:
             return None  # nothing ingested for this agent yet
         tick = agent_tick(state.tick, state.watermark_ms, self.block_interval_ms)

@@ -1,15 +1,15 @@
-"""The maintenance handler against real Redis: due tasks run once per tick, a held
-lease or a duplicate command runs nothing, a failed task stays due, and a bad
-command is dead-lettered."""
+"""The maintenance handler without services (the reference ledger, field states in
+a dict): due tasks run once per tick, a held lease or a duplicate command runs
+nothing, a failed task stays due, pressure postpones, and a bad command is
+dead-lettered. The Redis ledger meets the same contract
+(tests/integration/test_ledger_contract.py)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
@@ -20,11 +20,11 @@ from grimoire.streams.maintenance.schedule import (
     Task,
 )
 from grimoire.streams.model.field_state import FieldState
-from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
-from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MaintenanceCommandV1
 
+TOPICS = TopicNames("mh")
 POLICY = MaintenancePolicy(curator_every_ticks=5, compaction_every_ticks=10)
 
 
@@ -55,16 +55,30 @@ def _message(agent_id: str, **extra: Any) -> InputMessage:
     return InputMessage(value=value, topic="t.maintenance", partition=0, offset=0)
 
 
-async def _set_tick(redis: Redis, prefix: str, agent_id: str, tick: int) -> None:
-    async with redis.pipeline(transaction=False) as pipe:
-        state = FieldState(agent_id=agent_id, watermark_ms=1_000_000 + tick * 12_000, tick=tick)
-        AgentStateStore(redis, prefix).save_field(pipe, state)
-        pipe.zadd(f"{prefix}:watermarks", {agent_id: state.watermark_ms}, gt=True)
-        await pipe.execute()
+class FieldStates:
+    """Field states by agent: all the handler reads of them is the tick and watermark."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, FieldState] = {}
+
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
+        return {a: self.states.get(a, FieldState(agent_id=a)) for a in agent_ids}
+
+    def set_tick(self, agent_id: str, tick: int) -> None:
+        self.states[agent_id] = FieldState(
+            agent_id=agent_id, watermark_ms=1_000_000 + tick * 12_000, tick=tick
+        )
+
+
+class World:
+    def __init__(self) -> None:
+        self.ledgers = InMemoryMaintenanceLedger(clock_ms=lambda: self.now_ms)
+        self.fields = FieldStates()
+        self.now_ms = 0
 
 
 def _handler(
-    redis: Redis, prefix: str, runners: dict[Task, Recording], worker: str, **extra: Any
+    world: World, runners: dict[Task, Recording], worker: str, **extra: Any
 ) -> tuple[MaintenanceHandler, MemorySink]:
     sink = MemorySink()
 
@@ -72,11 +86,11 @@ def _handler(
         return 0
 
     handler = MaintenanceHandler(
-        ledgers=MaintenanceLedgerStore(redis, prefix),
-        agent_state=AgentStateStore(redis, prefix),
+        ledgers=world.ledgers,
+        field_states=world.fields,
         runners=runners,
         sink=sink,
-        topics=TopicNames(prefix),
+        topics=TOPICS,
         worker_id=worker,
         block_interval_ms=12_000,
         live_count=live,
@@ -86,13 +100,13 @@ def _handler(
     return handler, sink
 
 
-async def test_due_tasks_run_once_per_tick_and_report(redis_client: Redis) -> None:
-    prefix = f"mh{uuid.uuid4().hex[:6]}"
+async def test_due_tasks_run_once_per_tick_and_report() -> None:
+    world = World()
     agent = "golem-1"
     runners = {task: Recording(task) for task in Task}
-    handler, sink = _handler(redis_client, prefix, runners, "w1")
+    handler, sink = _handler(world, runners, "w1")
     assert await handler.handle(_message(agent)) is None  # no events yet: nothing to do
-    await _set_tick(redis_client, prefix, agent, 5)
+    world.fields.set_tick(agent, 5)
     plan = await handler.handle(_message(agent))
     assert plan is not None and plan.tasks == (Task.DECAY, Task.CURATOR)
     assert runners[Task.CURATOR].calls == [(5, 1_060_000)]
@@ -100,7 +114,7 @@ async def test_due_tasks_run_once_per_tick_and_report(redis_client: Redis) -> No
     again = await handler.handle(_message(agent))
     assert again is not None and again.tasks == ()
     assert len(runners[Task.DECAY].calls) == 1
-    events = [orjson.loads(v) for v in sink.on(TopicNames(prefix).memory_events)]
+    events = [orjson.loads(v) for v in sink.on(TOPICS.memory_events)]
     assert [e["type"] for e in events] == [
         "GrimoireDecay",
         "CuratorCycleComplete",
@@ -108,21 +122,20 @@ async def test_due_tasks_run_once_per_tick_and_report(redis_client: Redis) -> No
     ]
     assert events[1]["report"]["entries"] == 1 and events[1]["worker"] == "w1"
     assert events[1]["report"]["elapsed_ms"] >= 0
-    assert [agent async for agent in known_agents(redis_client, prefix)] == [agent]
-    history = await MaintenanceLedgerStore(redis_client, prefix).history(agent)
+    history = await world.ledgers.history(agent)
     assert [(h["task"], h["tick"], h["worker"]) for h in history] == [
         ("decay", "5", "w1"),
         ("curator", "5", "w1"),
     ]
 
 
-async def test_a_held_lease_means_another_worker_is_on_it(redis_client: Redis) -> None:
-    prefix = f"mh{uuid.uuid4().hex[:6]}"
+async def test_a_held_lease_means_another_worker_is_on_it() -> None:
+    world = World()
     agent = "golem-2"
-    await _set_tick(redis_client, prefix, agent, 10)
+    world.fields.set_tick(agent, 10)
     runners = {task: Recording(task) for task in Task}
-    handler, _ = _handler(redis_client, prefix, runners, "w2")
-    ledgers = MaintenanceLedgerStore(redis_client, prefix)
+    handler, _ = _handler(world, runners, "w2")
+    ledgers = world.ledgers
     assert await ledgers.acquire(agent, "w1", 60_000)
     assert await handler.handle(_message(agent)) is None
     assert all(not runner.calls for runner in runners.values())
@@ -131,15 +144,15 @@ async def test_a_held_lease_means_another_worker_is_on_it(redis_client: Redis) -
     assert plan is not None and set(plan.tasks) == set(Task)
 
 
-async def test_a_failed_task_stays_due_and_pressure_postpones(redis_client: Redis) -> None:
-    prefix = f"mh{uuid.uuid4().hex[:6]}"
+async def test_a_failed_task_stays_due_and_pressure_postpones() -> None:
+    world = World()
     agent = "golem-3"
-    await _set_tick(redis_client, prefix, agent, 5)
+    world.fields.set_tick(agent, 5)
     runners = {Task.DECAY: Recording(Task.DECAY), Task.CURATOR: Recording(Task.CURATOR, 1)}
     pressure = Pressure()
-    handler, _ = _handler(redis_client, prefix, runners, "w1", pressure=pressure)
+    handler, _ = _handler(world, runners, "w1", pressure=pressure)
     await handler.handle(_message(agent))
-    ledger = await MaintenanceLedgerStore(redis_client, prefix).ledger(agent)
+    ledger = await world.ledgers.ledger(agent)
     assert (ledger.decay, ledger.curator) == (5, None)
     pressure.lag = POLICY.throttle_lag
     throttled = await handler.handle(_message(agent))
@@ -147,15 +160,44 @@ async def test_a_failed_task_stays_due_and_pressure_postpones(redis_client: Redi
     assert len(runners[Task.CURATOR].calls) == 1
     pressure.lag = 0
     await handler.handle(_message(agent))
-    ledger = await MaintenanceLedgerStore(redis_client, prefix).ledger(agent)
+    ledger = await world.ledgers.ledger(agent)
     assert ledger.curator == 5
     assert len(runners[Task.CURATOR].calls) == 2
 
 
-async def test_a_bad_command_is_dead_lettered(redis_client: Redis) -> None:
-    prefix = f"mh{uuid.uuid4().hex[:6]}"
-    handler, sink = _handler(redis_client, prefix, {}, "w1")
+async def test_a_bad_command_is_dead_lettered() -> None:
+    world = World()
+    handler, sink = _handler(world, {}, "w1")
     bad = InputMessage(value=b'{"reason": "block"}', topic="t.maintenance", partition=1, offset=9)
     assert await handler.handle(bad) is None
-    (letter,) = [orjson.loads(v) for v in sink.on(TopicNames(prefix).dead_letters)]
+    (letter,) = [orjson.loads(v) for v in sink.on(TOPICS.dead_letters)]
     assert letter["reason"] == "missing_field" and letter["offset"] == 9
+
+
+async def test_an_expired_lease_lets_the_next_worker_in() -> None:
+    world = World()
+    agent = "golem-4"
+    world.fields.set_tick(agent, 10)
+    assert await world.ledgers.acquire(agent, "crashed", 60_000)
+    runners = {task: Recording(task) for task in Task}
+    handler, _ = _handler(world, runners, "w2")
+    assert await handler.handle(_message(agent)) is None
+    world.now_ms += 60_000
+    plan = await handler.handle(_message(agent))
+    assert plan is not None and set(plan.tasks) == set(Task)
+    # The pass gave its lease back: the next worker is not held up.
+    assert await world.ledgers.acquire(agent, "w3", 60_000)
+
+
+async def test_a_task_another_holder_completed_is_not_reported_twice() -> None:
+    world = World()
+    agent = "golem-5"
+    world.fields.set_tick(agent, 5)
+    await world.ledgers.complete(agent, Task.DECAY, 5, "w1", {"entries": 3})
+    runners = {Task.DECAY: Recording(Task.DECAY), Task.CURATOR: Recording(Task.CURATOR)}
+    handler, sink = _handler(world, runners, "w2")
+    plan = await handler.handle(_message(agent))
+    assert plan is not None and plan.tasks == (Task.CURATOR,)
+    events = [orjson.loads(v) for v in sink.on(TOPICS.memory_events)]
+    assert [e["type"] for e in events] == ["CuratorCycleComplete", "GrimoireMaintenance"]
+    assert events[1]["tasks"] == ["curator"]

@@ -1,0 +1,150 @@
+"""grimoire.tables.keyspace: the one place Redis key names are built.
+
+The key layout is part of a deployment's data: a renamed key strands what an older
+worker wrote. So the names are pinned here, and a scan of the product's sources
+fails when a module other than the keyspace builds a key itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grimoire.tables.keyspace import Keyspace
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = ("streams", "tables", "agents", "topics", "infra")
+KEYSPACE = ROOT / "tables" / "keyspace.py"
+
+# Every concern's segment in a key name: a string literal holding `:<segment>` or
+# `<segment>:` next to an interpolation is a key being built.
+SEGMENTS = (
+    "mem", "use", "tomb", "decayed", "vector-space", "watermarks", "field",
+    "contrarian-windows", "metrics", "decided", "stats", "outcomes", "nexus", "hyper",
+    "nodes", "terms", "decay", "decay-seeded", "compact", "curator", "playbook", "maint",
+)  # fmt: skip
+
+
+def test_names_are_pinned() -> None:
+    keys = Keyspace("gm")
+    assert keys.index_name == "gm-memory"
+    assert keys.memory_prefix == "gm:mem"
+    assert keys.memory("m1") == "gm:mem:m1"
+    assert keys.memory_id_of("gm:mem:m1") == "m1"
+    assert keys.memory_pattern == "gm:mem:*"
+    assert keys.deployment_pattern == "gm:*"
+    assert keys.usage("m1") == "gm:use:m1"
+    assert keys.tombstone("m1") == "gm:tomb:m1"
+    assert keys.decayed("m1") == "gm:decayed:m1"
+    assert keys.vector_space == "gm:vector-space"
+    assert keys.watermarks == "gm:watermarks"
+    assert keys.field_states == "gm:field"
+    assert keys.contrarian_windows == "gm:contrarian-windows"
+    assert keys.metrics == "gm:metrics"
+    assert keys.decided("a") == "gm:decided:a"
+    assert keys.stats("a") == "gm:stats:a"
+    assert keys.applied_outcomes("a") == "gm:outcomes:a"
+    assert keys.nexus("a", "tool:rpc") == "gm:nexus:a:tool:rpc"
+    assert keys.hyperedge("a", "turn:t1") == "gm:hyper:a:turn:t1"
+    assert keys.nodes("a") == "gm:nodes:a"
+    assert keys.terms("a") == "gm:terms:a"
+    assert keys.decay_schedule("a") == "gm:decay:a"
+    assert keys.decay_seeded("a") == "gm:decay-seeded:a"
+    assert keys.compaction_plan("a", "p") == "gm:compact:plan:a:p"
+    assert keys.compaction_cursor("a") == "gm:compact:cursor:a"
+    assert keys.compaction_pending("a") == "gm:compact:pending:a"
+    assert keys.compaction_outbox("a", "p") == "gm:compact:outbox:a:p"
+    assert keys.curator("a") == "gm:curator:a"
+    assert keys.curator_entries("a") == "gm:curator:a:entries"
+    assert keys.playbook("a") == "gm:playbook:a"
+    assert keys.maintenance_ledger("a") == "gm:maint:a"
+    assert keys.maintenance_lease("a") == "gm:maint:lease:a"
+    assert keys.maintenance_log("a") == "gm:maint:log:a"
+
+
+def test_agent_keys_of_two_deployments_never_meet() -> None:
+    one, two = Keyspace("one"), Keyspace("two")
+    assert one.decided("a") != two.decided("a")
+    assert not one.memory("x").startswith(two.memory_prefix)
+
+
+def _literal_parts(node: ast.JoinedStr) -> Iterator[tuple[str, bool]]:
+    """Each literal part of an f-string, and whether an interpolation touches it."""
+    values = node.values
+    for i, part in enumerate(values):
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            near = any(
+                isinstance(values[j], ast.FormattedValue)
+                for j in (i - 1, i + 1)
+                if 0 <= j < len(values)
+            )
+            yield part.value, near
+
+
+def _builds_key(literal: str) -> bool:
+    for segment in SEGMENTS:
+        if literal.startswith(f":{segment}") or f":{segment}:" in literal:
+            return True
+        if literal in (f"{segment}:", f":{segment}"):
+            return True
+    return literal.startswith("-memory")
+
+
+def stray_keys(source: str, filename: str) -> list[str]:
+    """`file:line` of every f-string that builds a Redis key name."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.JoinedStr) and any(
+            near and _builds_key(literal) for literal, near in _literal_parts(node)
+        ):
+            found.append(f"{filename}:{node.lineno}")
+    return found
+
+
+def _product_sources() -> Iterator[Path]:
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path != KEYSPACE:
+                yield path
+
+
+def test_no_module_but_the_keyspace_builds_a_key() -> None:
+    scanned = list(_product_sources())
+    assert len(scanned) > 100, "the scan must see the product's modules"
+    stray = [
+        hit for path in scanned for hit in stray_keys(path.read_text(), str(path.relative_to(ROOT)))
+    ]
+    assert stray == [], "build these keys with grimoire.tables.keyspace.Keyspace:\n" + "\n".join(
+        stray
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'key = f"{prefix}:mem:{memory_id}"',
+        'key = f"{self._prefix}:decided:{agent_id}"',
+        'key = f"{self.prefix}:watermarks"',
+        'name = f"{prefix}-memory"',
+        'key = f"{prefix}:curator:{agent}:entries"',
+        'key = f"{base}:use:{i}"',
+    ],
+)
+def test_the_scan_catches_a_stray_key(line: str) -> None:
+    assert stray_keys(line, "fake.py") == ["fake.py:1"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'msg = f"{count} memories: {names}"',
+        'topic = f"{prefix}.episodes"',
+        'space = f"{model}:float32"',
+        'log = f"prefix {prefix!r} holds vectors"',
+    ],
+)
+def test_the_scan_passes_what_is_not_a_key(line: str) -> None:
+    assert stray_keys(line, "fake.py") == []
