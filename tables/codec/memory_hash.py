@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.model.text import gist
+from grimoire.tables.codec.field_state import affect_to_json
 
 RETURN_FIELDS = (
     "memory_id",
@@ -123,7 +122,7 @@ def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
     if record.eidolon:
         fields["eidolon"] = record.eidolon
     if cand.affect is not None:
-        fields["affect"] = orjson.dumps(asdict(cand.affect))
+        fields["affect"] = affect_to_json(cand.affect)
     for name, value in (("tick", cand.tick), ("block", cand.block)):
         if value is not None:
             fields[name] = value

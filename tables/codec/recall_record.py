@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
-import orjson
 
-from grimoire.streams.model.field_state import Affect
 from grimoire.streams.recall.ports import RecallRecord
+from grimoire.tables.codec.field_state import affect_from_json
 from grimoire.tables.codec.memory_hash import stored_list, stored_number, stored_text
 
 # Read in this order; `decode_row` unpacks by position. The vector comes last.
@@ -106,7 +105,7 @@ def decode_row(
         decay_class=decay_class,
         provenance=provenance or "self",
         regime=regime,
-        affect=_affect(affect) if affect else None,
+        affect=affect_from_json(affect) if affect else None,
         normalized_hash=normalized_hash,
         deleted=deleted == "1",
         quarantined=quarantined == "1",
@@ -121,17 +120,3 @@ def decode_row(
         nexus_keys=stored_list(nexus_keys),
         vector=vector,
     )
-
-
-def _affect(raw: str) -> Affect | None:
-    try:
-        data = orjson.loads(raw)
-        drives = tuple((str(k), float(v)) for k, v in data.get("drives", ()))
-        return Affect(
-            pleasure=float(data.get("pleasure", 0.0)),
-            arousal=float(data.get("arousal", 0.0)),
-            dominance=float(data.get("dominance", 0.0)),
-            drives=drives,
-        )
-    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
-        return None

@@ -11,13 +11,13 @@ partition, so read-modify-write within one batch is safe.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
-from grimoire.streams.model.field_state import Affect, FieldState
+from grimoire.streams.model.field_state import FieldState
+from grimoire.tables.codec.field_state import field_from_json, field_to_json
 from grimoire.tables.keyspace import Keyspace
 
 
@@ -58,31 +58,6 @@ class AgentStats:
     @property
     def average_quality(self) -> float:
         return self.quality_sum / self.stored if self.stored else 0.0
-
-
-def field_to_json(state: FieldState) -> bytes:
-    return orjson.dumps(asdict(state))
-
-
-def field_from_json(agent_id: str, raw: bytes | str | None) -> FieldState:
-    if not raw:
-        return FieldState(agent_id=agent_id)
-    data = orjson.loads(raw)
-    affect = data.get("affect") or {}
-    return FieldState(
-        agent_id=agent_id,
-        watermark_ms=int(data.get("watermark_ms", 0)),
-        tick=data.get("tick"),
-        block=data.get("block"),
-        regime=data.get("regime", ""),
-        affect=Affect(
-            pleasure=float(affect.get("pleasure", 0.0)),
-            arousal=float(affect.get("arousal", 0.0)),
-            dominance=float(affect.get("dominance", 0.0)),
-            drives=tuple((str(n), float(v)) for n, v in affect.get("drives", ())),
-        ),
-        focus=tuple((str(k), float(w)) for k, w in data.get("focus", ())),
-    )
 
 
 class AgentStateStore:
