@@ -17,12 +17,12 @@ from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.agents.maintenance.handler import MaintenanceHandler, TaskRunner
 from grimoire.agents.maintenance.pressure import CountingSink, WorkerPressure
 from grimoire.agents.maintenance.tasks import (
     CompactionRunner,
     CuratorRunner,
-    DecayRunner,
 )
 from grimoire.agents.ports import Embedder, EventSink
 from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder

@@ -14,27 +14,9 @@ from grimoire.streams.maintenance.compaction import CompactionBudget
 from grimoire.streams.maintenance.schedule import MaintenancePlan
 from grimoire.tables.maintenance.compactor import Compactor
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
-from grimoire.tables.maintenance.decay_index import DecayIndex
+from grimoire.tables.maintenance.decay_index import DecayStore
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DecayRunner:
-    """One bounded pass over the entries whose decay band changes by `as_of`."""
-
-    index: DecayIndex
-    limit: int
-
-    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
-        seeded = await self.index.ensure_seeded(plan.agent_id, plan.as_of_ms)
-        report = await self.index.run_pass(plan.agent_id, plan.as_of_ms, self.limit)
-        return {
-            "seeded": seeded or 0,
-            "entries_decayed": report.entries_decayed,
-            "avg_before": round(report.avg_before, 6),
-            "avg_after": round(report.avg_after, 6),
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +25,7 @@ class CuratorRunner:
     votes and new entries change confidences, so their decay is rescheduled."""
 
     curator: RedisCuratorStore
-    decay: DecayIndex
+    decay: DecayStore
 
     async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
         report = await self.curator.run_cycle(plan.agent_id, plan.as_of_ms, plan.curator_cycle)
@@ -63,7 +45,7 @@ class CompactionRunner:
     summaries are new memories, so their decay is scheduled."""
 
     compactor: Compactor
-    decay: DecayIndex
+    decay: DecayStore
     budget: CompactionBudget
 
     async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:

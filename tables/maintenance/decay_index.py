@@ -8,13 +8,22 @@ decayed:  {prefix}:decayed:{memory}  HASH effective, band, as_of: the last pass'
 
 A pass reads only the members due by `now_ms` (ZRANGEBYSCORE … LIMIT), so its work
 is proportional to what can have changed, not to how many memories the agent has.
+
+`DecayStore` is what the decay pass (`agents/maintenance/decay_task.py`) needs
+from storage: it reads the due entries here, plans with the pure
+`grimoire.streams.maintenance.decay_pass.plan_decay_pass`, and writes the plan
+back here. `DecayIndex` is the Redis implementation;
+`grimoire.tables.testing.decay_store.InMemoryDecayStore` is the reference one.
+The write path keeps using `DecayIndex.schedule`/`schedule_new` directly: they
+queue on its own pipeline, so a memory and its first due time land together.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from redis.asyncio import Redis
 from redisvl.query.filter import Tag
@@ -24,10 +33,8 @@ from grimoire.streams.maintenance.decay_pass import (
     DecayBands,
     DecayEntry,
     DecayPassPlan,
-    DecayReport,
     due_ms,
     initial_due_ms,
-    plan_decay_pass,
 )
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.decay_fields import DECAY_FIELDS, StoredDecayState, decode_state
@@ -35,9 +42,10 @@ from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.queries import tenant_filter
 
+__all__ = ["SEED_BATCH", "DecayIndex", "DecayStore", "DueDecay"]
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_PASS_LIMIT: Final = 1000
 SEED_BATCH: Final = 1000
 
 # Every due entry's decay inputs in one call: the memory hash's fields, then the
@@ -54,7 +62,76 @@ return out
 """
 
 
+@dataclass(frozen=True, slots=True)
+class DueDecay:
+    """What a pass reads: the live entries due by its time (oldest due first), and
+    the due ids decay no longer applies to (missing, deleted, archived, compacted
+    into a summary, or another agent's), which the pass drops from the schedule."""
+
+    entries: tuple[DecayEntry, ...] = ()
+    gone: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        agent_id: str,
+        memory_ids: Sequence[str],
+        states: Sequence[StoredDecayState | None],
+    ) -> DueDecay:
+        """Sort due ids by their stored state; every store splits them the same way."""
+        entries: list[DecayEntry] = []
+        gone: list[str] = []
+        for memory_id, state in zip(memory_ids, states, strict=True):
+            if state is None or not state.live or state.agent_id != agent_id:
+                gone.append(memory_id)
+            else:
+                entries.append(state.entry)
+        return cls(tuple(entries), tuple(gone))
+
+
+class DecayStore(Protocol):
+    """The decay schedule and its snapshots, per agent.
+
+    Storage only: due times come from the pure functions of
+    `grimoire.streams.maintenance.decay_pass` with the store's `bands` and
+    `policy`, which a pass must plan with too (a snapshot's band and its next due
+    time are only meaningful against the bands the schedule was computed with).
+    """
+
+    @property
+    def bands(self) -> DecayBands: ...
+
+    @property
+    def policy(self) -> DecayPolicy: ...
+
+    async def due(self, agent_id: str, as_of_ms: int, limit: int) -> DueDecay:
+        """Up to `limit` members due by `as_of_ms`, oldest due first (ties by id);
+        the rest stay due for a later pass."""
+        ...
+
+    async def apply_pass(
+        self, agent_id: str, as_of_ms: int, plan: DecayPassPlan, *, gone: Sequence[str] = ()
+    ) -> None:
+        """Write a plan made from this store's `due` for the same agent and time:
+        each update's snapshot (as of `as_of_ms`) and next due time (None
+        unschedules), and drop `gone` and the plan's invalid entries. Idempotent:
+        applying it again writes the same values."""
+        ...
+
+    async def ensure_seeded(self, agent_id: str, now_ms: int) -> int | None:
+        """Schedule an agent's stored live memories once; how many were scheduled,
+        or None when it had been seeded before."""
+        ...
+
+    async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
+        """Recompute due times after accesses or outcomes changed the stored fields;
+        ids that are not the agent's live memories are unscheduled or ignored."""
+        ...
+
+
 class DecayIndex:
+    """The Redis `DecayStore`, plus the pipeline helpers the write path schedules with."""
+
     def __init__(
         self,
         redis: Redis,
@@ -69,6 +146,14 @@ class DecayIndex:
         self._bands = bands
         self._policy = policy
         self._read = redis.register_script(_READ_DECAY_STATE)
+
+    @property
+    def bands(self) -> DecayBands:
+        return self._bands
+
+    @property
+    def policy(self) -> DecayPolicy:
+        return self._policy
 
     # ---- scheduling -------------------------------------------------------------
 
@@ -129,33 +214,23 @@ class DecayIndex:
 
     # ---- the pass ---------------------------------------------------------------
 
-    async def run_pass(
-        self, agent_id: str, now_ms: int, limit: int = DEFAULT_PASS_LIMIT
-    ) -> DecayReport:
-        return (await self.plan_pass(agent_id, now_ms, limit)).report
-
-    async def plan_pass(
-        self, agent_id: str, now_ms: int, limit: int = DEFAULT_PASS_LIMIT
-    ) -> DecayPassPlan:
-        """Snapshot up to `limit` due entries (oldest due first) and reschedule them.
-
-        Three round trips whatever the agent's size: the due ids, their fields,
-        then every write in one pipeline. Entries left over past `limit` stay due
-        and are taken by the next pass."""
+    async def due(self, agent_id: str, as_of_ms: int, limit: int) -> DueDecay:
+        """Two round trips whatever the agent's size: the due ids, then their fields."""
         key = self.keys.decay_schedule(agent_id)
-        raw = await self._redis.zrangebyscore(key, "-inf", now_ms, start=0, num=limit)
+        raw = await self._redis.zrangebyscore(key, "-inf", as_of_ms, start=0, num=limit)
         due_ids = [text_of(member) for member in raw]
         if not due_ids:
-            return plan_decay_pass((), now_ms, self._bands, self._policy)
-        states = await self._read_states(due_ids)
-        entries: list[DecayEntry] = []
-        gone: list[str] = []
-        for memory_id, state in zip(due_ids, states, strict=True):
-            if state is None or not state.live or state.agent_id != agent_id:
-                gone.append(memory_id)
-            else:
-                entries.append(state.entry)
-        plan = plan_decay_pass(entries, now_ms, self._bands, self._policy)
+            return DueDecay()
+        return DueDecay.of(agent_id, due_ids, await self._read_states(due_ids))
+
+    async def apply_pass(
+        self, agent_id: str, as_of_ms: int, plan: DecayPassPlan, *, gone: Sequence[str] = ()
+    ) -> None:
+        """Every write in one pipeline (one round trip)."""
+        dropped = (*gone, *plan.invalid)
+        if not plan.updates and not dropped:
+            return
+        key = self.keys.decay_schedule(agent_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             for update in plan.updates:
                 pipe.hset(
@@ -165,21 +240,13 @@ class DecayIndex:
                         # what a reader computes at `as_of`.
                         "effective": repr(update.effective_after),
                         "band": update.band,
-                        "as_of": now_ms,
+                        "as_of": as_of_ms,
                     },
                 )
                 self.schedule(pipe, agent_id, update.memory_id, update.next_due_ms)
-            for memory_id in (*gone, *plan.invalid):
+            for memory_id in dropped:
                 pipe.zrem(key, memory_id)
             await pipe.execute()
-        logger.debug(
-            "decay pass %s at %d: %d updated, %d dropped",
-            agent_id,
-            now_ms,
-            len(plan.updates),
-            len(gone) + len(plan.invalid),
-        )
-        return plan
 
     # ---- migration --------------------------------------------------------------
 

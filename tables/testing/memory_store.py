@@ -28,6 +28,7 @@ from grimoire.tables.codec.memory_hash import (
     stored_memory,
 )
 from grimoire.tables.memory.store import ScoredHit
+from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from grimoire.tables.testing.recall_source import InMemoryRecallSource
 
 Hash = dict[str, str | bytes]
@@ -71,6 +72,8 @@ class InMemoryMemoryStore:
         self._metrics: dict[str, float] = {}
         self._usage: dict[str, Hash] = {}
         self._outcomes: dict[str, set[str]] = {}
+        # The decay schedule the write path and outcomes keep, as RedisMemoryStore.decay.
+        self.decay = InMemoryDecayStore(self)
 
     async def ensure_schema(self) -> None:
         return None
@@ -106,15 +109,19 @@ class InMemoryMemoryStore:
         now_ms = self._clock_ms() if self._clock_ms else 0
         for record in batch.records:
             cand = record.candidate
-            self._records.setdefault(record.id, {}).update(_encoded(hash_fields(record, now_ms)))
+            fields = hash_fields(record, now_ms)
+            self._records.setdefault(record.id, {}).update(_encoded(fields))
+            self.decay.schedule_new(fields)
             self._link(cand.agent_id, cand.id, cand.ts_ms, cand.keys)
             if cand.hyperedge is not None:
                 edge = self._hyperedges.setdefault((cand.agent_id, cand.hyperedge.edge_id), {})
                 edge[cand.id] = str(cand.hyperedge.role)
         for fold in batch.folds:
+            seed = hash_fields(fold.seed, now_ms)
+            self.decay.schedule_new(seed, keep_existing=True)
             aggregate = self._records.get(fold.aggregate_id)
             if aggregate is None:
-                aggregate = _encoded(hash_fields(fold.seed, now_ms))
+                aggregate = _encoded(seed)
                 aggregate.update({"count": "1", "last_seen": str(fold.ts_ms)})
                 self._records[fold.aggregate_id] = aggregate
             aggregate["count"] = str(int(_text(aggregate.get("count", "0"))) + 1)
@@ -265,6 +272,8 @@ class InMemoryMemoryStore:
                 if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
                     usage["last_accessed"] = str(outcome.ts_ms)
             changed += 1
+        if changed > 0 and effect.touches_memories:
+            await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
         return changed
 
     def usage(self, memory_id: str) -> Hash:
