@@ -17,11 +17,11 @@ from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.maintenance.compaction_task import CompactionRunner, CompactionTask
 from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.agents.maintenance.handler import MaintenanceHandler, TaskRunner
 from grimoire.agents.maintenance.pressure import CountingSink, WorkerPressure
 from grimoire.agents.maintenance.tasks import (
-    CompactionRunner,
     CuratorRunner,
 )
 from grimoire.agents.ports import Embedder, EventSink
@@ -29,7 +29,7 @@ from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransform
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import Task
-from grimoire.tables.maintenance.compactor import Compactor
+from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
 from grimoire.tables.memory.recall_source import KnnPolicy
@@ -183,14 +183,12 @@ def build_runners(
         Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
         Task.CURATOR: CuratorRunner(curator, store.decay),
         Task.COMPACTION: CompactionRunner(
-            Compactor(
-                redis,
-                settings.topic_prefix,
+            CompactionTask(
+                RedisCompactionStore(redis, settings.topic_prefix, dims=embedder.dims),
                 embedder.embed,
                 CompactionPolicy(
                     min_age_ms=int(settings.maintenance_compaction_min_age_h * 3_600_000)
                 ),
-                dims=embedder.dims,
             ),
             store.decay,
             CompactionBudget(max_clusters=settings.maintenance_compaction_budget),

@@ -10,9 +10,7 @@ from typing import Any
 
 import orjson
 
-from grimoire.streams.maintenance.compaction import CompactionBudget
 from grimoire.streams.maintenance.schedule import MaintenancePlan
-from grimoire.tables.maintenance.compactor import Compactor
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.decay_index import DecayStore
 
@@ -37,27 +35,3 @@ class CuratorRunner:
         body.pop("type", None)
         body.pop("agent_id", None)
         return body
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionRunner:
-    """Finishes a crashed plan if there is one, then one budgeted compaction; its
-    summaries are new memories, so their decay is scheduled."""
-
-    compactor: Compactor
-    decay: DecayStore
-    budget: CompactionBudget
-
-    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
-        report = await self.compactor.compact(plan.agent_id, plan.as_of_ms, self.budget)
-        if report.summary_ids:
-            await self.decay.reschedule(plan.agent_id, list(report.summary_ids), plan.as_of_ms)
-        return {
-            "status": report.status,
-            "plan_id": report.plan_id,
-            "summaries": len(report.summary_ids),
-            "summary_ids": ",".join(report.summary_ids),
-            "sources": report.sources,
-            "vectors_dropped": report.vectors_dropped,
-            "finished_pending": report.finished_pending,
-        }

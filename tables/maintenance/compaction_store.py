@@ -1,5 +1,11 @@
-"""Redis side of compaction: keys, the persisted plan, candidate reads, and the
+"""Compaction storage: the `CompactionStore` protocol (the storage steps the
+compaction phase machine in `grimoire.agents.maintenance.compaction_task` drives)
+and its Redis implementation: keys, the persisted plan, candidate reads, and the
 one atomic flip that swaps a cluster for its summary.
+
+Every method is one storage step, atomic on its own, so a crash between two of
+them leaves the plan at a phase the phase machine can resume from. Planning,
+embedding, the scan cursor's moves and the indexing wait are not here.
 
 Keys (all under the deployment prefix):
   {p}:compact:plan:{agent}:{plan_id}    HASH  plan (JSON), phase, agent_id
@@ -12,9 +18,10 @@ Keys (all under the deployment prefix):
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Final, Protocol
 
 import orjson
 from redis.asyncio import Redis
@@ -32,7 +39,30 @@ from grimoire.tables.codec.memory_hash import hash_fields, text_of
 from grimoire.tables.codec.search_replies import doc_fields, docs
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.queries import live_filter
+from grimoire.tables.memory.graph import RedisGraph
+from grimoire.tables.queries import escape_tag, live_filter
+from grimoire.tables.schema.memory_index import memory_schema
+
+__all__ = [
+    "CANDIDATE_FIELDS",
+    "PLAN_TTL_S",
+    "USAGE_FIELDS",
+    "VECTOR_FIELDS",
+    "CompactionStalled",
+    "CompactionStore",
+    "Phase",
+    "RedisCompactionStore",
+    "StoredPlan",
+    "candidate_of",
+    "decode_plan",
+    "encode_plan",
+    "flip_script",
+    "load_candidates",
+    "next_candidate_ts",
+    "summary_fields",
+    "summary_record",
+    "total_results",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +71,114 @@ CANDIDATE_FIELDS: Final = (
     "off_topic", "summary_level", "deleted", "archived", "quarantined",
 )  # fmt: skip
 USAGE_FIELDS: Final = ("included_count_decay", "last_accessed")
+PLAN_TTL_S: Final = 7 * 86_400  # finished plans stay a week for audit
+VECTOR_FIELDS: Final = ("canonical", "eidolon")
+
+
+class Phase(StrEnum):
+    """A plan's persisted phase: the last step whose writes are all stored."""
+
+    PLANNED = "planned"
+    SUMMARIES_WRITTEN = "summaries_written"
+    INDEXED = "indexed"
+    FLIPPED = "flipped"
+    OUTBOX_BATCH = "outbox_batch"  # a checkpoint only (never stored): one batch dropped
+    DONE = "done"
+
+
+class CompactionStalled(StorageError):
+    """A summary did not show up in the index in time; `resume` picks up from there."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPlan:
+    plan: CompactionPlan
+    phase: Phase
+
+
+class CompactionStore(Protocol):
+    """The storage steps of one agent's compaction, each atomic on its own.
+
+    Tenancy: every read and write is scoped to `agent_id`; another agent's
+    memory is never a candidate, never flipped and never hidden."""
+
+    # ---- candidate scan ---------------------------------------------------------
+    async def cursor(self, agent_id: str) -> int | None:
+        """The event time the next scan starts at (None before the first pass)."""
+        ...
+
+    async def set_cursor(self, agent_id: str, ts_ms: int) -> None: ...
+
+    async def first_live_ts(self, agent_id: str, since_ms: int, horizon_ms: int) -> int | None:
+        """The event time of the agent's first live memory in [since, horizon]."""
+        ...
+
+    async def candidates(
+        self, agent_id: str, now_ms: int, policy: CompactionPolicy, limit: int, since_ms: int
+    ) -> list[CompactionCandidate]:
+        """At most `limit` of the agent's live memories of the policy's level, old
+        enough (`ts <= now - min_age`), in [since, since + window), oldest first,
+        with their usage counters merged in."""
+        ...
+
+    async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
+        """How many memories of the agent carry each nexus key."""
+        ...
+
+    # ---- the persisted plan -----------------------------------------------------
+    async def save_plan(self, agent_id: str, plan: CompactionPlan) -> None:
+        """Store the plan at PLANNED and point the agent's pending plan at it."""
+        ...
+
+    async def pending(self, agent_id: str) -> str | None:
+        """The id of the agent's unfinished plan, if any."""
+        ...
+
+    async def load_plan(self, agent_id: str, plan_id: str) -> StoredPlan | None:
+        """The plan and its phase; None when either is missing."""
+        ...
+
+    async def drop_pending(self, agent_id: str) -> None:
+        """Forget the pending pointer (of a plan that is gone)."""
+        ...
+
+    # ---- the phases -------------------------------------------------------------
+    async def existing(self, memory_ids: Sequence[str]) -> set[str]:
+        """The ids that have a memory record (whatever its state or agent)."""
+        ...
+
+    async def write_summaries(
+        self, agent_id: str, plan: CompactionPlan, vectors: Mapping[str, bytes]
+    ) -> None:
+        """Write the summaries named in `vectors` (summary id -> float32 vector)
+        HIDDEN, with their nexus links, and move the plan to SUMMARIES_WRITTEN."""
+        ...
+
+    async def indexed(self, summary_ids: Sequence[str]) -> int:
+        """How many of these summaries the search index returns."""
+        ...
+
+    async def mark_indexed(self, agent_id: str, plan_id: str) -> None: ...
+
+    async def flip(self, agent_id: str, plan: CompactionPlan) -> list[int]:
+        """The logical deletion, in one step: each summary visible, each of its
+        sources still live deleted + replaced_by_summary_id with a tombstone and
+        queued in the outbox; the plan at FLIPPED. Per cluster: sources flipped,
+        or -1 when the summary is missing (its sources stay). Idempotent."""
+        ...
+
+    async def outbox(self, agent_id: str, plan_id: str, limit: int) -> list[str]:
+        """The first `limit` source ids whose vectors are still to drop."""
+        ...
+
+    async def drop_vectors(self, agent_id: str, plan_id: str, memory_ids: Sequence[str]) -> None:
+        """Drop these sources' vectors and take them off the outbox's head, in one step."""
+        ...
+
+    async def finish(self, agent_id: str, plan_id: str) -> None:
+        """Plan DONE (kept `PLAN_TTL_S` for audit), pending pointer and outbox gone."""
+        ...
+
 
 # Swap one cluster for its summary in one step, so recall sees either the sources
 # or the summary, never both and never neither. KEYS: summary hash, outbox list,
@@ -132,7 +270,7 @@ async def load_candidates(
         for row in rows:
             pipe.hmget(keys.usage(text_of(row["memory_id"])), list(USAGE_FIELDS))
         usages = await pipe.execute()
-    return [_candidate(row, usage) for row, usage in zip(rows, usages, strict=True)]
+    return [candidate_of(row, usage) for row, usage in zip(rows, usages, strict=True)]
 
 
 async def next_candidate_ts(
@@ -155,7 +293,10 @@ async def next_candidate_ts(
     return int(float(text_of(rows[0]["ts"]))) if rows else None
 
 
-def _candidate(row: dict[str, Any], usage: Sequence[Any]) -> CompactionCandidate:
+def candidate_of(row: Mapping[str, Any], usage: Sequence[Any]) -> CompactionCandidate:
+    """A candidate from its memory fields (`CANDIDATE_FIELDS`, raw) and its usage
+    values (`USAGE_FIELDS` order, None where absent)."""
+
     def text(name: str) -> str:
         value = row.get(name)
         return "" if value is None else text_of(value)
@@ -184,10 +325,8 @@ def _candidate(row: dict[str, Any], usage: Sequence[Any]) -> CompactionCandidate
     )
 
 
-def summary_fields(
-    agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes, dims: int
-) -> dict[Any, Any]:
-    """The summary as a memory hash in the record codec's format, born HIDDEN."""
+def summary_record(agent_id: str, cluster: ClusterPlan, vector: bytes, dims: int) -> MemoryRecord:
+    """The cluster's summary as a memory record (its vector in both lanes)."""
     if len(vector) != dims * 4:
         raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {dims}")
     candidate = MemoryCandidate(
@@ -206,7 +345,14 @@ def summary_fields(
         tags=cluster.tags,
         keys=cluster.keys,
     )
-    record = MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector)
+    return MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector)
+
+
+def summary_fields(
+    agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes, dims: int
+) -> dict[Any, Any]:
+    """The summary as a memory hash in the record codec's format, born HIDDEN."""
+    record = summary_record(agent_id, cluster, vector, dims)
     fields = hash_fields(record, plan.now_ms)
     fields.update(
         {
@@ -228,3 +374,156 @@ def total_results(reply: Any) -> int:
         found = reply.get("total_results", reply.get(b"total_results"))
         return 0 if found is None else int(found)
     return int(reply[0])
+
+
+class RedisCompactionStore:
+    """`CompactionStore` over the memory hashes, their RediSearch index and the
+    compaction keys above. Each step is one MULTI/EXEC transaction (or one read),
+    and writes the plan's phase in the same transaction as the writes it names."""
+
+    def __init__(self, redis: Redis, prefix: str, *, dims: int = 384) -> None:
+        self._redis = redis
+        self._dims = dims
+        self.keys = Keyspace(prefix)
+        self._graph = RedisGraph(redis, prefix)
+        self._index_name = memory_schema(prefix, dims).index.name
+        self._flip = flip_script(redis)
+
+    # ---- candidate scan ---------------------------------------------------------
+
+    async def cursor(self, agent_id: str) -> int | None:
+        raw = await self._redis.get(self.keys.compaction_cursor(agent_id))
+        return int(raw) if raw is not None else None
+
+    async def set_cursor(self, agent_id: str, ts_ms: int) -> None:
+        await self._redis.set(self.keys.compaction_cursor(agent_id), ts_ms)
+
+    async def first_live_ts(self, agent_id: str, since_ms: int, horizon_ms: int) -> int | None:
+        return await next_candidate_ts(
+            self._redis, self._index_name, agent_id, since_ms, horizon_ms
+        )
+
+    async def candidates(
+        self, agent_id: str, now_ms: int, policy: CompactionPolicy, limit: int, since_ms: int
+    ) -> list[CompactionCandidate]:
+        return await load_candidates(
+            self._redis,
+            self._index_name,
+            self.keys,
+            agent_id,
+            now_ms,
+            policy,
+            limit,
+            since_ms=since_ms,
+        )
+
+    async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
+        return await self._graph.degrees(agent_id, keys) if keys else {}
+
+    # ---- the persisted plan -----------------------------------------------------
+
+    async def save_plan(self, agent_id: str, plan: CompactionPlan) -> None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                self.keys.compaction_plan(agent_id, plan.plan_id),
+                mapping={"plan": encode_plan(plan), "phase": Phase.PLANNED, "agent_id": agent_id},
+            )
+            pipe.set(self.keys.compaction_pending(agent_id), plan.plan_id)
+            await pipe.execute()
+
+    async def pending(self, agent_id: str) -> str | None:
+        raw = await self._redis.get(self.keys.compaction_pending(agent_id))
+        return text_of(raw) if raw is not None else None
+
+    async def load_plan(self, agent_id: str, plan_id: str) -> StoredPlan | None:
+        raw, phase = await self._redis.hmget(
+            self.keys.compaction_plan(agent_id, plan_id), ["plan", "phase"]
+        )
+        if raw is None or phase is None:
+            return None
+        return StoredPlan(decode_plan(raw), Phase(text_of(phase)))
+
+    async def drop_pending(self, agent_id: str) -> None:
+        await self._redis.delete(self.keys.compaction_pending(agent_id))
+
+    # ---- the phases -------------------------------------------------------------
+
+    async def existing(self, memory_ids: Sequence[str]) -> set[str]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for memory_id in memory_ids:
+                pipe.exists(self.keys.memory(memory_id))
+            present = await pipe.execute()
+        return {i for i, found in zip(memory_ids, present, strict=True) if found}
+
+    async def write_summaries(
+        self, agent_id: str, plan: CompactionPlan, vectors: Mapping[str, bytes]
+    ) -> None:
+        """A summary is only ever written here, while hidden: every HSET on an
+        indexed hash re-indexes its vectors, so the caller passes only missing ones."""
+        written = [c for c in plan.clusters if c.summary_id in vectors]
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for cluster in written:
+                vector = vectors[cluster.summary_id]
+                fields = summary_fields(agent_id, plan, cluster, vector, self._dims)
+                pipe.hset(self.keys.memory(cluster.summary_id), mapping=fields)
+                self._graph.link(pipe, agent_id, cluster.summary_id, cluster.ts_ms, cluster.keys)
+            self._graph.sync_nodes(pipe, agent_id, [c.summary_id for c in written])
+            pipe.hset(
+                self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.SUMMARIES_WRITTEN
+            )
+            await pipe.execute()
+
+    async def indexed(self, summary_ids: Sequence[str]) -> int:
+        if not summary_ids:
+            return 0
+        query = "@memory_id:{" + "|".join(escape_tag(i) for i in summary_ids) + "}"
+        # Pipelined so the reply comes back raw whatever callbacks the client has.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command(
+                "FT.SEARCH", self._index_name, query, "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
+            )
+            (reply,) = await pipe.execute()
+        return total_results(reply)
+
+    async def mark_indexed(self, agent_id: str, plan_id: str) -> None:
+        await self._redis.hset(self.keys.compaction_plan(agent_id, plan_id), "phase", Phase.INDEXED)
+
+    async def flip(self, agent_id: str, plan: CompactionPlan) -> list[int]:
+        outbox = self.keys.compaction_outbox(agent_id, plan.plan_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.scripts.add(self._flip)
+            for cluster in plan.clusters:
+                keys = [self.keys.memory(cluster.summary_id), outbox]
+                for source_id in cluster.source_ids:
+                    keys += [self.keys.memory(source_id), self.keys.tombstone(source_id)]
+                args: list[str | int] = [agent_id, cluster.summary_id, plan.plan_id, plan.now_ms]
+                pipe.evalsha(self._flip.sha, len(keys), *keys, *args)
+            flipped_ids = [i for c in plan.clusters for i in (c.summary_id, *c.source_ids)]
+            self._graph.sync_nodes(pipe, agent_id, flipped_ids)
+            pipe.hset(self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.FLIPPED)
+            replies = await pipe.execute()
+        return [int(count) for count in replies[: len(plan.clusters)]]
+
+    async def outbox(self, agent_id: str, plan_id: str, limit: int) -> list[str]:
+        outbox = self.keys.compaction_outbox(agent_id, plan_id)
+        return [text_of(m) for m in await self._redis.lrange(outbox, 0, limit - 1)]
+
+    async def drop_vectors(self, agent_id: str, plan_id: str, memory_ids: Sequence[str]) -> None:
+        """The HNSW graph is the costly part of a record: dropping the vectors is
+        the physical deletion. A redone batch changes nothing."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for memory_id in memory_ids:
+                pipe.hdel(self.keys.memory(memory_id), *VECTOR_FIELDS)
+            pipe.ltrim(self.keys.compaction_outbox(agent_id, plan_id), len(memory_ids), -1)
+            await pipe.execute()
+
+    async def finish(self, agent_id: str, plan_id: str) -> None:
+        plan_key = self.keys.compaction_plan(agent_id, plan_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(plan_key, "phase", Phase.DONE)
+            pipe.expire(plan_key, PLAN_TTL_S)
+            pipe.delete(
+                self.keys.compaction_pending(agent_id),
+                self.keys.compaction_outbox(agent_id, plan_id),
+            )
+            await pipe.execute()

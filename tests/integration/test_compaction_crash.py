@@ -1,21 +1,27 @@
-"""Crash-safe compaction against the real Redis Stack: memories are written by the
-store's own write path, recalled by the real recall flow, and the compactor is
-made to crash at every phase boundary. At each point recall must reach either
-the whole old cluster or its summary, never both and never neither; `resume`
-(or the next `compact`) finishes the job without a second summary."""
+"""Crash-safe compaction: memories are written by the store's own write path,
+recalled by the real recall flow, and the compaction phase machine
+(`grimoire.agents.maintenance.compaction_task`) is made to crash at every phase
+boundary. At each point recall must reach either the whole old cluster or its
+summary, never both and never neither; `resume` (or the next `compact`)
+finishes the job without a second summary.
+
+Every test runs over the real Redis Stack (RedisCompactionStore beside
+RedisMemoryStore) and over the in-memory reference stores, through one harness.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 from redis.asyncio import Redis
 
+from grimoire.agents.maintenance.compaction_task import CompactionOptions, CompactionTask
 from grimoire.infra.settings import Settings
 from grimoire.streams.inbound.recall_request import RecallQuery
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPlan, CompactionPolicy
@@ -34,12 +40,16 @@ from grimoire.streams.recall.options import RecallBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.codec.search_replies import scored_keys
-from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.maintenance.compaction_store import decode_plan
-from grimoire.tables.maintenance.compactor import Compactor, Phase
-from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.maintenance.compaction_store import (
+    CompactionStore,
+    Phase,
+    RedisCompactionStore,
+)
+from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.queries import escape_tag
 from grimoire.tables.redis_client import create_redis
+from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
+from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +59,7 @@ NOW = T0 + 30 * DAY_MS
 CLUSTER_QUERY = "worker ran out of memory loading batch"
 WALK_QUERY = "rotated app2 log after the deploy"
 POLICY = CompactionPolicy(min_age_ms=7 * DAY_MS, max_rolled_keys=1)
+Hash = dict[str, str]
 
 
 def bag_of_words(text: str) -> npt.NDArray[np.float32]:
@@ -83,18 +94,19 @@ class CrashAt:
             raise Crash(phase)
 
 
-@dataclass
 class World:
-    redis: Redis
-    prefix: str
-    store: RedisMemoryStore
+    """One agent's memories in a memory store, and the compaction store beside it;
+    what a test inspects beyond the protocols is read per backend."""
+
+    memory: MemoryStore
+    store: CompactionStore
     agent: str
     sources: tuple[str, ...]
     walk_seed: str
 
-    def compactor(self, *crash_at: str) -> Compactor:
-        return Compactor(
-            self.redis, self.prefix, fake_embed, POLICY, CrashAt(*crash_at), outbox_batch=1
+    def compactor(self, *crash_at: str) -> CompactionTask:
+        return CompactionTask(
+            self.store, fake_embed, POLICY, CompactionOptions(outbox_batch=1), CrashAt(*crash_at)
         )
 
     async def recall(self, text: str, lane_k: int = 20) -> dict[str, tuple[str, ...]]:
@@ -120,30 +132,116 @@ class World:
             canonical=vector,
             eidolon=vector,
         )
-        outcome = await run_recall(query, ctx, self.store.recall_source(self.agent))
+        outcome = await run_recall(query, ctx, self.memory.recall_source(self.agent))
         return {item.record.memory_id: item.lanes for item in outcome.items}
+
+    async def pending_plan(self) -> CompactionPlan:
+        plan_id = await self.store.pending(self.agent)
+        assert plan_id is not None
+        stored = await self.store.load_plan(self.agent, plan_id)
+        assert stored is not None
+        return stored.plan
+
+    async def cursor(self) -> int | None:
+        return await self.store.cursor(self.agent)
 
     async def summaries(self) -> list[str]:
         """Every summary document of the agent, hidden or not."""
+        raise NotImplementedError
+
+    async def vectors_left(self) -> int:
+        raise NotImplementedError
+
+    async def fields(self, memory_id: str) -> Hash:
+        """The memory's hash without its vectors, as text."""
+        raise NotImplementedError
+
+    async def tombstone(self, memory_id: str) -> Hash:
+        raise NotImplementedError
+
+    async def nexus_members(self, key: str) -> set[str]:
+        raise NotImplementedError
+
+    async def quarantine(self, memory_id: str) -> None:
+        raise NotImplementedError
+
+
+def _text_hash(raw: dict[Any, Any]) -> Hash:
+    return {
+        text_of(k): text_of(v) for k, v in raw.items() if text_of(k) not in ("canonical", "eidolon")
+    }
+
+
+class RedisWorld(World):
+    def __init__(self, redis: Redis, prefix: str, agent: str) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.agent = agent
+        self.redis_memory = RedisMemoryStore(redis, prefix=prefix, dims=DIMS)
+        self.memory = self.redis_memory
+        self.store = RedisCompactionStore(redis, prefix, dims=DIMS)
+
+    async def summaries(self) -> list[str]:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.execute_command(
-                "FT.SEARCH", self.store.index_name,
+                "FT.SEARCH", self.redis_memory.index_name,
                 f"@agent_id:{{{escape_tag(self.agent)}}} @kind:{{summary}}",
                 "NOCONTENT", "WITHSCORES", "LIMIT", 0, 100, "DIALECT", 2,
             )  # fmt: skip
             (reply,) = await pipe.execute()
         return sorted(key.rsplit(":", 1)[-1] for key, _ in scored_keys(reply))
 
-    async def pending_plan(self) -> CompactionPlan:
-        keys = Keyspace(self.prefix)
-        plan_id = text_of(await self.redis.get(keys.compaction_pending(self.agent)))
-        return decode_plan(await self.redis.hget(keys.compaction_plan(self.agent, plan_id), "plan"))
-
     async def vectors_left(self) -> int:
         async with self.redis.pipeline(transaction=False) as pipe:
             for source in self.sources:
-                pipe.hexists(self.store.key(source), "canonical")
+                pipe.hexists(self.redis_memory.key(source), "canonical")
             return sum(bool(found) for found in await pipe.execute())
+
+    async def fields(self, memory_id: str) -> Hash:
+        return _text_hash(await self.redis.hgetall(self.redis_memory.key(memory_id)))
+
+    async def tombstone(self, memory_id: str) -> Hash:
+        return _text_hash(await self.redis.hgetall(f"{self.prefix}:tomb:{memory_id}"))
+
+    async def nexus_members(self, key: str) -> set[str]:
+        nexus = f"{self.prefix}:nexus:{self.agent}:{key}"
+        return {text_of(m) for m in await self.redis.zrange(nexus, 0, -1)}
+
+    async def quarantine(self, memory_id: str) -> None:
+        await self.redis.hset(self.redis_memory.key(memory_id), "quarantined", "1")
+
+
+class MemoryWorld(World):
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.in_memory = InMemoryMemoryStore(dims=DIMS)
+        self.memory = self.in_memory
+        self.compaction = InMemoryCompactionStore(self.in_memory, dims=DIMS)
+        self.store = self.compaction
+
+    async def summaries(self) -> list[str]:
+        return sorted(
+            text_of(doc["memory_id"])
+            for doc in self.in_memory.hashes()
+            if text_of(doc["agent_id"]) == self.agent and text_of(doc["kind"]) == "summary"
+        )
+
+    async def vectors_left(self) -> int:
+        return sum("canonical" in (self.in_memory.record(s) or {}) for s in self.sources)
+
+    async def fields(self, memory_id: str) -> Hash:
+        return _text_hash(self.in_memory.record(memory_id) or {})
+
+    async def tombstone(self, memory_id: str) -> Hash:
+        return _text_hash(self.compaction.tombstone(memory_id))
+
+    async def nexus_members(self, key: str) -> set[str]:
+        return set(await self.in_memory.nexus(self.agent, key))
+
+    async def quarantine(self, memory_id: str) -> None:
+        # What an HSET would do: the memory store hands out its stored hashes.
+        doc = next(d for d in self.in_memory.hashes() if text_of(d["memory_id"]) == memory_id)
+        doc["quarantined"] = "1"
 
 
 def record(agent: str, n: int, text: str, ts: int, keys: tuple[str, ...]) -> MemoryRecord:
@@ -163,30 +261,41 @@ def record(agent: str, n: int, text: str, ts: int, keys: tuple[str, ...]) -> Mem
     return MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector, quality=0.4)
 
 
-@pytest.fixture
-async def world(settings: Settings) -> AsyncIterator[World]:
-    redis = create_redis(settings.redis_url, 8)
-    prefix = f"cp{uuid.uuid4().hex[:10]}"
-    agent = f"agent-{uuid.uuid4().hex[:8]}"
-    store = RedisMemoryStore(redis, prefix=prefix, dims=DIMS)
-    await store.ensure_schema()
+async def seed(w: World) -> None:
     cluster = [
-        record(agent, n, f"worker ran out of memory while loading batch {n}", T0 + n * 60_000,
+        record(w.agent, n, f"worker ran out of memory while loading batch {n}", T0 + n * 60_000,
                ("err:oom", f"path:/srv/app{n}.log"))
         for n in range(4)
     ]  # fmt: skip
-    seed = record(
-        agent, 10, "rotated /srv/app2.log after the deploy", NOW - 3_600_000,
+    walk_seed = record(
+        w.agent, 10, "rotated /srv/app2.log after the deploy", NOW - 3_600_000,
         ("path:/srv/app2.log",),
     )  # fmt: skip
-    noise = record(agent, 11, "the payments release went out fine", NOW - 7_200_000, ())
-    await store.commit(WriteBatch(records=(*cluster, seed, noise)))
+    noise = record(w.agent, 11, "the payments release went out fine", NOW - 7_200_000, ())
+    await w.memory.commit(WriteBatch(records=(*cluster, walk_seed, noise)))
+    w.sources = tuple(r.id for r in cluster)
+    w.walk_seed = walk_seed.id
+
+
+@pytest.fixture(params=["redis", "memory"])
+async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
+    agent = f"agent-{uuid.uuid4().hex[:8]}"
+    if request.param == "memory":
+        memory_world = MemoryWorld(agent)
+        await seed(memory_world)
+        yield memory_world
+        return
+    settings: Settings = request.getfixturevalue("settings")
+    redis = create_redis(settings.redis_url, 8)
+    w = RedisWorld(redis, f"cp{uuid.uuid4().hex[:10]}", agent)
     try:
-        yield World(redis, prefix, store, agent, tuple(r.id for r in cluster), seed.id)
+        await w.memory.ensure_schema()
+        await seed(w)
+        yield w
     finally:
         try:
-            await redis.execute_command("FT.DROPINDEX", store.index_name, "DD")
-            keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
+            await redis.execute_command("FT.DROPINDEX", w.redis_memory.index_name, "DD")
+            keys = [key async for key in redis.scan_iter(match=f"{w.prefix}:*")]
             if keys:
                 await redis.delete(*keys)
         finally:
@@ -231,7 +340,7 @@ async def test_a_crash_at_any_phase_leaves_one_side_reachable_and_resume_finishe
     assert report is not None and report.resumed and report.status == "done"
     assert await world.summaries() == [summary] == list(report.summary_ids)
     # The walk's node table follows the flip: sources point at the summary.
-    source = world.store.recall_source(world.agent)
+    source = world.memory.recall_source(world.agent)
     ids = [summary, *world.sources]
     nodes, records = await source.nodes(ids), await source.records(ids)
     assert nodes == {i: r.node() for i, r in records.items()} and len(nodes) == len(ids)
@@ -239,9 +348,8 @@ async def test_a_crash_at_any_phase_leaves_one_side_reachable_and_resume_finishe
     assert await reachable_side(world, summary) == "summary"
     assert await world.vectors_left() == 0
     assert await world.compactor().resume(world.agent) is None
-    for source in world.sources:
-        tomb = await world.redis.hgetall(f"{world.prefix}:tomb:{source}")
-        assert text_of(tomb[b"summary_id"]) == summary
+    for source_id in world.sources:
+        assert (await world.tombstone(source_id))["summary_id"] == summary
     again = await world.compactor().compact(world.agent, NOW + DAY_MS)
     assert again.status == "empty" and await world.summaries() == [summary]
 
@@ -267,24 +375,18 @@ async def test_summary_record_and_walk_through_a_source_key(world: World) -> Non
 
     report = await world.compactor().compact(world.agent, NOW)
     (summary,) = report.summary_ids
-    fields = {
-        text_of(k): v
-        for k, v in (await world.redis.hgetall(world.store.key(summary))).items()
-        if k not in (b"canonical", b"eidolon")
-    }
-    assert text_of(fields["kind"]) == "summary" and text_of(fields["deleted"]) == "0"
+    fields = await world.fields(summary)
+    assert fields["kind"] == "summary" and fields["deleted"] == "0"
     assert "compaction_pending" not in fields
-    assert text_of(fields["source_ids"]).split("|") == sorted(world.sources)
-    assert text_of(fields["nexus_keys"]) == "err:oom"  # max_rolled_keys=1: paths not kept
-    assert set(text_of(fields["tags"]).split("|")) >= {"topic/gc", "src/system", "ops/memory"}
+    assert fields["source_ids"].split("|") == sorted(world.sources)
+    assert fields["nexus_keys"] == "err:oom"  # max_rolled_keys=1: paths not kept
+    assert set(fields["tags"].split("|")) >= {"topic/gc", "src/system", "ops/memory"}
     # The summary holds no path key, yet a walk through the source's path key still
     # lands on it: the source stays in the nexus ZSET and recall follows its link.
     after = await world.recall(WALK_QUERY, lane_k=1)
     assert world.sources[2] not in after
     assert summary in after and "walk" in after[summary]
-    nexus = f"{world.prefix}:nexus:{world.agent}:path:/srv/app2.log"
-    members = await world.redis.zrange(nexus, 0, -1)
-    assert world.sources[2].encode() in members
+    assert world.sources[2] in await world.nexus_members("path:/srv/app2.log")
 
 
 async def test_a_source_quarantined_before_the_flip_is_not_revived_through_the_summary(
@@ -293,12 +395,12 @@ async def test_a_source_quarantined_before_the_flip_is_not_revived_through_the_s
     with pytest.raises(Crash):
         await world.compactor(Phase.INDEXED).compact(world.agent, NOW)
     held = world.sources[0]
-    await world.redis.hset(world.store.key(held), "quarantined", "1")
+    await world.quarantine(held)
     report = await world.compactor().resume(world.agent)
     assert report is not None and report.vectors_dropped == 3
-    fields = await world.redis.hmget(world.store.key(held), ["deleted", "replaced_by_summary_id"])
-    assert fields == [b"0", None]
-    assert not await world.redis.exists(f"{world.prefix}:tomb:{held}")
+    fields = await world.fields(held)
+    assert fields["deleted"] == "0" and "replaced_by_summary_id" not in fields
+    assert await world.tombstone(held) == {}
 
 
 async def test_the_candidate_scan_moves_window_by_window_jumps_gaps_and_wraps(
@@ -311,17 +413,16 @@ async def test_the_candidate_scan_moves_window_by_window_jumps_gaps_and_wraps(
                ("err:quota",))
         for n in range(3)
     ]  # fmt: skip
-    await world.store.commit(WriteBatch(records=tuple(later)))
+    await world.memory.commit(WriteBatch(records=tuple(later)))
     compactor = world.compactor()
-    keys = Keyspace(world.prefix)
 
     first = await compactor.compact(world.agent, NOW)
     assert first.status == "done" and first.sources == 4  # the T0 window only
-    assert int(await world.redis.get(keys.compaction_cursor(world.agent))) == T0 + DAY_MS
+    assert await world.cursor() == T0 + DAY_MS
 
     second = await compactor.compact(world.agent, NOW)  # jumps the 8-day gap
     assert second.status == "done" and second.sources == 3
-    assert int(await world.redis.get(keys.compaction_cursor(world.agent))) == T0 + 10 * DAY_MS
+    assert await world.cursor() == T0 + 10 * DAY_MS
 
     third = await compactor.compact(world.agent, NOW)  # nothing left in range
     assert third.status == "empty"
