@@ -83,12 +83,9 @@ async def _playbook(settings: Settings, agent_id: str) -> str | None:
     from grimoire.tables.maintenance.curator_store import RedisCuratorStore
     from grimoire.tables.redis_client import create_redis
 
-    async def no_embedding(texts: object) -> list[bytes]:
-        raise RuntimeError("reading a playbook embeds nothing")
-
     redis = create_redis(settings.redis_url, 2)
     try:
-        store = RedisCuratorStore(redis, settings.topic_prefix, no_embedding)
+        store = RedisCuratorStore(redis, settings.topic_prefix)
         return await store.get_playbook(agent_id)
     finally:
         await redis.aclose()

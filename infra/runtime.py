@@ -18,12 +18,10 @@ from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.maintenance.compaction_task import CompactionRunner, CompactionTask
+from grimoire.agents.maintenance.curator_task import CuratorRunner
 from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.agents.maintenance.handler import MaintenanceHandler, TaskRunner
 from grimoire.agents.maintenance.pressure import CountingSink, WorkerPressure
-from grimoire.agents.maintenance.tasks import (
-    CuratorRunner,
-)
 from grimoire.agents.ports import Embedder, EventSink
 from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
@@ -178,10 +176,10 @@ def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[
 def build_runners(
     redis: Redis, store: RedisMemoryStore, embedder: Embedder, settings: Settings
 ) -> Mapping[Task, TaskRunner]:
-    curator = RedisCuratorStore(redis, settings.topic_prefix, model_bytes(embedder))
+    curator = RedisCuratorStore(redis, settings.topic_prefix)
     return {
         Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
-        Task.CURATOR: CuratorRunner(curator, store.decay),
+        Task.CURATOR: CuratorRunner(curator, model_bytes(embedder), store.decay.reschedule),
         Task.COMPACTION: CompactionRunner(
             CompactionTask(
                 RedisCompactionStore(redis, settings.topic_prefix, dims=embedder.dims),

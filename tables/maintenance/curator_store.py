@@ -1,32 +1,37 @@
-"""The curator's Redis side: read a cycle's inputs, apply its plan atomically.
+"""The curator's storage: read a cycle's inputs, apply a planned cycle atomically.
 
 Keys (besides the memory and usage hashes of record_codec):
   `{prefix}:curator:{agent}`          hash: cycle, watermark, report (JSON)
   `{prefix}:curator:{agent}:entries`  hash: memory id → bookkeeping JSON
   `{prefix}:playbook:{agent}`         string: PLAYBOOK.md
 
+`CuratorStore` is what a cycle (`agents/maintenance/curator_task.py`) needs from
+storage: it reads the inputs here, plans with the pure
+`grimoire.streams.learn.curator.plan.plan_cycle`, embeds and renders, and hands
+the result back to `apply`. `RedisCuratorStore` is the Redis implementation;
+`grimoire.tables.testing.curator_store.InMemoryCuratorStore` is the reference one.
+
 A cycle's writes and its state go in one MULTI/EXEC, so a crash leaves either
-the whole cycle or none of it, and `run_cycle(agent, now, n)` for an `n` that
-already ran only returns that cycle's report.
+the whole cycle or none of it; the state key is WATCHed, so a cycle whose number
+already ran is never applied twice.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Num, Tag
 
-from grimoire.streams.learn.curator.distill import Distiller, EpisodeView
-from grimoire.streams.learn.curator.plan import effective, plan_cycle
-from grimoire.streams.learn.curator.playbook import render_playbook
+from grimoire.streams.learn.curator.distill import EpisodeView
 from grimoire.streams.learn.curator.values import (
+    CURATED_KINDS,
     CuratedEntry,
     CuratorPlan,
-    CuratorPolicy,
     CuratorReport,
     EntryStatus,
     QuarantineAction,
@@ -51,10 +56,98 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
 
+__all__ = [
+    "DEFAULT_MAX_EPISODES",
+    "MAX_ENTRIES",
+    "MAX_QUARANTINED",
+    "CuratorCycle",
+    "CuratorInputs",
+    "CuratorState",
+    "CuratorStore",
+    "RedisCuratorStore",
+    "missing_vectors",
+]
+
 logger = logging.getLogger(__name__)
 
-Embed = Callable[[Sequence[str]], Awaitable[list[bytes]]]
-PAGE = 500
+PAGE: Final = 500
+DEFAULT_MAX_EPISODES: Final = 10_000
+MAX_ENTRIES: Final = 100_000
+MAX_QUARANTINED: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class CuratorState:
+    """What the last completed cycle left: its number and the newest episode time
+    it considered (both -1 before the first cycle), and its report."""
+
+    cycle: int = -1
+    watermark_ms: int = -1
+    report: CuratorReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CuratorInputs:
+    """Everything a cycle plans from, each oldest first (event time)."""
+
+    episodes: tuple[EpisodeView, ...]
+    entries: tuple[CuratedEntry, ...]
+    quarantined: tuple[QuarantinedView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CuratorCycle:
+    """One planned cycle, as the store writes it.
+
+    `before` are the entries the plan was made from (usage times only move
+    forward from them); `vectors` holds, by memory id, the embedding of every
+    change whose text the plan wrote; `playbook` is the rendered PLAYBOOK.md.
+    """
+
+    agent_id: str
+    plan: CuratorPlan
+    before: tuple[CuratedEntry, ...]
+    vectors: Mapping[str, bytes]
+    playbook: str
+
+    @property
+    def cycle(self) -> int:
+        return self.plan.report.cycle
+
+
+def missing_vectors(cycle: CuratorCycle) -> list[str]:
+    """Changes whose text the plan wrote but that come without a vector: a store
+    refuses the cycle rather than index a memory without its embedding."""
+    return [
+        change.entry.memory_id
+        for change in cycle.plan.changes
+        if change.text_changed and change.entry.memory_id not in cycle.vectors
+    ]
+
+
+class CuratorStore(Protocol):
+    """The curator's storage, per agent. Reads see only the agent's own memories."""
+
+    async def state(self, agent_id: str) -> CuratorState: ...
+
+    async def cycle_inputs(self, agent_id: str, watermark_ms: int) -> CuratorInputs:
+        """The live episodes newer than `watermark_ms` (up to the store's episode
+        cap), the live curated entries, and the quarantined memories to review."""
+        ...
+
+    async def entries(self, agent_id: str) -> list[CuratedEntry]:
+        """The live insights, heuristics and warnings (neither quarantined nor
+        archived), with their decay origin and bookkeeping."""
+        ...
+
+    async def get_playbook(self, agent_id: str) -> str | None: ...
+
+    async def apply(self, cycle: CuratorCycle) -> bool:
+        """Write the whole cycle or nothing: records, usage times, bookkeeping,
+        quarantine decisions, playbook and state. False, writing nothing, when a
+        cycle numbered the same or later has already been applied. Raises
+        ValueError when a rewritten text comes without its vector."""
+        ...
 
 
 def _not(name: str) -> FilterExpression:
@@ -63,20 +156,10 @@ def _not(name: str) -> FilterExpression:
 
 class RedisCuratorStore:
     def __init__(
-        self,
-        redis: Redis,
-        prefix: str,
-        embed: Embed,
-        *,
-        policy: CuratorPolicy | None = None,
-        distiller: Distiller | None = None,
-        max_episodes: int = 10_000,
+        self, redis: Redis, prefix: str, *, max_episodes: int = DEFAULT_MAX_EPISODES
     ) -> None:
         self._redis = redis
         self._keys = Keyspace(prefix)
-        self._embed = embed
-        self._policy = policy or CuratorPolicy()
-        self._distiller = distiller
         self._max_episodes = max_episodes
         self._index = self._keys.index_name
         self._graph = RedisGraph(redis, prefix)
@@ -136,10 +219,10 @@ class RedisCuratorStore:
         """The agent's live insights, heuristics and warnings (quarantined ones are
         reviewed separately)."""
         where = (
-            tenant_filter(agent_id) & (Tag("kind") == ["insight", "heuristic", "warning"])
+            tenant_filter(agent_id) & (Tag("kind") == [kind.value for kind in CURATED_KINDS])
             & _not("deleted") & _not("quarantined") & _not("archived")
         )  # fmt: skip
-        rows = await self._search_all(where, ENTRY_FIELDS, 100_000)
+        rows = await self._search_all(where, ENTRY_FIELDS, MAX_ENTRIES)
         ids = [text_of(row["memory_id"]) for row in rows]
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in ids:
@@ -157,18 +240,24 @@ class RedisCuratorStore:
             tenant_filter(agent_id) & (Tag("quarantined") == "1")
             & _not("deleted") & _not("archived")
         )  # fmt: skip
-        rows = await self._search_all(where, QUARANTINE_FIELDS, 10_000)
+        rows = await self._search_all(where, QUARANTINE_FIELDS, MAX_QUARANTINED)
         return [quarantined_view(row) for row in rows]
 
-    async def state(self, agent_id: str) -> tuple[int, int, CuratorReport | None]:
-        """(last completed cycle, episode watermark, that cycle's report)."""
+    async def cycle_inputs(self, agent_id: str, watermark_ms: int) -> CuratorInputs:
+        return CuratorInputs(
+            episodes=tuple(await self.episodes_since(agent_id, watermark_ms)),
+            entries=tuple(await self.entries(agent_id)),
+            quarantined=tuple(await self.quarantined(agent_id)),
+        )
+
+    async def state(self, agent_id: str) -> CuratorState:
         cycle, mark, report = await self._redis.hmget(
             self.state_key(agent_id), ["cycle", "watermark", "report"]
         )
-        return (
-            int(text_of(cycle)) if cycle is not None else -1,
-            int(text_of(mark)) if mark is not None else -1,
-            report_from_json(report) if report is not None else None,
+        return CuratorState(
+            cycle=int(text_of(cycle)) if cycle is not None else -1,
+            watermark_ms=int(text_of(mark)) if mark is not None else -1,
+            report=report_from_json(report) if report is not None else None,
         )
 
     async def get_playbook(self, agent_id: str) -> str | None:
@@ -177,81 +266,71 @@ class RedisCuratorStore:
 
     # ---- the cycle --------------------------------------------------------------
 
-    async def run_cycle(self, agent_id: str, now_ms: int, cycle: int) -> CuratorReport:
-        last, watermark, last_report = await self.state(agent_id)
-        if cycle <= last:
-            logger.info("curator cycle %d for %s already ran (last %d)", cycle, agent_id, last)
-            if cycle == last and last_report is not None:
-                return last_report
-            return CuratorReport(agent_id=agent_id, cycle=cycle, now_ms=now_ms)
-        episodes = await self.episodes_since(agent_id, watermark)
-        entries = await self.entries(agent_id)
-        quarantined = await self.quarantined(agent_id)
-        plan = plan_cycle(
-            agent_id, cycle, now_ms, episodes, entries, quarantined,
-            watermark_ms=max(watermark, 0), policy=self._policy, distiller=self._distiller,
-        )  # fmt: skip
-        await self._apply(agent_id, now_ms, plan, entries)
-        return plan.report
-
-    async def _apply(
-        self, agent_id: str, now_ms: int, plan: CuratorPlan, before: Sequence[CuratedEntry]
-    ) -> None:
-        texts = [change.entry.text for change in plan.changes if change.text_changed]
-        vectors = iter(await self._embed(texts) if texts else [])
-        current = {entry.memory_id: entry for entry in before}
-        entries_key = self.entries_key(agent_id)
+    async def apply(self, cycle: CuratorCycle) -> bool:
+        if missing := missing_vectors(cycle):
+            raise ValueError(f"curator cycle {cycle.cycle} lacks vectors for {missing}")
+        agent_id = cycle.agent_id
+        state_key = self.state_key(agent_id)
         async with self._redis.pipeline(transaction=True) as pipe:
-            for change in plan.changes:
-                entry = change.entry
-                vector = next(vectors) if change.text_changed else None
-                key = self.memory_key(entry.memory_id)
-                if change.new:
-                    assert vector is not None
-                    fields = new_record_fields(agent_id, entry, vector)
-                    pipe.hset(key, mapping=fields)
-                    keys = text_of(fields["nexus_keys"]).split("|")
-                    self._graph.link(
-                        pipe, agent_id, entry.memory_id, entry.ts_ms, [k for k in keys if k]
-                    )
-                elif change.record_changed:
-                    pipe.hset(key, mapping=changed_record_fields(entry, vector))
-                old = current.get(entry.memory_id)
-                if old is None or entry.last_accessed_ms > old.last_accessed_ms:
-                    pipe.hset(
-                        self.usage_key(entry.memory_id), "last_accessed", entry.last_accessed_ms
-                    )
-                if entry.status is EntryStatus.ARCHIVED:
-                    pipe.hdel(entries_key, entry.memory_id)
-                else:
-                    pipe.hset(entries_key, entry.memory_id, bookkeeping_json(entry))
-            for decision in plan.quarantine:
-                key = self.memory_key(decision.memory_id)
-                if decision.action is QuarantineAction.RELEASE:
-                    pipe.hset(key, "quarantined", "0")
-                else:
-                    pipe.hset(key, "archived", "1")
-            changed = [c.entry.memory_id for c in plan.changes if c.new or c.record_changed]
-            changed += [decision.memory_id for decision in plan.quarantine]
-            self._graph.sync_nodes(pipe, agent_id, changed)
-            pipe.set(self.playbook_key(agent_id), self._playbook(agent_id, now_ms, plan, before))
-            pipe.hset(
-                self.state_key(agent_id),
-                mapping={
-                    "cycle": plan.report.cycle,
-                    "watermark": plan.watermark_ms,
-                    "report": report_json(plan.report),
-                },
-            )
-            await pipe.execute()
+            # Only the agent's partition owner writes here; the WATCH turns a
+            # duplicate run that slipped past the runner's check into a no-op.
+            await pipe.watch(state_key)
+            last = await pipe.hget(state_key, "cycle")
+            if last is not None and int(text_of(last)) >= cycle.cycle:
+                logger.info(
+                    "curator cycle %d for %s not applied: cycle %s ran",
+                    cycle.cycle, agent_id, text_of(last),
+                )  # fmt: skip
+                return False
+            pipe.multi()
+            self._queue(pipe, cycle)
+            try:
+                await pipe.execute()
+            except WatchError:  # a cycle was applied since the read: this one is stale
+                logger.info("curator cycle %d for %s lost the race", cycle.cycle, agent_id)
+                return False
+        return True
 
-    def _playbook(
-        self, agent_id: str, now_ms: int, plan: CuratorPlan, before: Sequence[CuratedEntry]
-    ) -> str:
-        final = {entry.memory_id: entry for entry in before}
-        final.update({change.entry.memory_id: change.entry for change in plan.changes})
-        shown = [
-            replace(entry, confidence=effective(entry, now_ms, self._policy))
-            for entry in final.values()
-        ]
-        return render_playbook(agent_id, shown)
+    def _queue(self, pipe: Any, cycle: CuratorCycle) -> None:
+        agent_id, plan = cycle.agent_id, cycle.plan
+        current = {entry.memory_id: entry for entry in cycle.before}
+        entries_key = self.entries_key(agent_id)
+        for change in plan.changes:
+            entry = change.entry
+            vector = cycle.vectors[entry.memory_id] if change.text_changed else None
+            key = self.memory_key(entry.memory_id)
+            if change.new:
+                assert vector is not None
+                fields = new_record_fields(agent_id, entry, vector)
+                pipe.hset(key, mapping=fields)
+                keys = text_of(fields["nexus_keys"]).split("|")
+                self._graph.link(
+                    pipe, agent_id, entry.memory_id, entry.ts_ms, [k for k in keys if k]
+                )
+            elif change.record_changed:
+                pipe.hset(key, mapping=changed_record_fields(entry, vector))
+            old = current.get(entry.memory_id)
+            if old is None or entry.last_accessed_ms > old.last_accessed_ms:
+                pipe.hset(self.usage_key(entry.memory_id), "last_accessed", entry.last_accessed_ms)
+            if entry.status is EntryStatus.ARCHIVED:
+                pipe.hdel(entries_key, entry.memory_id)
+            else:
+                pipe.hset(entries_key, entry.memory_id, bookkeeping_json(entry))
+        for decision in plan.quarantine:
+            key = self.memory_key(decision.memory_id)
+            if decision.action is QuarantineAction.RELEASE:
+                pipe.hset(key, "quarantined", "0")
+            else:
+                pipe.hset(key, "archived", "1")
+        changed = [c.entry.memory_id for c in plan.changes if c.new or c.record_changed]
+        changed += [decision.memory_id for decision in plan.quarantine]
+        self._graph.sync_nodes(pipe, agent_id, changed)
+        pipe.set(self.playbook_key(agent_id), cycle.playbook)
+        pipe.hset(
+            self.state_key(agent_id),
+            mapping={
+                "cycle": plan.report.cycle,
+                "watermark": plan.watermark_ms,
+                "report": report_json(plan.report),
+            },
+        )

@@ -64,10 +64,9 @@ def _text(value: str | bytes | None) -> str:
 class _Records:
     """Write access to the memory store's record hashes.
 
-    `InMemoryMemoryStore.hashes()` hands out the stored dicts themselves, and a
+    `InMemoryMemoryStore.stored_hash` hands out the stored dict itself, and a
     committed record is created with the memory store's own write (so its nexus
-    links land where recall's walk reads them). If the memory store grows
-    HSET/HDEL/link accessors, this adapter shrinks to calls to them."""
+    links land where recall's walk reads them)."""
 
     def __init__(self, memory: InMemoryMemoryStore) -> None:
         self._memory = memory
@@ -76,9 +75,7 @@ class _Records:
         return self._memory.hashes()
 
     def get(self, memory_id: str) -> Hash | None:
-        if self._memory.record(memory_id) is None:
-            return None
-        return next(d for d in self.all() if _text(d.get("memory_id")) == memory_id)
+        return self._memory.stored_hash(memory_id)
 
 
 class InMemoryCompactionStore:

@@ -236,6 +236,24 @@ class InMemoryMemoryStore:
     def hashes(self) -> list[Hash]:
         return list(self._records.values())
 
+    # ---- writes the maintenance stores make to the same keyspace ----------------
+    # (HSET on a memory or usage hash, ZADD into the nexus index: RedisCuratorStore
+    # and RedisCompactionStore write those keys directly, so their in-memory
+    # references write them here.)
+
+    def stored_hash(self, memory_id: str) -> Hash | None:
+        """The stored memory hash itself (not a copy): writes to it are HSETs."""
+        return self._records.get(memory_id)
+
+    def put_fields(self, memory_id: str, fields: Mapping[str, Any]) -> None:
+        self._records.setdefault(memory_id, {}).update(_encoded(fields))
+
+    def put_usage(self, memory_id: str, fields: Mapping[str, Any]) -> None:
+        self._usage.setdefault(memory_id, {}).update(_encoded(fields))
+
+    def link(self, agent_id: str, memory_id: str, ts_ms: int, keys: Sequence[str]) -> None:
+        self._link(agent_id, memory_id, ts_ms, keys)
+
     def touch(self, memory_id: str, as_of_ms: int) -> None:
         """The usage-accounting script's effect on the memory's usage hash."""
         usage = self._usage.setdefault(memory_id, {})

@@ -1,19 +1,26 @@
-"""The curator against the real Redis: episodes written by the memory store's own
-write path, cycles run by RedisCuratorStore, results read back from Redis."""
+"""What only the Redis curator store has: its key layout, its WATCHed transaction,
+and the runner wired as the worker wires it (decay rescheduled in the DecayIndex).
+
+The store's semantics, shared with the in-memory reference, are in
+`test_curator_contract.py` (whose record builder and fake embedder these copy).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from redis.asyncio import Redis
 
+from grimoire.agents.maintenance.curator_task import CuratorRunner
 from grimoire.infra.settings import Settings
+from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import (
@@ -34,7 +41,7 @@ pytestmark = pytest.mark.integration
 
 DIMS = 384
 T0 = 1_790_000_000_000
-NOW = T0 + DAY_MS  # one event time for every cycle: votes are exact, not decayed
+NOW = T0 + DAY_MS
 A, B = "agent-a", "agent-b"
 KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
 
@@ -49,22 +56,16 @@ async def fake_embed(texts: Sequence[str]) -> list[bytes]:
     return [vector(text) for text in texts]
 
 
-def record(
-    agent: str,
-    n: int,
-    outcome: str,
-    *,
-    ts: int | None = None,
-    kind: Kind = Kind.EPISODE,
-    text: str | None = None,
-    quarantined: bool = False,
-) -> MemoryRecord:
-    ts = T0 + n if ts is None else ts
-    body = text or f"swap ETH for USDC through the router, attempt {n}"
+async def no_reschedule(agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
+    return None
+
+
+def record(agent: str, n: int, outcome: str) -> MemoryRecord:
+    ts, body = T0 + n, f"swap ETH for USDC through the router, attempt {n}"
     candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-{kind.value}-{n}", 0, ts),
+        id=memory_id(agent, f"ev-episode-{n}", 0, ts),
         agent_id=agent,
-        kind=kind,
+        kind=Kind.EPISODE,
         layer=Layer.ACTION,
         text=body,
         ts_ms=ts,
@@ -75,7 +76,7 @@ def record(
         keys=KEYS,
         outcome=outcome,
     )
-    return MemoryRecord(candidate, canonical=vector(body), quarantined=quarantined)
+    return MemoryRecord(candidate, canonical=vector(body))
 
 
 @dataclass
@@ -85,34 +86,13 @@ class Env:
     memory: RedisMemoryStore
     curator: RedisCuratorStore
 
-    async def write(self, *records: MemoryRecord) -> None:
-        await self.memory.commit(WriteBatch(records=tuple(records)))
-
     async def episodes(self, agent: str, start: int, *outcomes: str) -> None:
-        await self.write(*(record(agent, start + i, o) for i, o in enumerate(outcomes)))
+        records = tuple(record(agent, start + i, o) for i, o in enumerate(outcomes))
+        await self.memory.commit(WriteBatch(records=records))
 
-    async def by_kind(self, agent: str, kind: str) -> list[dict[str, str]]:
-        found = []
-        async for key in self.redis.scan_iter(match=f"{self.prefix}:mem:*"):
-            fields = {
-                k.decode(): v.decode(errors="replace")
-                for k, v in (await self.redis.hgetall(key)).items()
-            }
-            if fields["agent_id"] == agent and fields["kind"] == kind:
-                found.append(fields)
-        return sorted(found, key=lambda f: f["memory_id"])
-
-    async def snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {}
-        async for key in self.redis.scan_iter(match=f"{self.prefix}:*"):
-            kind = (await self.redis.type(key)).decode()
-            if kind == "hash":
-                state[key.decode()] = await self.redis.hgetall(key)
-            elif kind == "string":
-                state[key.decode()] = await self.redis.get(key)
-            elif kind == "zset":
-                state[key.decode()] = await self.redis.zrange(key, 0, -1, withscores=True)
-        return state
+    async def keys(self) -> set[str]:
+        found = {key.decode() async for key in self.redis.scan_iter(match=f"{self.prefix}:*")}
+        return {key.removeprefix(f"{self.prefix}:") for key in found}
 
 
 @pytest.fixture
@@ -122,7 +102,7 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
     memory = RedisMemoryStore(redis, prefix, DIMS)
     await memory.ensure_schema()
     try:
-        yield Env(redis, prefix, memory, RedisCuratorStore(redis, prefix, fake_embed))
+        yield Env(redis, prefix, memory, RedisCuratorStore(redis, prefix))
     finally:
         await redis.execute_command("FT.DROPINDEX", memory.index_name, "DD")
         keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
@@ -132,115 +112,63 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
         await redis.connection_pool.disconnect()
 
 
-async def test_repeated_episodes_become_a_recallable_insight(env: Env) -> None:
-    await env.episodes(A, 0, "success", "success", "success: filled", "returned")
-    await env.episodes(B, 0, "success", "success")
-    report = await env.curator.run_cycle(A, NOW, 1)
-    assert (report.proposed, report.episodes_seen) == (1, 4)
-
-    (insight,) = await env.by_kind(A, "insight")
-    assert float(insight["confidence"]) == 0.5
-    assert insight["archived"] == "0" and insight["event_type"] == "curator"
-    assert "tends to work" in insight["text"]
-    hits = await env.memory.full_text(A, ["tends"], 10)
-    assert [hit.memory.id for hit in hits] == [insight["memory_id"]]
-    knn = await env.memory.knn(
-        A, np.frombuffer(vector(insight["text"]), dtype=np.float32).tolist(), 1
-    )
-    assert knn[0].memory.id == insight["memory_id"]
-    assert await env.by_kind(B, "insight") == []  # the other tenant saw nothing
-    assert (
-        await env.curator.get_playbook(A)
-        == "# PLAYBOOK — agent-a\n\n## Global\n\n_No heuristics yet._\n"
-    )
+def plan(agent: str, cycle: int) -> MaintenancePlan:
+    return MaintenancePlan(agent, cycle * 5, NOW, Pressure.NORMAL, (Task.CURATOR,), (), cycle)
 
 
-async def test_votes_promotion_into_playbook_and_demotion(env: Env) -> None:
+async def test_a_cycle_writes_the_documented_keys(env: Env) -> None:
     await env.episodes(A, 0, "success", "success", "success")
-    await env.curator.run_cycle(A, NOW, 1)
-    await env.episodes(A, 10, "success", "success")
-    report = await env.curator.run_cycle(A, NOW, 2)
-    assert (report.upvoted, report.promoted, report.proposed) == (1, 1, 1)
-    (insight,) = await env.by_kind(A, "insight")
-    assert float(insight["confidence"]) == pytest.approx(0.6, abs=1e-9)
-    (heuristic,) = await env.by_kind(A, "heuristic")
-    assert float(heuristic["confidence"]) == 0.5
-
-    for cycle in (3, 4):
-        await env.episodes(A, cycle * 10, "success", "success")
-        await env.curator.run_cycle(A, NOW, cycle)
-    (heuristic,) = await env.by_kind(A, "heuristic")
-    assert float(heuristic["confidence"]) == pytest.approx(0.7, abs=1e-9)
-    playbook = await env.curator.get_playbook(A)
-    assert playbook is not None
-    section = playbook.split("## Strategy: eth-dca\n", 1)[1]
-    assert section.startswith(f"\n- {heuristic['text']} _(confidence 0.70;")
-
-    await env.episodes(A, 50, "failed", "failed")
-    report = await env.curator.run_cycle(A, NOW, 5)
-    (heuristic,) = await env.by_kind(A, "heuristic")
-    assert float(heuristic["confidence"]) == pytest.approx(0.55, abs=1e-9)
-    assert report.downvoted == 2 and report.demoted == 0
-    await env.episodes(A, 60, "failed", "failed")
-    await env.curator.run_cycle(A, NOW, 6)
-    await env.episodes(A, 70, "failed", "failed")
-    report = await env.curator.run_cycle(A, NOW, 7)
-    (heuristic,) = await env.by_kind(A, "heuristic")
-    assert float(heuristic["confidence"]) == pytest.approx(0.25, abs=1e-9)
-    # both fell below 0.4 (insight 0.8 → 0.35); the heuristic, now contradicted
-    # 6 to 4, was also reworded to the opposite advice
-    assert (report.demoted, report.edited) == (2, 1)
-    assert heuristic["text"].startswith("Avoid tool swap")
-    playbook = await env.curator.get_playbook(A)
-    assert playbook is not None and heuristic["memory_id"] not in playbook
-
-
-async def test_archive_after_three_low_cycles_warning_exempt(env: Env) -> None:
-    old_insight = record(A, 1, "", ts=T0, kind=Kind.INSIGHT, text="stale gas insight")
-    old_warning = record(A, 2, "", ts=T0, kind=Kind.WARNING, text="stale gas warning")
-    await env.write(old_insight, old_warning)
-    later = T0 + 120 * DAY_MS
-    for cycle in (1, 2):
-        report = await env.curator.run_cycle(A, later + cycle, cycle)
-        assert report.pruned == 0
-    assert [hit.memory.id for hit in await env.memory.full_text(A, ["stale"], 10)] != []
-    report = await env.curator.run_cycle(A, later + 3, 3)
-    assert report.pruned == 1
-    (insight,) = await env.by_kind(A, "insight")
-    (warning,) = await env.by_kind(A, "warning")
-    assert (insight["archived"], warning["archived"]) == ("1", "0")
-    hits = await env.memory.full_text(A, ["stale"], 10)
-    assert [hit.memory.id for hit in hits] == [warning["memory_id"]]
-
-
-async def test_cycle_is_idempotent_per_number(env: Env) -> None:
-    await env.episodes(A, 0, "success", "success", "success")
-    first = await env.curator.run_cycle(A, NOW, 1)
-    before = await env.snapshot()
-    await env.episodes(A, 10, "success", "success")  # new evidence must wait for cycle 2
-    after_write = await env.snapshot()
-    again = await env.curator.run_cycle(A, NOW, 1)
-    assert again == first
-    assert await env.snapshot() == after_write
-    assert before.keys() <= after_write.keys()
-    report = await env.curator.run_cycle(A, NOW, 2)
-    assert report.upvoted == 1
-
-
-async def test_quarantine_review_releases_or_archives(env: Env) -> None:
-    stale = record(A, 1, "", ts=NOW - 10 * DAY_MS, text="doubtful claim", quarantined=True)
-    fresh = record(A, 2, "", ts=NOW - DAY_MS, text="unverified claim", quarantined=True)
-    backed = record(A, 3, "", ts=NOW - DAY_MS, text="backed claim", quarantined=True)
-    await env.write(stale, fresh, backed)
-    await env.redis.hset(f"{env.prefix}:mem:{backed.id}", "validated_count", 2)
-    report = await env.curator.run_cycle(A, NOW, 1)
-    assert (report.pruned, report.released) == (1, 1)
-    rows = {
-        r["memory_id"]: (r["quarantined"], r["archived"]) for r in await env.by_kind(A, "episode")
+    written = await env.keys()
+    report = await CuratorRunner(env.curator, fake_embed, no_reschedule).run_cycle(A, NOW, 1)
+    (insight,) = await env.curator.entries(A)
+    new = await env.keys() - written
+    assert new == {
+        f"curator:{A}",
+        f"curator:{A}:entries",
+        f"nexus:{A}:tool:swap",  # the situation's tool, a key no episode carries
+        f"playbook:{A}",
+        f"mem:{insight.memory_id}",
+        f"use:{insight.memory_id}",
     }
-    assert rows == {stale.id: ("1", "1"), fresh.id: ("1", "0"), backed.id: ("0", "0")}
-    ids = [stale.id, fresh.id, backed.id]
-    source = env.memory.recall_source(A)
-    nodes, records = await source.nodes(ids), await source.records(ids)
-    assert nodes == {i: r.node() for i, r in records.items()} and len(nodes) == 3
-    assert [nodes[i].deleted for i in ids] == [True, True, False]  # archived, held, released
+    state = await env.redis.hgetall(env.curator.state_key(A))
+    assert state[b"cycle"] == b"1" and state[b"watermark"] == str(T0 + 2).encode()
+    assert orjson.loads(state[b"report"]) == orjson.loads(orjson.dumps(report))
+    book = await env.redis.hget(env.curator.entries_key(A), insight.memory_id)
+    assert book is not None and orjson.loads(book)["status"] == "proposed"
+    assert await env.redis.get(env.curator.playbook_key(A)) == (
+        b"# PLAYBOOK \xe2\x80\x94 agent-a\n\n## Global\n\n_No heuristics yet._\n"
+    )
+    nexus = env.memory.graph.keys
+    for key in KEYS:
+        assert await env.redis.zscore(nexus.nexus(A, key), insight.memory_id) == insight.ts_ms
+    node = await env.redis.hget(nexus.nodes(A), insight.memory_id)
+    assert isinstance(node, bytes) and node.startswith(b"insight\x1f")
+
+
+async def test_the_runner_reschedules_the_decay_of_the_entries(env: Env) -> None:
+    await env.episodes(A, 0, "success", "success", "success")
+    await env.episodes(B, 0, "success", "success", "success")
+    runner = CuratorRunner(env.curator, fake_embed, env.memory.decay.reschedule)
+    body = await runner(plan(A, 1))
+    assert body == {"cycle": 1, "ts": NOW, "pruned": 0, "promoted": 0, "proposed": 1, "demoted": 0}
+    (insight,) = await env.curator.entries(A)
+    schedule = await env.redis.zrange(env.memory.keys.decay_schedule(A), 0, -1)
+    assert insight.memory_id.encode() in schedule
+    others = await env.redis.zrange(env.memory.keys.decay_schedule(B), 0, -1)
+    assert insight.memory_id.encode() not in others
+    assert await runner(plan(A, 1)) == body  # a replay reports the same cycle
+
+
+async def test_two_runs_of_one_cycle_apply_it_once(env: Env) -> None:
+    """Both read the state before either applies; the WATCHed state key lets one through."""
+    await env.episodes(A, 0, "success", "success", "success")
+
+    async def slow_embed(texts: Sequence[str]) -> list[bytes]:
+        await asyncio.sleep(0.05)
+        return await fake_embed(texts)
+
+    runner = CuratorRunner(env.curator, slow_embed, no_reschedule)
+    first, second = await asyncio.gather(runner.run_cycle(A, NOW, 1), runner.run_cycle(A, NOW, 1))
+    assert first == second and first.proposed == 1
+    assert len(await env.curator.entries(A)) == 1
+    assert (await env.curator.state(A)).cycle == 1

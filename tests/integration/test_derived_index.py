@@ -5,43 +5,23 @@ from __future__ import annotations
 
 import uuid
 
-import numpy as np
-
 from grimoire.infra.settings import Settings
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.memory.rebuild import rebuild_derived
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
+from tests.support.builders import memory_candidate, memory_record
+from tests.support.vectors import flat_unit
 
 T0 = 1_790_000_000_000
 
 
 def _record(agent: str, n: int, text: str, *, quarantined: bool = False) -> MemoryRecord:
-    vector = (np.ones(384) / np.sqrt(384)).astype(np.float32).tobytes()
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-{n}", 0, T0 + n),
-        agent_id=agent,
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=T0 + n,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value),
-        normalized_hash=normalized_hash(text),
-        keys=(f"tag:ops/n{n % 2}", "err:timeout"),
+    candidate = memory_candidate(
+        agent, f"ev-{n}", text, ts=T0 + n, keys=(f"tag:ops/n{n % 2}", "err:timeout")
     )
-    return MemoryRecord(
-        candidate=candidate, canonical=vector, eidolon=vector, quarantined=quarantined
-    )
+    return memory_record(candidate, flat_unit(384), quarantined=quarantined)
 
 
 async def test_a_rebuild_recreates_what_the_write_path_keeps(settings: Settings) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grimoire.infra import onnx_encoder
+from grimoire.infra.embedding import onnx_encoder
 from grimoire.infra.embedding.embedder import (
     MAX_AUTO_LANES,
     CachingEmbedder,

@@ -7,27 +7,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
-import numpy as np
 import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.recall.ports import RecallFilters
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
+from tests.support.builders import memory_candidate, memory_record
+from tests.support.vectors import flat_unit
 
 pytestmark = pytest.mark.integration
 
@@ -39,18 +31,7 @@ TEXTS.append("jon lost his job as a banker")
 
 
 def _record(n: int, text: str) -> MemoryRecord:
-    vector = (np.ones(384) / np.sqrt(384)).astype(np.float32)
-    candidate = MemoryCandidate(
-        id=memory_id(AGENT, f"ev-{n}", 0, T0 + n),
-        agent_id=AGENT,
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=T0 + n,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value),
-        normalized_hash=normalized_hash(text),
-    )
-    return MemoryRecord(candidate=candidate, canonical=vector.tobytes(), eidolon=vector.tobytes())
+    return memory_record(memory_candidate(AGENT, f"ev-{n}", text, ts=T0 + n), flat_unit(384))
 
 
 @pytest.fixture

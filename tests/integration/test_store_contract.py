@@ -19,7 +19,6 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 import pytest
 from redis.asyncio import Redis
@@ -31,13 +30,10 @@ from grimoire.streams.model.records import (
     EventType,
     HyperedgeRef,
     Kind,
-    Layer,
-    MemoryCandidate,
     MemoryRecord,
     Provenance,
     Role,
 )
-from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.recall.options import RecallFilters
 from grimoire.streams.recall.ports import Anchor
 from grimoire.streams.write.admission import Neighbour
@@ -53,22 +49,16 @@ from grimoire.tables.codec.memory_hash import StoredMemory, hash_fields
 from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.builders import memory_candidate, memory_record
+from tests.support.vectors import Vector, unit
 
 pytestmark = pytest.mark.integration
 
-DIMS = 8
+DIMS = 8  # the dims of tests.support.vectors.unit
 T0 = 1_790_000_000_000
 A, B, C = "agent-a", "agent-b", "agent-c"
 VECTOR_FIELDS = ("canonical", "eidolon")
-Vector = npt.NDArray[np.float32]
 Hash = dict[str, str | bytes]
-
-
-def unit(*components: float) -> Vector:
-    padded = np.zeros(DIMS, dtype=np.float32)
-    padded[: len(components)] = components
-    return (padded / np.linalg.norm(padded)).astype(np.float32)
-
 
 E1, E2, E3 = unit(1.0), unit(0.0, 1.0), unit(0.0, 0.0, 1.0)
 DIAGONAL = unit(1.0, 1.0)  # cosine 1/sqrt(2) with E1 and with E2
@@ -90,15 +80,13 @@ def rec(
     eidolon: Vector | None = None,
     no_eidolon: bool = False,
 ) -> MemoryRecord:
-    candidate = MemoryCandidate(
-        id=memory_id(agent, event, 0, ts),
-        agent_id=agent,
+    candidate = memory_candidate(
+        agent,
+        event,
+        text,
+        ts=ts,
         kind=kind,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
         provenance=Provenance(event, EventType.EPISODE.value, session_id="s-1"),
-        normalized_hash=normalized_hash(text),
         tick=7,
         tags=("ops/disk",),
         importance=0.3,
@@ -106,11 +94,10 @@ def rec(
         affect=Affect(pleasure=0.5, drives=(("SEEKING", 0.75),)),
         hyperedge=edge,
     )
-    lane = b"" if no_eidolon else (vector if eidolon is None else eidolon).tobytes()
-    return MemoryRecord(
-        candidate=candidate,
-        canonical=vector.tobytes(),
-        eidolon=lane,
+    return memory_record(
+        candidate,
+        vector,
+        eidolon=b"" if no_eidolon else eidolon,
         confidence=confidence,
         quality=0.4,
         quarantined=quarantined,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
-import numpy as np
 import pytest
 from redis.asyncio import Redis
 
@@ -20,6 +19,7 @@ from grimoire.tables.schema.vector_space import (
     compatible,
     space_key,
 )
+from tests.support.embedders import ConstantEmbedder
 
 FLOAT = "bert-aaaa:float32"
 INT8 = "bert-aaaa:int8-matmul-channel-v1"
@@ -76,28 +76,15 @@ async def test_workers_starting_together_agree_on_one_space(redis: Redis) -> Non
     assert (await redis.get(space_key(prefix))).decode() == claimed[0]
 
 
-class _Embedder:
-    dims = 8
-
-    def __init__(self, vector_space: str) -> None:
-        self.vector_space = vector_space
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.ones((len(texts), self.dims), dtype=np.float32) / np.sqrt(self.dims)
-
-    async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        return await self.embed(texts)
-
-
 async def test_a_worker_with_another_space_does_not_start(settings: Settings) -> None:
     mine = settings.model_copy(update={"topic_prefix": _prefix()})
-    first = Runtime(mine, MemorySink(), _Embedder(FLOAT))
+    first = Runtime(mine, MemorySink(), ConstantEmbedder(FLOAT))
     await first.handlers()
     await first.close()
-    again = Runtime(mine, MemorySink(), _Embedder(FLOAT))
+    again = Runtime(mine, MemorySink(), ConstantEmbedder(FLOAT))
     await again.handlers()
     await again.close()
-    refused = Runtime(mine, MemorySink(), _Embedder(INT8))
+    refused = Runtime(mine, MemorySink(), ConstantEmbedder(INT8))
     try:
         with pytest.raises(VectorSpaceMismatch, match=INT8):
             await refused.handlers()

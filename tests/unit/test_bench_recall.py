@@ -17,15 +17,13 @@ from grimoire.infra.bench.corpus import (
 from grimoire.infra.bench.recall import Latency
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
+from tests.support.vectors import random_unit
 
-
-def _unit(seed: int, dims: int = 384) -> np.ndarray:
-    vector = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
-    return vector / np.linalg.norm(vector)
+DIMS = 384
 
 
 def test_derived_vector_is_deterministic_per_seed_and_memory() -> None:
-    base = _unit(1)
+    base = random_unit(1, DIMS)
     first = derive_vector(base, "m-1", seed=7)
     assert np.array_equal(first, derive_vector(base, "m-1", seed=7))
     assert not np.array_equal(first, derive_vector(base, "m-2", seed=7))
@@ -33,7 +31,7 @@ def test_derived_vector_is_deterministic_per_seed_and_memory() -> None:
 
 
 def test_derived_vector_is_unit_and_at_the_requested_similarity() -> None:
-    base = _unit(2)
+    base = random_unit(2, DIMS)
     low, high = DERIVED_SIMILARITY
     for index in range(50):
         vector = derive_vector(base, f"m-{index}", seed=7)
@@ -43,7 +41,7 @@ def test_derived_vector_is_unit_and_at_the_requested_similarity() -> None:
 
 
 def test_derived_vector_accepts_an_exact_similarity() -> None:
-    base = _unit(3)
+    base = random_unit(3, DIMS)
     vector = derive_vector(base, "m", seed=1, similarity=(0.9, 0.9))
     assert float(vector @ base) == pytest.approx(0.9, abs=1e-5)
 

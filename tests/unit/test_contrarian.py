@@ -20,8 +20,7 @@ from grimoire.streams.recall.anti_rumination import (
 from grimoire.streams.recall.flow import RankingPolicy, RecallOutcome, run_recall
 from grimoire.streams.recall.options import RecallFilters
 from grimoire.streams.recall.relevance import RelevancePolicy
-
-from .test_recall_flow import DictSource, context, query, record, unit
+from tests.support.recall import DictSource, context, query, record, seed_vector
 
 ANXIOUS = Affect(pleasure=-0.7, arousal=0.6)
 ELATED = Affect(pleasure=0.8)
@@ -89,7 +88,7 @@ async def recall(
     mood: Affect | None = SAD,
     policy: RankingPolicy = DEFAULT_POLICY,
 ) -> RecallOutcome:
-    ctx = replace(context(q.query, unit(1)), affect=mood, contrarian_due=due)
+    ctx = replace(context(q.query, seed_vector(1)), affect=mood, contrarian_due=due)
     return await run_recall(q, ctx, source, policy=policy)
 
 

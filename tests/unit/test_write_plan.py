@@ -10,25 +10,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-import numpy as np
-import numpy.typing as npt
 import orjson
 import pytest
 
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    HyperedgeRef,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    Provenance,
-    Role,
-)
+from grimoire.streams.model.records import HyperedgeRef, Kind, MemoryCandidate, Role
 from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import Decision, Reinforcement, StatsDelta
 from grimoire.streams.write.plan import PlanItem, StoredNeighbour, aggregate_id, plan_batch
+from tests.support.builders import memory_candidate
+from tests.support.vectors import Vector, unit
 
 AGENT = "agent-1"
 OTHER = "agent-2"
@@ -36,15 +28,6 @@ TS = 1_767_225_600_000
 DAY = 24 * 3600 * 1000  # the default recency half-life
 TEXT = "disk full on node seven"  # no digits, keys or hedges: quality 0.2·1 + 0.15·0.5
 QUALITY = 0.275
-
-Vector = npt.NDArray[np.float32]
-
-
-def unit(*components: float) -> Vector:
-    padded = np.zeros(8, dtype=np.float32)
-    padded[: len(components)] = components
-    return padded / np.linalg.norm(padded)
-
 
 V1 = unit(1.0)
 EIDOLON = unit(3.0, 1.0)
@@ -59,14 +42,11 @@ def cand(
     importance: float = 0.9,
     hyperedge: HyperedgeRef | None = None,
 ) -> MemoryCandidate:
-    return MemoryCandidate(
-        id=memory_id(agent, event, 0, ts),
-        agent_id=agent,
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(source_event_id=event, event_type=EventType.EPISODE.value),
+    return memory_candidate(
+        agent,
+        event,
+        text,
+        ts=ts,
         normalized_hash=f"h-{text}",
         importance=importance,
         hyperedge=hyperedge,

@@ -1,4 +1,5 @@
-"""IngestHandler and RecallHandler against InMemoryMemoryStore and a counting fake embedder.
+"""IngestHandler (agents/handlers/ingest.py) against InMemoryMemoryStore and the counting
+fake embedder, wired up in tests/support/handlers.py.
 
 Admission numbers are worked out by hand from streams/write/admission.py. A plain episode
 observation of four words or more has importance 0.3, so U = 0.12, F = 0.4 (no
@@ -10,30 +11,30 @@ have cosine s / sqrt(n·m).
 
 from __future__ import annotations
 
-import hashlib
-import random
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
-from grimoire.agents.handlers.ingest import IngestHandler, IngestReport
-from grimoire.agents.handlers.outcomes import OutcomeHandler
-from grimoire.agents.handlers.recall import RecallHandler
-from grimoire.agents.ports import Embedder, InputMessage, MemorySink, Vectors
+from grimoire.agents.handlers.ingest import IngestReport
 from grimoire.infra.embedding.embedder import CachingEmbedder
-from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import EventType
 from grimoire.streams.write.plan import aggregate_id
-from grimoire.tables.memory.store import MemoryStore
-from grimoire.tables.testing.memory_store import InMemoryMemoryStore
-from grimoire.topics.declarations import TopicNames
+from tests.support.embedders import FakeEmbedder
+from tests.support.handlers import (
+    CPU,
+    DISK,
+    REPLY_TO,
+    TOPICS,
+    TS,
+    Rig,
+    episode,
+    messages,
+    mid,
+    recall_request,
+)
 
-TS = 1_767_225_600_000
-TOPICS = TopicNames("grimoire")
-REPLY_TO = "grimoire.replies.client-1"
 WEIGHTS = {
     "future_utility": 0.25,
     "factual_confidence": 0.25,
@@ -42,79 +43,7 @@ WEIGHTS = {
     "type_prior": 0.15,
 }
 
-
-class FakeEmbedder:
-    """Hashed bag of words, L2-normalised; records every non-empty call."""
-
-    dims = 64
-    vector_space = "bag-of-words-64:float32"
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.query_calls = 0
-        self.texts: list[str] = []
-
-    def vector(self, text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
-        out = np.zeros(self.dims, dtype=np.float32)
-        for word in text.casefold().split():
-            out[hashlib.sha256(word.encode()).digest()[0] % self.dims] += 1.0
-        norm = float(np.linalg.norm(out))
-        return out / norm if norm else out
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        if not texts:  # like the real embedder: no model call for nothing
-            return np.zeros((0, self.dims), dtype=np.float32)
-        self.calls += 1
-        self.texts.extend(texts)
-        return np.stack([self.vector(text) for text in texts])
-
-    async def embed_query(self, texts: Sequence[str]) -> Vectors:
-        if texts:
-            self.query_calls += 1
-        return await self.embed(texts)
-
-
-def episode(agent_id: str, text: str, ts: int, event_id: str | None = None, **extra: Any) -> bytes:
-    data: dict[str, Any] = {"agent_id": agent_id, "ts": ts, "text": text, **extra}
-    if event_id is not None:
-        data["event_id"] = event_id
-    return orjson.dumps(data)
-
-
-def messages(
-    *values: bytes, topic: str = TOPICS.episodes, first_offset: int = 0
-) -> list[InputMessage]:
-    return [
-        InputMessage(value=v, topic=topic, partition=2, offset=first_offset + i)
-        for i, v in enumerate(values)
-    ]
-
-
-class Rig:
-    def __init__(self, embedder: Embedder | None = None) -> None:
-        self.store = InMemoryMemoryStore(dims=FakeEmbedder.dims)
-        _as_protocol: MemoryStore = self.store  # must satisfy the Protocol
-        self.fake = FakeEmbedder()
-        self.embedder: Embedder = embedder if embedder is not None else self.fake
-        self.sink = MemorySink()
-        self.ingest = IngestHandler(self.store, self.embedder, self.sink, TOPICS)
-        self.recall = RecallHandler(self.store, self.embedder, self.sink, TOPICS)
-        self.outcomes = OutcomeHandler(self.store, self.sink, TOPICS)
-
-    def on(self, topic: str) -> list[dict[str, Any]]:
-        return [orjson.loads(value) for value in self.sink.on(topic)]
-
-    def events(self) -> list[dict[str, Any]]:
-        return self.on(TOPICS.memory_events)
-
-
-def mid(agent: str, event: str, ts: int, part: int = 0) -> str:
-    return memory_id(agent, event, part, ts)
-
-
 BAD = b'{"agent_id": "agent-1", "ts": '
-DISK = "disk full on node seven"
-CPU = "cpu load high on scheduler"
 GOOD_1 = episode("agent-1", DISK, TS, "ev-1")
 GOOD_2 = episode("agent-1", CPU, TS + 1_000, "ev-2")
 
@@ -126,7 +55,7 @@ def assert_composite_adds_up(event: dict[str, Any]) -> None:
     assert admission["composite"] == pytest.approx(total, abs=1e-9)
 
 
-# --- ingest: dead letters, events, admission ----------------------------------------
+# --- dead letters, events, admission --------------------------------------------------
 
 
 async def test_ingest_dead_letters_the_bad_payload_and_stores_the_good_ones() -> None:
@@ -182,16 +111,6 @@ async def test_ingest_dead_letters_the_bad_payload_and_stores_the_good_ones() ->
     assert len(stored["canonical"]) == FakeEmbedder.dims * 4  # float32 bytes
     assert stored["text"] == DISK
     assert await rig.store.count("agent-1") == 2
-
-
-async def test_dead_letter_keeps_a_valid_agent_id_and_field() -> None:
-    rig = Rig()
-    raw = episode("agent-1", "x", TS, tick=-1)
-    await rig.ingest.handle(EventType.EPISODE, messages(raw, first_offset=41))
-    (dead,) = rig.on(TOPICS.dead_letters)
-    assert (dead["reason"], dead["field"], dead["agent_id"]) == ("invalid_value", "tick", "agent-1")
-    assert dead["offset"] == 41
-    assert [key for topic, key, _ in rig.sink.sent] == ["agent-1"]
 
 
 MIXED = [
@@ -290,7 +209,7 @@ async def test_a_quarantined_memory_is_not_recalled() -> None:
     assert [item["text"] for item in reply["items"]] == ["the bridge is safe"]
 
 
-# --- ingest: idempotency -------------------------------------------------------------
+# --- idempotency ----------------------------------------------------------------------
 
 HEARTBEAT = "heartbeat pool depth stable"
 HEARTBEATS = [
@@ -400,7 +319,7 @@ async def test_empty_batch_is_a_no_op() -> None:
     assert rig.fake.calls == 0
 
 
-# --- ingest: embedding ---------------------------------------------------------------
+# --- embedding ------------------------------------------------------------------------
 
 
 async def test_identical_texts_in_a_batch_are_embedded_once() -> None:
@@ -458,7 +377,7 @@ async def test_the_cache_spares_the_model_across_batches() -> None:
     assert [e["action"] for e in rig.events()] == ["admit", "admit", "aggregate", "admit"]
 
 
-# --- ingest: the eidolon lane ----------------------------------------------------------
+# --- the eidolon lane -----------------------------------------------------------------
 
 OPENING = "market opened quietly today"
 DEPTH = "order book depth recovered slowly"
@@ -524,7 +443,7 @@ async def test_the_same_state_gives_the_same_eidolon_across_batches() -> None:
     ]
 
 
-# --- ingest: watermark and transcripts -----------------------------------------------
+# --- watermark and transcripts --------------------------------------------------------
 
 
 async def test_watermark_is_the_max_event_time_and_never_moves_back() -> None:
@@ -601,385 +520,3 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge() -> 
         "observation": "outcome",
         "output": "outcome",
     }
-
-
-async def test_a_payload_that_breaks_the_normalizer_is_dead_lettered_not_fatal() -> None:
-    rig = Rig()
-    crashing = orjson.dumps(
-        {"agent_id": "coder", "ts": TS, "line": {"role": ["user"], "content": "hi"}}
-    )
-    fine = orjson.dumps({"agent_id": "coder", "ts": TS, "line": {"role": "user", "content": "hi"}})
-    report = await rig.ingest.handle(
-        EventType.TRANSCRIPT, messages(crashing, fine, topic=TOPICS.transcripts)
-    )
-    assert (report.candidates, report.dead_lettered) == (1, 1)
-    (dead,) = rig.on(TOPICS.dead_letters)
-    assert dead["source_topic"] == TOPICS.transcripts
-    assert dead["offset"] == 0
-    assert [e["layer"] for e in rig.events()] == ["input"]
-
-
-# --- recall -------------------------------------------------------------------------
-
-
-async def _seeded() -> Rig:
-    rig = Rig()
-    await rig.ingest.handle(
-        EventType.EPISODE,
-        messages(
-            episode("agent-1", DISK, TS, "a1"),
-            episode("agent-1", CPU, TS + 1, "a2"),
-            episode("agent-1", "network partition detected between zones", TS + 2, "a3"),
-            episode("agent-2", DISK, TS + 3, "b1"),
-            episode("agent-2", "backups exceeded quota limits", TS + 4, "b2"),
-        ),
-    )
-    assert [e["action"] for e in rig.events()] == ["admit"] * 5
-    rig.sink.sent.clear()
-    return rig
-
-
-def recall_request(**fields: Any) -> InputMessage:
-    data: dict[str, Any] = {
-        "agent_id": "agent-1",
-        "query": "disk full node seven",
-        "reply_to": REPLY_TO,
-        "correlation_id": "corr-1",
-        **fields,
-    }
-    return InputMessage(orjson.dumps(data), TOPICS.recall_requests, partition=0, offset=7)
-
-
-async def test_recall_replies_once_with_only_the_agents_memories() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(recall_request())
-
-    assert len(rig.sink.sent) == 1
-    topic, key, value = rig.sink.sent[0]
-    assert (topic, key) == (REPLY_TO, "agent-1")
-    reply = orjson.loads(value)
-    assert reply["correlation_id"] == "corr-1"
-    assert reply["agent_id"] == "agent-1"
-    assert "error" not in reply
-    assert reply["watermark"] == TS + 2
-    items = reply["items"]
-    assert {item["agent_id"] for item in items} == {"agent-1"}
-    assert {item["source_event_id"] for item in items} == {"a1", "a2", "a3"}
-
-    top = items[0]
-    assert top["id"] == mid("agent-1", "a1", TS)
-    assert top["text"] == DISK
-    assert sorted(top["lanes"]) == ["bm25", "canonical", "eidolon"]
-    assert top["reasons"] == ["lane:bm25", "lane:canonical", "lane:eidolon"]
-    assert all("bm25" not in item["lanes"] for item in items[1:])
-    assert reply["mode"] == "full"
-    assert reply["budget"]["items"] == len(items)
-    assert set(reply["timings_ms"]) == {
-        "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "usage",
-            "total",
-    }  # fmt: skip
-
-
-async def test_recall_embeds_its_query_beside_the_ingest_queue() -> None:
-    rig = await _seeded()
-    assert rig.fake.query_calls == 0  # ingest goes through the batching queue
-    await rig.recall.handle(recall_request())
-    assert rig.fake.query_calls == 1  # the query and the state digest, one call
-
-
-async def test_recall_never_crosses_tenants_even_on_an_exact_match() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(recall_request(query="backups exceeded quota limits"))
-    (reply,) = rig.on(REPLY_TO)
-    assert reply["items"]
-    assert all(item["agent_id"] == "agent-1" for item in reply["items"])
-    assert "backups exceeded quota limits" not in {item["text"] for item in reply["items"]}
-
-
-async def test_recall_returns_one_copy_of_a_repeated_text() -> None:
-    rig = await _seeded()
-    await rig.ingest.handle(
-        EventType.EPISODE,
-        messages(
-            episode("agent-1", "Disk  full on NODE seven", TS + 10, "a4"),
-            episode("agent-1", DISK, TS + 11, "a5"),
-        ),
-    )
-    assert [e["action"] for e in rig.events()] == ["aggregate", "aggregate"]
-    rig.sink.sent.clear()
-    await rig.recall.handle(recall_request())
-    (reply,) = rig.on(REPLY_TO)
-    texts = [item["text"].casefold() for item in reply["items"]]
-    assert texts.count(DISK) == 1
-    assert len(texts) == 3  # a1 and its aggregate collapse into one; a2 and a3 remain
-    # a1 and the aggregate share vector and terms: whichever ranks first is kept
-    a1 = mid("agent-1", "a1", TS)
-    assert reply["items"][0]["id"] in {a1, aggregate_id("agent-1", a1)}
-
-
-async def test_recall_k_counts_distinct_texts() -> None:
-    rig = await _seeded()
-    await rig.ingest.handle(EventType.EPISODE, messages(episode("agent-1", DISK, TS + 10, "a4")))
-    rig.sink.sent.clear()
-    await rig.recall.handle(recall_request(k=2))
-    (reply,) = rig.on(REPLY_TO)
-    assert len(reply["items"]) == 2
-    assert len({item["text"].casefold() for item in reply["items"]}) == 2
-
-
-async def test_recall_respects_k() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(recall_request(k=1))
-    (reply,) = rig.on(REPLY_TO)
-    assert [item["source_event_id"] for item in reply["items"]] == ["a1"]
-
-
-async def test_recall_for_an_unknown_agent_is_empty() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(recall_request(agent_id="nobody"))
-    (reply,) = rig.on(REPLY_TO)
-    assert reply["items"] == []
-    assert "watermark" not in reply
-    assert "error" not in reply
-
-
-async def test_recall_is_repeatable_on_the_same_state() -> None:
-    rig = await _seeded()
-    # A read that records no usage leaves the state as it was, so asking again
-    # must give the same bytes.
-    await rig.recall.handle(recall_request(record_usage=False, explain=True))
-    await rig.recall.handle(recall_request(record_usage=False, explain=True))
-    first, second = rig.sink.sent
-    assert orjson.loads(first[2])["items"] == orjson.loads(second[2])["items"]
-    assert _items_bytes(first[2]) == _items_bytes(second[2])
-
-
-async def test_usage_is_recorded_before_the_reply_goes_out() -> None:
-    # A caller that asks again once answered must find this answer's usage
-    # recorded, even when another recall slot takes its next request.
-    rig = await _seeded()
-    seen_at_send: list[dict[str, Any]] = []
-
-    class WatchingSink(MemorySink):
-        async def send(self, topic: str, key: str, value: bytes) -> None:
-            if topic == REPLY_TO:
-                for item in orjson.loads(value)["items"]:
-                    seen_at_send.append(dict(rig.store.usage(item["id"])))
-            await super().send(topic, key, value)
-
-    rig.recall.sink = WatchingSink()
-    await rig.recall.handle(recall_request(as_of=TS + 500))
-    assert seen_at_send
-    for usage in seen_at_send:
-        assert usage["last_accessed"] == str(TS + 500)
-        assert int(usage["included_count_total"]) == 1
-
-
-async def test_replaying_the_log_gives_the_same_answer_usage_included() -> None:
-    # Two workers fed the same events and the same requests answer identically,
-    # usage accounting and all: nothing depends on the wall clock.
-    answers = []
-    for _ in range(2):
-        rig = await _seeded()
-        await rig.recall.handle(recall_request(explain=True))
-        await rig.recall.handle(recall_request(explain=True, query="cpu saturated"))
-        answers.append([_items_bytes(value) for _, _, value in rig.sink.sent])
-    assert answers[0] == answers[1]
-
-
-def _items_bytes(reply: bytes) -> bytes:
-    return orjson.dumps(orjson.loads(reply)["items"])
-
-
-async def test_bad_k_dead_letters_and_replies_with_an_error() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(recall_request(k=0, correlation_id="corr-9"))
-
-    (dead,) = rig.on(TOPICS.dead_letters)
-    assert (dead["reason"], dead["field"]) == ("invalid_value", "k")
-    assert dead["source_topic"] == TOPICS.recall_requests
-    assert (dead["partition"], dead["offset"]) == (0, 7)
-    assert dead["agent_id"] == "agent-1"
-
-    (reply,) = rig.on(REPLY_TO)
-    assert reply["correlation_id"] == "corr-9"
-    assert reply["agent_id"] == "agent-1"
-    assert reply["items"] == []
-    assert reply["error"].startswith("invalid_value")
-    assert len(rig.sink.sent) == 2
-    assert rig.fake.calls == 1  # only the seeding batch; no embedding for a bad request
-
-
-async def test_bad_reply_to_is_only_dead_lettered() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(recall_request(reply_to="bad topic!"))
-    assert [topic for topic, _, _ in rig.sink.sent] == [TOPICS.dead_letters]
-    (dead,) = rig.on(TOPICS.dead_letters)
-    assert (dead["reason"], dead["field"]) == ("invalid_value", "reply_to")
-
-
-async def test_unparseable_request_is_only_dead_lettered() -> None:
-    rig = await _seeded()
-    await rig.recall.handle(InputMessage(b"{nope", TOPICS.recall_requests, 0, 3))
-    assert [topic for topic, _, _ in rig.sink.sent] == [TOPICS.dead_letters]
-    (dead,) = rig.on(TOPICS.dead_letters)
-    assert dead["reason"] == "invalid_json"
-
-
-SAD = {"pleasure": -0.8, "arousal": 0.6}
-SAD_DISK = (
-    "disk full on node seven and the writes are failing",
-    "the import job crashed when storage on node seven filled up",
-    "paged at night because the postgres volume was exhausted",
-    "free space alarm below one percent on the seven box",
-    "we lost the nightly report since the partition filled",
-)
-
-
-def _anti_rumination(reply: dict[str, Any]) -> list[str]:
-    return [
-        item["source_event_id"] for item in reply["items"] if "anti-rumination" in item["reasons"]
-    ]
-
-
-async def test_the_first_recall_of_each_hundred_ticks_carries_a_memory_against_the_mood() -> None:
-    rig = Rig()
-    glad = episode(
-        "agent-1", "celebrated a calm week with the storage cluster healthy", TS, "glad", tick=90,
-        affect={"pleasure": 0.7},
-    )  # fmt: skip
-    sad = [
-        episode(
-            "agent-1",
-            text,
-            TS + 1_000 * (n + 1),
-            f"sad{n}",
-            tick=101 + n,
-            affect=SAD,
-            importance=0.9,
-        )
-        for n, text in enumerate(SAD_DISK)
-    ]
-    await rig.ingest.handle(EventType.EPISODE, messages(glad, *sad))
-    rig.sink.sent.clear()
-
-    def ask(**fields: Any) -> InputMessage:
-        return recall_request(query="disk full node seven", k=4, **fields)
-
-    await rig.recall.handle(ask(record_usage=False))  # a probe serves no window
-    await rig.recall.handle(ask())
-    await rig.recall.handle(ask())  # the same window (ticks 100-199), served already
-    probe, first, again = rig.on(REPLY_TO)
-    assert _anti_rumination(probe) == _anti_rumination(first) == ["glad"]
-    assert first["items"][-1]["source_event_id"] == "glad"
-    assert _anti_rumination(again) == []
-    assert "glad" not in {item["source_event_id"] for item in again["items"]}
-
-    more = episode("agent-1", "the disk on node seven is full yet again", TS + 9_000, "sad9",
-                   tick=200, affect=SAD)  # fmt: skip
-    await rig.ingest.handle(EventType.EPISODE, messages(more, first_offset=10))
-    rig.sink.sent.clear()
-    await rig.recall.handle(ask())  # a new window
-    (later,) = rig.on(REPLY_TO)
-    assert _anti_rumination(later) == ["glad"]
-
-
-async def test_randomised_tenancy_agents_sharing_texts_and_keys_never_mix() -> None:
-    rng = random.Random(20261122)
-    words = ["disk", "cpu", "node", "seven", "backup", "deploy", "staging", "prod"]
-    words += ["oracle", "gas", "reorg", "funding"]
-    agents = [f"agent-{i}" for i in range(4)]
-    rig = Rig()
-    owned: dict[str, set[str]] = {a: set() for a in agents}
-    batch = []
-    for n in range(80):
-        agent = rng.choice(agents)
-        # Shared vocabulary, shared tags and, every fifth event, the very same text.
-        text = "disk full on node seven" if n % 5 == 0 else " ".join(rng.sample(words, 5))
-        tags = [f"topic/{w}" for w in rng.sample(words, 2)]
-        batch.append(episode(agent, text, TS + n, f"e{n}", tags=tags))
-        owned[agent].add(f"e{n}")
-    await rig.ingest.handle(EventType.EPISODE, messages(*batch))
-    rig.sink.sent.clear()
-    for n in range(40):
-        agent = rng.choice(agents)
-        text = " ".join(rng.sample(words, 3))
-        await rig.recall.handle(
-            recall_request(agent_id=agent, query=text, k=20, correlation_id=f"q{n}")
-        )
-    replies = rig.on(REPLY_TO)
-    assert len(replies) == 40
-    for reply in replies:
-        agent = reply["agent_id"]
-        assert reply["items"], reply
-        assert {item["agent_id"] for item in reply["items"]} == {agent}
-        assert {item["source_event_id"] for item in reply["items"]} <= owned[agent]
-
-
-# --- outcomes -----------------------------------------------------------------------
-
-
-def outcome(kind: str, memory_ids: list[str], ts: int, **extra: Any) -> InputMessage:
-    data = {"agent_id": "agent-1", "ts": ts, "outcome": kind, "memory_ids": memory_ids, **extra}
-    return InputMessage(orjson.dumps(data), TOPICS.outcomes, partition=0, offset=1)
-
-
-def _field(rig: Rig, memory_id: str, name: str) -> float:
-    doc = rig.store.record(memory_id)
-    assert doc is not None
-    value = doc[name]
-    return float(value.decode() if isinstance(value, bytes) else value)
-
-
-async def test_positive_and_negative_outcomes_move_confidence_strength_and_decay_origin() -> None:
-    rig = await _seeded()
-    a1, a2 = mid("agent-1", "a1", TS), mid("agent-1", "a2", TS + 1)
-    before = _field(rig, a1, "confidence")
-    assert await rig.outcomes.handle(outcome("positive", [a1], TS + 50, event_id="o1")) == 1
-    assert _field(rig, a1, "confidence") == pytest.approx(before + 0.1)
-    assert _field(rig, a1, "strength") == 2.0
-    assert rig.store.usage(a1)["last_accessed"] == str(TS + 50)  # decay restarts here
-
-    # A redelivered outcome changes nothing.
-    assert await rig.outcomes.handle(outcome("positive", [a1], TS + 50, event_id="o1")) == -1
-    assert _field(rig, a1, "confidence") == pytest.approx(before + 0.1)
-
-    conf2 = _field(rig, a2, "confidence")
-    assert await rig.outcomes.handle(outcome("negative", [a2], TS + 60, event_id="o2")) == 1
-    assert _field(rig, a2, "confidence") == pytest.approx(conf2 - 0.15)
-    assert _field(rig, a2, "strength") == 1.0
-
-    await rig.outcomes.handle(outcome("validated", [a1, a2], TS + 70, event_id="o3"))
-    await rig.outcomes.handle(outcome("contradicted", [a2], TS + 80, event_id="o4"))
-    assert (_field(rig, a1, "validated_count"), _field(rig, a2, "validated_count")) == (1, 1)
-    assert _field(rig, a2, "contradicted_count") == 1
-    events = [e for e in rig.events() if e["type"] == "GrimoireOutcome"]
-    assert [e["action"] for e in events] == ["positive", "negative", "validated", "contradicted"]
-
-
-async def test_an_outcome_never_touches_another_agents_memory() -> None:
-    rig = await _seeded()
-    b1 = mid("agent-2", "b1", TS + 3)
-    before = _field(rig, b1, "confidence")
-    assert await rig.outcomes.handle(outcome("positive", [b1, "missing"], TS + 9)) == 0
-    assert _field(rig, b1, "confidence") == before
-
-
-@pytest.mark.parametrize(
-    ("payload", "field"),
-    [
-        ({"agent_id": "agent-1", "ts": TS, "outcome": "great"}, "outcome"),
-        ({"agent_id": "agent-1", "ts": TS}, "outcome"),
-        (
-            {"agent_id": "agent-1", "ts": TS, "outcome": "positive", "memory_ids": "m1"},
-            "memory_ids",
-        ),
-        ({"ts": TS, "outcome": "positive"}, "agent_id"),
-    ],
-)
-async def test_bad_outcomes_are_dead_lettered(payload: dict[str, Any], field: str) -> None:
-    rig = Rig()
-    message = InputMessage(orjson.dumps(payload), TOPICS.outcomes, partition=0, offset=4)
-    assert await rig.outcomes.handle(message) == 0
-    (dead,) = rig.on(TOPICS.dead_letters)
-    assert dead["field"] == field

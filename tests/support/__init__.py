@@ -1,0 +1,12 @@
+"""Builders and fakes shared by several test modules.
+
+- ``vectors``: float32 unit vectors (axis-built, seeded random, flat).
+- ``embedders``: fake embedders (hashed bag of words, constant).
+- ``builders``: ``MemoryCandidate`` / ``MemoryRecord`` with the usual defaults.
+- ``recall``: a dict-backed ``RecallSource`` and ``RecallRecord`` / query / context builders.
+- ``handlers``: the ingest, recall and outcome handlers wired to an in-memory store, with
+  payload and ``InputMessage`` builders for them.
+
+Import them absolutely (``from tests.support.vectors import unit``); see tests/__init__.py.
+Nothing here is collected: no name starts with ``test``.
+"""
