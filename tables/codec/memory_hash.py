@@ -1,13 +1,50 @@
-"""Memory records ↔ Redis hash fields."""
+"""The memory hash (`Keyspace.memory`): the one stored shape every memory has, and
+the only module that writes or reads its fields.
+
+A memory is written whole by `hash_fields` (observed events), and through it for
+what maintenance creates (`curated_fields` for distilled entries, `summary_fields`
+for compaction summaries). Readers decode only the fields their view needs, each
+from one HMGET row or search document, by position where a request reads hundreds
+(recall records, walk nodes), so a field's name, default and parse are written once
+here: recall and the decay pass read confidence, strength and the last access the
+same way, which the decay snapshot relies on.
+
+Sections: writing; recall's record view; the decay view; the walk's node view; the
+curator's views; compaction's candidate view and summaries.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from grimoire.streams.model.records import MemoryRecord
-from grimoire.streams.model.text import gist
-from grimoire.tables.codec.field_state import affect_to_json
+import numpy as np
+
+from grimoire.streams.learn.curator.distill import EpisodeView, outcome_success
+from grimoire.streams.learn.curator.values import (
+    CuratedEntry,
+    EntryStatus,
+    QuarantinedView,
+)
+from grimoire.streams.maintenance.compaction import (
+    ClusterPlan,
+    CompactionCandidate,
+    CompactionPlan,
+)
+from grimoire.streams.maintenance.decay_pass import DecayEntry
+from grimoire.streams.model.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
+from grimoire.streams.model.text import gist, normalized_hash
+from grimoire.streams.recall.ports import RecallRecord
+from grimoire.streams.recall.walk.daimoi import NodeInfo
+from grimoire.tables.codec.curator_state import Bookkeeping
+from grimoire.tables.codec.field_state import affect_from_json, affect_to_json
+from grimoire.tables.codec.hash_values import stored_list, stored_number, stored_text, text_of
+from grimoire.tables.codec.walk_node import WALK_NODE_FIELDS, walk_node
+from grimoire.tables.exceptions import StorageError
+
+# ---- writing, and the plain stored view --------------------------------------
+
 
 RETURN_FIELDS = (
     "memory_id",
@@ -31,30 +68,6 @@ class StoredMemory:
     ts_ms: int
     source_event_id: str
     normalized_hash: str = ""
-
-
-def text_of(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def stored_text(value: Any) -> str:
-    """A hash field as text; an unset field reads as ""."""
-    return "" if value is None else text_of(value)
-
-
-def stored_number(value: Any, default: float) -> float:
-    """A hash field as a number; unset or unreadable reads as `default`."""
-    if value is None:
-        return default
-    try:
-        return float(text_of(value))
-    except ValueError:
-        return default
-
-
-def stored_list(value: Any) -> tuple[str, ...]:
-    """A `|`-joined hash field; empty parts are dropped."""
-    return tuple(filter(None, stored_text(value).split("|")))
 
 
 def stored_memory(doc: dict[str, Any]) -> StoredMemory:
@@ -126,4 +139,421 @@ def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
     for name, value in (("tick", cand.tick), ("block", cand.block)):
         if value is not None:
             fields[name] = value
+    return fields
+
+
+# Read in this order; `decode_row` unpacks by position. The vector comes last.
+# ---- recall's view (RecallRecord) --------------------------------------------
+
+
+RECORD_FIELDS: Final = (
+    "memory_id",
+    "agent_id",
+    "kind",
+    "layer",
+    "text",
+    "gist",
+    "ts",
+    "confidence",
+    "quality",
+    "importance",
+    "strength",
+    "last_accessed",
+    "decay_class",
+    "provenance",
+    "regime",
+    "affect",
+    "normalized_hash",
+    "deleted",
+    "quarantined",
+    "archived",
+    "replaced_by_summary_id",
+    "session_id",
+    "run_id",
+    "actor_id",
+    "event_type",
+    "source_event_id",
+    "hyperedge_ids",
+    "nexus_keys",
+    "canonical",
+)
+
+
+def with_usage(doc: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
+    """A record with its usage counters, which live in a hash of their own.
+
+    The record's own `last_accessed` is its creation time; the usage hash only
+    ever moves it forward."""
+    merged = dict(doc)
+    used = stored_number(usage.get("last_accessed"), -1.0)
+    if used > stored_number(doc.get("last_accessed"), -1.0):
+        merged["last_accessed"] = usage["last_accessed"]
+    for name in ("included_count_total", "included_count_decay"):
+        if usage.get(name) is not None:
+            merged[name] = usage[name]
+    return merged
+
+
+def decode_record(doc: Mapping[str, Any], agent_id: str, dims: int) -> RecallRecord | None:
+    """A stored hash as recall reads it; another agent's record reads as missing."""
+    return decode_row([doc.get(name) for name in RECORD_FIELDS], None, agent_id, dims)
+
+
+def decode_row(
+    row: Sequence[Any], usage_last_accessed: Any, agent_id: str, dims: int
+) -> RecallRecord | None:
+    """`RECORD_FIELDS` values (None when unset) and the usage hash's
+    `last_accessed`, as one record; another agent's record reads as missing."""
+    *raw, blob = row
+    if raw[0] is None or raw[1] is None:
+        return None
+    (
+        memory_id, agent, kind, layer, text, gist, ts, confidence, quality, importance,
+        strength, last_accessed, decay_class, provenance, regime, affect, normalized_hash,
+        deleted, quarantined, archived, replaced_by, session_id, run_id, actor_id,
+        event_type, source_event_id, hyperedge_ids, nexus_keys,
+    ) = [stored_text(value) for value in raw]  # fmt: skip
+    if agent != agent_id:
+        return None
+    vector = None
+    if isinstance(blob, bytes) and len(blob) == dims * 4:
+        vector = np.frombuffer(blob, dtype=np.float32)
+    accessed = max(stored_number(last_accessed, -1.0), stored_number(usage_last_accessed, -1.0))
+    return RecallRecord(
+        memory_id=memory_id,
+        kind=kind,
+        layer=layer,
+        text=text,
+        gist=gist,
+        ts_ms=int(stored_number(ts, 0.0)),
+        confidence=stored_number(confidence, 0.5),
+        quality=stored_number(quality, 0.5),
+        importance=stored_number(importance, 0.5),
+        strength=stored_number(strength, 1.0),
+        last_accessed_ms=int(accessed) if accessed >= 0 else None,
+        decay_class=decay_class,
+        provenance=provenance or "self",
+        regime=regime,
+        affect=affect_from_json(affect) if affect else None,
+        normalized_hash=normalized_hash,
+        deleted=deleted == "1",
+        quarantined=quarantined == "1",
+        archived=archived == "1",
+        replaced_by=replaced_by,
+        session_id=session_id,
+        run_id=run_id,
+        actor_id=actor_id,
+        event_type=event_type,
+        source_event_id=source_event_id,
+        hyperedge_ids=stored_list(hyperedge_ids),
+        nexus_keys=stored_list(nexus_keys),
+        vector=vector,
+    )
+
+
+# ---- the decay pass's view: read exactly as recall reads the same fields -----
+
+
+DECAY_FIELDS: Final = (
+    "memory_id",
+    "agent_id",
+    "kind",
+    "ts",
+    "confidence",
+    "quality",
+    "strength",
+    "last_accessed",
+    "decay_class",
+    "provenance",
+    "deleted",
+    "archived",
+    "replaced_by_summary_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDecayState:
+    agent_id: str
+    entry: DecayEntry
+    live: bool  # False: deleted, compacted into a summary, or archived
+
+
+def decode_state(
+    doc: Mapping[str, Any], usage_last_accessed: Any, snapshot_effective: Any
+) -> StoredDecayState | None:
+    """None for a missing memory hash; `doc` may also be a `hash_fields` mapping."""
+    if doc.get("memory_id") is None:
+        return None
+    last = stored_number(doc.get("last_accessed"), -1.0)
+    used = stored_number(usage_last_accessed, -1.0)
+    last = max(last, used)
+    origin = int(last) if last >= 0 else int(stored_number(doc.get("ts"), 0.0))
+    snapshot = stored_number(snapshot_effective, -1.0)
+    entry = DecayEntry(
+        memory_id=text_of(doc["memory_id"]),
+        confidence=stored_number(doc.get("confidence"), 0.5),
+        last_accessed_ms=origin,
+        kind=stored_text(doc.get("kind")),
+        decay_class=stored_text(doc.get("decay_class")) or None,
+        provenance=stored_text(doc.get("provenance")) or "self",
+        quality=stored_number(doc.get("quality"), 0.5),
+        strength=stored_number(doc.get("strength"), 1.0),
+        stored_effective=snapshot if snapshot >= 0 else None,
+    )
+    live = not (
+        stored_text(doc.get("deleted")) == "1"
+        or stored_text(doc.get("archived")) == "1"
+        or bool(stored_text(doc.get("replaced_by_summary_id")))
+    )
+    return StoredDecayState(agent_id=stored_text(doc.get("agent_id")), entry=entry, live=live)
+
+
+# What the walk reads of a memory hash (a store written before the node table).
+# ---- the walk's node view (a store written before the node table) ------------
+
+
+NODE_FIELDS: Final = ("memory_id", "agent_id", *WALK_NODE_FIELDS)
+
+
+def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
+    """NODE_FIELDS values read from a memory hash (a store written before the
+    node table existed) as the walk's node; another agent's memory reads as None."""
+    memory_id, agent, *fields = row
+    if memory_id is None or agent is None or text_of(agent) != agent_id:
+        return None
+    return walk_node(text_of(memory_id), [stored_text(value) for value in fields])
+
+
+# ---- the curator's views and the entries it writes ---------------------------
+
+
+CURATOR_EVENT_TYPE: Final = "curator"
+
+
+EPISODE_FIELDS: Final = (
+    "memory_id",
+    "text",
+    "tool",
+    "nexus_keys",
+    "regime",
+    "outcome",
+    "ts",
+    "tick",
+)
+
+
+ENTRY_FIELDS: Final = (
+    "memory_id", "kind", "text", "confidence", "ts", "last_accessed", "provenance",
+    "decay_class", "quality", "strength", "validated_count", "contradicted_count",
+)  # fmt: skip
+
+
+QUARANTINE_FIELDS: Final = (
+    "memory_id", "kind", "ts", "provenance", "validated_count", "contradicted_count",
+)  # fmt: skip
+
+
+def _num(doc: Mapping[str, Any], name: str, default: float) -> float:
+    value = doc.get(name)
+    if value is None or text_of(value) == "":
+        return default
+    return float(text_of(value))
+
+
+def episode_view(doc: Mapping[str, Any]) -> EpisodeView:
+    keys = stored_list(doc.get("nexus_keys"))
+    tick = doc.get("tick")
+    return EpisodeView(
+        memory_id=text_of(doc["memory_id"]),
+        text=text_of(doc.get("text", "")),
+        tool=text_of(doc.get("tool", "")),
+        nexus_keys=keys,
+        regime=text_of(doc.get("regime", "")),
+        success=outcome_success(text_of(doc.get("outcome", "")), keys),
+        ts_ms=int(_num(doc, "ts", 0)),
+        tick=int(float(text_of(tick))) if tick not in (None, b"", "") else None,
+    )
+
+
+def quarantined_view(doc: Mapping[str, Any]) -> QuarantinedView:
+    return QuarantinedView(
+        memory_id=text_of(doc["memory_id"]),
+        kind=Kind(text_of(doc["kind"])),
+        ts_ms=int(_num(doc, "ts", 0)),
+        provenance=text_of(doc.get("provenance", "self")),
+        validated_count=int(_num(doc, "validated_count", 0)),
+        contradicted_count=int(_num(doc, "contradicted_count", 0)),
+    )
+
+
+def curated_entry(doc: Mapping[str, Any], usage_accessed: Any, book: Bookkeeping) -> CuratedEntry:
+    """A stored insight/heuristic/warning with its bookkeeping; the decay origin is
+    the later of the record's and the usage hash's `last_accessed` (recall moves
+    the latter)."""
+    origin = max(
+        _num(doc, "last_accessed", _num(doc, "ts", 0)), float(text_of(usage_accessed or 0))
+    )
+    return CuratedEntry(
+        memory_id=text_of(doc["memory_id"]),
+        kind=Kind(text_of(doc["kind"])),
+        text=text_of(doc.get("text", "")),
+        confidence=_num(doc, "confidence", 0.5),
+        last_accessed_ms=int(origin),
+        ts_ms=int(_num(doc, "ts", 0)),
+        status=book.status,
+        signature=book.signature,
+        situation=book.situation,
+        polarity=book.polarity,
+        provenance=text_of(doc.get("provenance", "self")) or "self",
+        decay_class=text_of(doc.get("decay_class", "")),
+        quality=_num(doc, "quality", 0.5),
+        strength=_num(doc, "strength", 1.0),
+        consecutive_low=book.consecutive_low,
+        validated_count=int(_num(doc, "validated_count", 0)),
+        contradicted_count=int(_num(doc, "contradicted_count", 0)),
+        source_ids=book.source_ids,
+    )
+
+
+def _keys(entry: CuratedEntry) -> tuple[str, ...]:
+    situation = entry.situation
+    if situation is None:
+        return ()
+    keys = list(situation.keys)
+    if situation.tool:
+        keys.append(f"tool:{situation.tool}")
+    if situation.strategy:
+        keys.append(f"tag:strategy/{situation.strategy}")
+    return tuple(sorted(keys))
+
+
+def curated_fields(agent_id: str, entry: CuratedEntry, vector: bytes) -> dict[str, Any]:
+    """The full record of a newly distilled entry, findable by recall like any memory."""
+    situation = entry.situation
+    candidate = MemoryCandidate(
+        id=entry.memory_id,
+        agent_id=agent_id,
+        kind=entry.kind,
+        layer=Layer.CONTEMPLATION,
+        text=entry.text,
+        ts_ms=entry.ts_ms,
+        provenance=Provenance(
+            source_event_id=f"curator/{entry.kind.value}/{entry.signature}",
+            event_type=CURATOR_EVENT_TYPE,
+            tool=situation.tool if situation else "",
+            provenance=entry.provenance,
+        ),
+        normalized_hash=normalized_hash(entry.text),
+        tags=("curator",),
+        regime=situation.regime if situation else "",
+        keys=_keys(entry),
+    )
+    record = MemoryRecord(candidate, canonical=vector, confidence=entry.confidence)
+    # Transaction time is informational only; the event time keeps replays identical.
+    fields = hash_fields(record, recorded_at_ms=entry.last_accessed_ms)
+    fields.update(changed_curated_fields(entry, vector))
+    return fields
+
+
+def changed_curated_fields(entry: CuratedEntry, vector: bytes | None) -> dict[str, Any]:
+    """The indexed-hash fields a cycle may change; text only with a new vector."""
+    fields: dict[str, Any] = {
+        "confidence": repr(entry.confidence),
+        "validated_count": entry.validated_count,
+        "contradicted_count": entry.contradicted_count,
+        "last_accessed": entry.last_accessed_ms,
+        "source_ids": "|".join(entry.source_ids),
+        "archived": "1" if entry.status is EntryStatus.ARCHIVED else "0",
+    }
+    if vector is not None:
+        fields.update(
+            text=entry.text,
+            gist=gist(entry.text),
+            normalized_hash=normalized_hash(entry.text),
+            canonical=vector,
+        )
+    return fields
+
+
+# ---- compaction's candidate view and the summaries it writes -----------------
+
+
+CANDIDATE_FIELDS: Final = (
+    "memory_id", "kind", "text", "ts", "nexus_keys", "tags", "quality", "pinned", "locked",
+    "off_topic", "summary_level", "deleted", "archived", "quarantined",
+)  # fmt: skip
+
+
+def candidate_of(row: Mapping[str, Any], usage: Sequence[Any]) -> CompactionCandidate:
+    """A candidate from its memory fields (`CANDIDATE_FIELDS`, raw) and its usage
+    values (`USAGE_FIELDS` order, None where absent)."""
+
+    def text(name: str) -> str:
+        value = row.get(name)
+        return "" if value is None else text_of(value)
+
+    def split(name: str) -> tuple[str, ...]:
+        return tuple(part for part in text(name).split("|") if part)
+
+    decay, last = usage
+    return CompactionCandidate(
+        memory_id=text("memory_id"),
+        kind=text("kind"),
+        text=text("text"),
+        ts_ms=int(float(text("ts") or 0)),
+        keys=split("nexus_keys"),
+        tags=split("tags"),
+        quality=float(text("quality") or 0.5),
+        included_count_decay=float(text_of(decay)) if decay is not None else 0.0,
+        last_accessed_ms=int(float(text_of(last))) if last is not None else None,
+        summary_level=int(text("summary_level") or 0),
+        pinned=text("pinned") == "1",
+        locked=text("locked") == "1",
+        deleted=text("deleted") == "1",
+        archived=text("archived") == "1",
+        quarantined=text("quarantined") == "1",
+        off_topic=text("off_topic") == "1",
+    )
+
+
+def summary_record(agent_id: str, cluster: ClusterPlan, vector: bytes, dims: int) -> MemoryRecord:
+    """The cluster's summary as a memory record (its vector in both lanes)."""
+    if len(vector) != dims * 4:
+        raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {dims}")
+    candidate = MemoryCandidate(
+        id=cluster.summary_id,
+        agent_id=agent_id,
+        kind=Kind.SUMMARY,
+        layer=Layer.CONTEMPLATION,
+        text=cluster.text,
+        ts_ms=cluster.ts_ms,
+        provenance=Provenance(
+            source_event_id=f"compaction:{cluster.summary_id}",
+            event_type="compaction",
+            provenance="compaction",
+        ),
+        normalized_hash=normalized_hash(cluster.text),
+        tags=cluster.tags,
+        keys=cluster.keys,
+    )
+    return MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector)
+
+
+def summary_fields(
+    agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes, dims: int
+) -> dict[Any, Any]:
+    """The summary as a memory hash in the record codec's format, born HIDDEN."""
+    record = summary_record(agent_id, cluster, vector, dims)
+    fields = hash_fields(record, plan.now_ms)
+    fields.update(
+        {
+            "deleted": "1",
+            "compaction_pending": plan.plan_id,
+            "compaction_plan": plan.plan_id,
+            "source_ids": "|".join(cluster.source_ids),
+            "summary_of": "|".join(cluster.summary_of),
+            "summary_level": cluster.summary_level,
+            "cluster_id": f"{cluster.centre_key}@{cluster.bucket_start_ms}",
+        }
+    )
     return fields

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from grimoire.tables.codec.memory_hash import RETURN_FIELDS, text_of
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import RETURN_FIELDS
 
 
 def docs(result: Any, *, with_scores: bool = False) -> list[Any]:

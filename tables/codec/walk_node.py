@@ -1,4 +1,4 @@
-"""The walk's nodes as stored: node-table entries, memory-hash fields, and a
+"""The node table (`Keyspace.nodes`): each memory packed as the walk reads it, and a
 worker-wide cache of decoded entries.
 
 A walk reads about 450 nodes per query, and building each `NodeInfo` (split,
@@ -16,11 +16,22 @@ from itertools import islice
 from typing import Any, Final
 
 from grimoire.streams.recall.walk.daimoi import NodeInfo
-from grimoire.tables.codec.memory_hash import stored_list, stored_number, stored_text, text_of
-from grimoire.tables.memory.graph import NODE_SEPARATOR, WALK_NODE_FIELDS
+from grimoire.tables.codec.hash_values import stored_list, stored_number, text_of
 
-# What the walk reads of a memory hash (a store written before the node table).
-NODE_FIELDS: Final = ("memory_id", "agent_id", *WALK_NODE_FIELDS)
+# The memory-hash fields a walk node is packed from, in packed order (the node
+# table's entry: these values joined by NODE_SEPARATOR, written by graph's script).
+WALK_NODE_FIELDS: Final = (
+    "kind",
+    "nexus_keys",
+    "ts",
+    "importance",
+    "deleted",
+    "quarantined",
+    "archived",
+    "replaced_by_summary_id",
+    "actor_id",
+)
+NODE_SEPARATOR: Final = "\x1f"
 DEFAULT_CAPACITY: Final = 50_000
 _UNPACKABLE: Final = object()
 
@@ -62,19 +73,10 @@ def unpack_node(memory_id: str, raw: Any) -> NodeInfo | None:
     parts = text_of(raw).split(NODE_SEPARATOR)
     if len(parts) != len(WALK_NODE_FIELDS):
         return None
-    return _node(memory_id, parts)
+    return walk_node(memory_id, parts)
 
 
-def decode_node(row: Sequence[Any], agent_id: str) -> NodeInfo | None:
-    """NODE_FIELDS values read from a memory hash (a store written before the
-    node table existed) as the walk's node; another agent's memory reads as None."""
-    memory_id, agent, *fields = row
-    if memory_id is None or agent is None or text_of(agent) != agent_id:
-        return None
-    return _node(text_of(memory_id), [stored_text(value) for value in fields])
-
-
-def _node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
+def walk_node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
     """The walk's node from `graph.WALK_NODE_FIELDS` values ("" when unset), by
     position: the walk reads hundreds per query, so no record is built."""
     kind, keys, ts, importance, deleted, quarantined, archived, replaced_by, actor = fields
@@ -88,3 +90,6 @@ def _node(memory_id: str, fields: Sequence[str]) -> NodeInfo:
         replaced_by=replaced_by,
         actor=actor,
     )
+
+
+# The memory-hash fields a walk node is packed from, in packed order.

@@ -19,23 +19,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
-import orjson
 from redis.asyncio import Redis
 from redisvl.query.filter import Num
 
 from grimoire.streams.maintenance.compaction import (
-    ClusterPlan,
     CompactionCandidate,
     CompactionPlan,
     CompactionPolicy,
 )
-from grimoire.streams.model.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
-from grimoire.streams.model.text import normalized_hash
-from grimoire.tables.codec.memory_hash import hash_fields, text_of
+from grimoire.tables.codec.compaction_plan import decode_plan, encode_plan
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import CANDIDATE_FIELDS, candidate_of, summary_fields
 from grimoire.tables.codec.search_replies import doc_fields, docs
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
@@ -44,7 +42,6 @@ from grimoire.tables.queries import escape_tag, live_filter
 from grimoire.tables.schema.memory_index import memory_schema
 
 __all__ = [
-    "CANDIDATE_FIELDS",
     "PLAN_TTL_S",
     "USAGE_FIELDS",
     "VECTOR_FIELDS",
@@ -53,23 +50,14 @@ __all__ = [
     "Phase",
     "RedisCompactionStore",
     "StoredPlan",
-    "candidate_of",
-    "decode_plan",
-    "encode_plan",
     "flip_script",
     "load_candidates",
     "next_candidate_ts",
-    "summary_fields",
-    "summary_record",
     "total_results",
 ]
 
 logger = logging.getLogger(__name__)
 
-CANDIDATE_FIELDS: Final = (
-    "memory_id", "kind", "text", "ts", "nexus_keys", "tags", "quality", "pinned", "locked",
-    "off_topic", "summary_level", "deleted", "archived", "quarantined",
-)  # fmt: skip
 USAGE_FIELDS: Final = ("included_count_decay", "last_accessed")
 PLAN_TTL_S: Final = 7 * 86_400  # finished plans stay a week for audit
 VECTOR_FIELDS: Final = ("canonical", "eidolon")
@@ -214,24 +202,6 @@ return flipped
 """
 
 
-def encode_plan(plan: CompactionPlan) -> bytes:
-    return orjson.dumps(asdict(plan))
-
-
-def decode_plan(raw: bytes | str) -> CompactionPlan:
-    data = orjson.loads(raw)
-    clusters = tuple(
-        ClusterPlan(
-            **{
-                **c,
-                **{name: tuple(c[name]) for name in ("source_ids", "summary_of", "tags", "keys")},
-            }
-        )
-        for c in data["clusters"]
-    )
-    return CompactionPlan(plan_id=data["plan_id"], now_ms=data["now_ms"], clusters=clusters)
-
-
 def flip_script(redis: Redis) -> Any:
     return redis.register_script(_FLIP)
 
@@ -291,81 +261,6 @@ async def next_candidate_ts(
         (reply,) = await pipe.execute()
     rows = [doc_fields(doc) for doc in docs(reply)]
     return int(float(text_of(rows[0]["ts"]))) if rows else None
-
-
-def candidate_of(row: Mapping[str, Any], usage: Sequence[Any]) -> CompactionCandidate:
-    """A candidate from its memory fields (`CANDIDATE_FIELDS`, raw) and its usage
-    values (`USAGE_FIELDS` order, None where absent)."""
-
-    def text(name: str) -> str:
-        value = row.get(name)
-        return "" if value is None else text_of(value)
-
-    def split(name: str) -> tuple[str, ...]:
-        return tuple(part for part in text(name).split("|") if part)
-
-    decay, last = usage
-    return CompactionCandidate(
-        memory_id=text("memory_id"),
-        kind=text("kind"),
-        text=text("text"),
-        ts_ms=int(float(text("ts") or 0)),
-        keys=split("nexus_keys"),
-        tags=split("tags"),
-        quality=float(text("quality") or 0.5),
-        included_count_decay=float(text_of(decay)) if decay is not None else 0.0,
-        last_accessed_ms=int(float(text_of(last))) if last is not None else None,
-        summary_level=int(text("summary_level") or 0),
-        pinned=text("pinned") == "1",
-        locked=text("locked") == "1",
-        deleted=text("deleted") == "1",
-        archived=text("archived") == "1",
-        quarantined=text("quarantined") == "1",
-        off_topic=text("off_topic") == "1",
-    )
-
-
-def summary_record(agent_id: str, cluster: ClusterPlan, vector: bytes, dims: int) -> MemoryRecord:
-    """The cluster's summary as a memory record (its vector in both lanes)."""
-    if len(vector) != dims * 4:
-        raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {dims}")
-    candidate = MemoryCandidate(
-        id=cluster.summary_id,
-        agent_id=agent_id,
-        kind=Kind.SUMMARY,
-        layer=Layer.CONTEMPLATION,
-        text=cluster.text,
-        ts_ms=cluster.ts_ms,
-        provenance=Provenance(
-            source_event_id=f"compaction:{cluster.summary_id}",
-            event_type="compaction",
-            provenance="compaction",
-        ),
-        normalized_hash=normalized_hash(cluster.text),
-        tags=cluster.tags,
-        keys=cluster.keys,
-    )
-    return MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector)
-
-
-def summary_fields(
-    agent_id: str, plan: CompactionPlan, cluster: ClusterPlan, vector: bytes, dims: int
-) -> dict[Any, Any]:
-    """The summary as a memory hash in the record codec's format, born HIDDEN."""
-    record = summary_record(agent_id, cluster, vector, dims)
-    fields = hash_fields(record, plan.now_ms)
-    fields.update(
-        {
-            "deleted": "1",
-            "compaction_pending": plan.plan_id,
-            "compaction_plan": plan.plan_id,
-            "source_ids": "|".join(cluster.source_ids),
-            "summary_of": "|".join(cluster.summary_of),
-            "summary_level": cluster.summary_level,
-            "cluster_id": f"{cluster.centre_key}@{cluster.bucket_start_ms}",
-        }
-    )
-    return fields
 
 
 def total_results(reply: Any) -> int:

@@ -37,20 +37,23 @@ from grimoire.streams.learn.curator.values import (
     QuarantineAction,
     QuarantinedView,
 )
-from grimoire.tables.codec.curated_entry import (
-    ENTRY_FIELDS,
-    EPISODE_FIELDS,
-    QUARANTINE_FIELDS,
+from grimoire.tables.codec.curator_state import (
+    bookkeeping_from_json,
     bookkeeping_json,
-    changed_record_fields,
-    curated_entry,
-    episode_view,
-    new_record_fields,
-    quarantined_view,
     report_from_json,
     report_json,
 )
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import (
+    ENTRY_FIELDS,
+    EPISODE_FIELDS,
+    QUARANTINE_FIELDS,
+    changed_curated_fields,
+    curated_entry,
+    curated_fields,
+    episode_view,
+    quarantined_view,
+)
 from grimoire.tables.codec.search_replies import doc_fields, docs
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
@@ -231,7 +234,7 @@ class RedisCuratorStore:
             replies = await pipe.execute()
         books = replies[-1] if ids else []
         return [
-            curated_entry(row, usage, book)
+            curated_entry(row, usage, bookkeeping_from_json(book))
             for row, usage, book in zip(rows, replies[: len(ids)], books, strict=True)
         ]
 
@@ -301,14 +304,14 @@ class RedisCuratorStore:
             key = self.memory_key(entry.memory_id)
             if change.new:
                 assert vector is not None
-                fields = new_record_fields(agent_id, entry, vector)
+                fields = curated_fields(agent_id, entry, vector)
                 pipe.hset(key, mapping=fields)
                 keys = text_of(fields["nexus_keys"]).split("|")
                 self._graph.link(
                     pipe, agent_id, entry.memory_id, entry.ts_ms, [k for k in keys if k]
                 )
             elif change.record_changed:
-                pipe.hset(key, mapping=changed_record_fields(entry, vector))
+                pipe.hset(key, mapping=changed_curated_fields(entry, vector))
             old = current.get(entry.memory_id)
             if old is None or entry.last_accessed_ms > old.last_accessed_ms:
                 pipe.hset(self.usage_key(entry.memory_id), "last_accessed", entry.last_accessed_ms)

@@ -37,8 +37,8 @@ from grimoire.streams.maintenance.decay_pass import (
     initial_due_ms,
 )
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
-from grimoire.tables.codec.decay_fields import DECAY_FIELDS, StoredDecayState, decode_state
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import DECAY_FIELDS, StoredDecayState, decode_state
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.queries import tenant_filter
 

@@ -23,21 +23,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from grimoire.tables.codec.walk_node import WALK_NODE_FIELDS
 from grimoire.tables.keyspace import Keyspace
-
-# The memory-hash fields a walk node is packed from, in packed order.
-WALK_NODE_FIELDS = (
-    "kind",
-    "nexus_keys",
-    "ts",
-    "importance",
-    "deleted",
-    "quarantined",
-    "archived",
-    "replaced_by_summary_id",
-    "actor_id",
-)
-NODE_SEPARATOR = "\x1f"
 
 # Re-pack the given memories into their agent's node table from their hashes.
 # KEYS: node table, then memory hashes; ARGV: agent id, then the memory ids.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from grimoire.streams.model.text import search_terms
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 

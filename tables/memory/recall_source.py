@@ -18,10 +18,10 @@ from redis.asyncio import Redis
 from grimoire.streams.recall.options import RecallFilters
 from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector
 from grimoire.streams.recall.walk.daimoi import NodeInfo
-from grimoire.tables.codec.memory_hash import text_of
-from grimoire.tables.codec.recall_record import RECORD_FIELDS, decode_row
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import NODE_FIELDS, RECORD_FIELDS, decode_node, decode_row
 from grimoire.tables.codec.search_replies import doc_fields, docs, scored_keys
-from grimoire.tables.codec.walk_node import NODE_FIELDS, DecodedNodes, decode_node
+from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD
 from grimoire.tables.memory.scripts import RedisScripts

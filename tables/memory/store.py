@@ -20,12 +20,12 @@ from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import (
     RETURN_FIELDS,
     StoredMemory,
     hash_fields,
     stored_memory,
-    text_of,
 )
 from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs
 from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES

@@ -20,7 +20,7 @@ from typing import Final
 
 from redis.asyncio import Redis
 
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.exceptions import VectorSpaceMismatch
 from grimoire.tables.keyspace import Keyspace
 

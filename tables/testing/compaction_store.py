@@ -25,18 +25,19 @@ from grimoire.streams.maintenance.compaction import (
     CompactionPolicy,
 )
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.maintenance.compaction_store import (
+from grimoire.tables.codec.compaction_plan import decode_plan, encode_plan
+from grimoire.tables.codec.memory_hash import (
     CANDIDATE_FIELDS,
+    candidate_of,
+    summary_fields,
+    summary_record,
+)
+from grimoire.tables.maintenance.compaction_store import (
     PLAN_TTL_S,
     USAGE_FIELDS,
     VECTOR_FIELDS,
     Phase,
     StoredPlan,
-    candidate_of,
-    decode_plan,
-    encode_plan,
-    summary_fields,
-    summary_record,
 )
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 

@@ -26,18 +26,18 @@ from grimoire.streams.learn.curator.values import (
     QuarantineAction,
     QuarantinedView,
 )
-from grimoire.tables.codec.curated_entry import (
+from grimoire.tables.codec.curator_state import bookkeeping_from_json, bookkeeping_json
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import (
     ENTRY_FIELDS,
     EPISODE_FIELDS,
     QUARANTINE_FIELDS,
-    bookkeeping_json,
-    changed_record_fields,
+    changed_curated_fields,
     curated_entry,
+    curated_fields,
     episode_view,
-    new_record_fields,
     quarantined_view,
 )
-from grimoire.tables.codec.memory_hash import text_of
 from grimoire.tables.maintenance.curator_store import (
     DEFAULT_MAX_EPISODES,
     MAX_ENTRIES,
@@ -168,7 +168,7 @@ class InMemoryCuratorStore:
         for row in self._search(agent_id, keep, ENTRY_FIELDS, MAX_ENTRIES):
             memory_id = text_of(row["memory_id"])
             usage = self._records.usage(memory_id).get("last_accessed")
-            found.append(curated_entry(row, usage, books.get(memory_id)))
+            found.append(curated_entry(row, usage, bookkeeping_from_json(books.get(memory_id))))
         return found
 
     async def quarantined(self, agent_id: str) -> list[QuarantinedView]:
@@ -208,12 +208,12 @@ class InMemoryCuratorStore:
             vector = cycle.vectors[entry.memory_id] if change.text_changed else None
             if change.new:
                 assert vector is not None
-                fields = new_record_fields(agent_id, entry, vector)
+                fields = curated_fields(agent_id, entry, vector)
                 self._records.hset(entry.memory_id, fields)
                 keys = [k for k in text_of(fields["nexus_keys"]).split("|") if k]
                 self._records.link(agent_id, entry.memory_id, entry.ts_ms, keys)
             elif change.record_changed:
-                self._records.hset(entry.memory_id, changed_record_fields(entry, vector))
+                self._records.hset(entry.memory_id, changed_curated_fields(entry, vector))
             old = current.get(entry.memory_id)
             if old is None or entry.last_accessed_ms > old.last_accessed_ms:
                 self._records.hset_usage(entry.memory_id, "last_accessed", entry.last_accessed_ms)

@@ -27,8 +27,8 @@ from grimoire.streams.maintenance.decay_pass import (
     initial_due_ms,
 )
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
-from grimoire.tables.codec.decay_fields import StoredDecayState, decode_state
-from grimoire.tables.codec.memory_hash import stored_number, stored_text
+from grimoire.tables.codec.hash_values import stored_number, stored_text
+from grimoire.tables.codec.memory_hash import StoredDecayState, decode_state
 from grimoire.tables.maintenance.decay_index import DueDecay
 
 __all__ = ["InMemoryDecayStore", "MemoryHashes"]

@@ -18,7 +18,7 @@ from grimoire.streams.recall.ports import (
     adjacent_members,
 )
 from grimoire.streams.recall.walk.daimoi import NodeInfo
-from grimoire.tables.codec.recall_record import decode_record, with_usage
+from grimoire.tables.codec.memory_hash import decode_record, with_usage
 
 if TYPE_CHECKING:
     from grimoire.tables.testing.memory_store import InMemoryMemoryStore

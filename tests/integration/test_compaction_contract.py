@@ -42,7 +42,9 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.compaction_plan import encode_plan
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import summary_fields
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import (
@@ -51,8 +53,6 @@ from grimoire.tables.maintenance.compaction_store import (
     Phase,
     RedisCompactionStore,
     StoredPlan,
-    encode_plan,
-    summary_fields,
 )
 from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis

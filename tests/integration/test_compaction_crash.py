@@ -38,7 +38,7 @@ from grimoire.streams.model.text import normalized_hash, search_terms
 from grimoire.streams.recall.flow import RecallContext, run_recall
 from grimoire.streams.recall.options import RecallBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.search_replies import scored_keys
 from grimoire.tables.maintenance.compaction_store import (
     CompactionStore,

@@ -28,8 +28,8 @@ from grimoire.agents.maintenance.decay_task import decay_pass
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.decay_pass import DecayPassPlan, DecayReport
 from grimoire.streams.model.decay import DAY_MS, HOUR_MS
-from grimoire.tables.codec.memory_hash import text_of
-from grimoire.tables.codec.recall_record import decode_record, with_usage
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash import decode_record, with_usage
 from grimoire.tables.maintenance.decay_index import DecayIndex, DecayStore, DueDecay
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.schema.memory_index import memory_schema

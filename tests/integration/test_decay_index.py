@@ -31,7 +31,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.maintenance.decay_index import DecayIndex
 from grimoire.tables.memory.store import RedisMemoryStore
 

@@ -26,7 +26,7 @@ from grimoire.streams.maintenance.compaction_summary import (
     summary_id,
     summary_text,
 )
-from grimoire.tables.maintenance.compaction_store import decode_plan, encode_plan
+from grimoire.tables.codec.compaction_plan import decode_plan, encode_plan
 
 T0 = 1_790_006_400_000 - (1_790_006_400_000 % DAY_MS)  # a day boundary
 NOW = T0 + 30 * DAY_MS

@@ -36,7 +36,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash, search_terms
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.codec.memory_hash import text_of
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.maintenance.compaction_store import PLAN_TTL_S, CompactionStalled, Phase
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore

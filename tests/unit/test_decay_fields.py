@@ -17,9 +17,7 @@ from grimoire.streams.model.records import (
     MemoryRecord,
     Provenance,
 )
-from grimoire.tables.codec.decay_fields import decode_state
-from grimoire.tables.codec.memory_hash import hash_fields
-from grimoire.tables.codec.recall_record import decode_record, with_usage
+from grimoire.tables.codec.memory_hash import decode_record, decode_state, hash_fields, with_usage
 
 T0 = 1_790_000_000_000
 

@@ -31,8 +31,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.codec.memory_hash import hash_fields
-from grimoire.tables.codec.recall_record import decode_record, with_usage
+from grimoire.tables.codec.memory_hash import decode_record, hash_fields, with_usage
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 

@@ -10,9 +10,8 @@ import orjson
 import pytest
 
 from grimoire.streams.recall.walk.daimoi import NodeInfo
-from grimoire.tables.codec.recall_record import RECORD_FIELDS, decode_record, decode_row, with_usage
-from grimoire.tables.codec.walk_node import DecodedNodes, unpack_node
-from grimoire.tables.memory.graph import NODE_SEPARATOR
+from grimoire.tables.codec.memory_hash import RECORD_FIELDS, decode_record, decode_row, with_usage
+from grimoire.tables.codec.walk_node import NODE_SEPARATOR, DecodedNodes, unpack_node
 
 AGENT = "agent-1"
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
+
 import orjson
 import pytest
 
@@ -15,7 +19,16 @@ from grimoire.streams.inbound.recall_request import (
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.model.records import EventType, Layer
 from grimoire.streams.recall.options import RecallBudgets
-from grimoire.topics.schemas import EpisodeV1, RecallRequestV1, ToolEventV1, TranscriptV1
+from grimoire.topics import schemas
+from grimoire.topics.schemas import (
+    EpisodeV1,
+    MaintenanceCommandV1,
+    RecallItemV1,
+    RecallRequestV1,
+    RecallResultV1,
+    ToolEventV1,
+    TranscriptV1,
+)
 
 LIMITS = InputLimits()
 TS = 1_767_225_600_000
@@ -184,3 +197,138 @@ def test_minimal_recall_request_record_gets_default_k() -> None:
     )
     assert isinstance(result, RecallQuery)
     assert (result.k, result.as_of_ms) == (4, None)
+
+
+# The wire field names in declaration order (= JSON key order). Renaming or reordering
+# one is a wire change: bump the schema version instead of editing this table.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "DeadLetterV1": (
+        "reason", "detail", "source_topic", "field", "agent_id", "partition", "offset",
+        "payload", "schema",
+    ),
+    "EpisodeV1": (
+        "agent_id", "ts", "text", "event_id", "episode_type", "tick", "block", "outcome",
+        "importance", "regime", "tags", "run_id", "session_id", "actor_id", "kind", "error",
+        "paths", "urls", "channel", "entities", "affect", "schema",
+    ),
+    "MaintenanceCommandV1": ("agent_id", "reason", "force_compaction", "issued_by", "schema"),
+    "MaintenanceEventV1": (
+        "type", "agent_id", "tick", "ts", "worker", "tasks", "postponed", "pressure", "report",
+        "schema",
+    ),
+    "MemoryEventV1": (
+        "type", "agent_id", "memory_id", "source_event_id", "kind", "layer", "ts",
+        "candidate_id", "action", "reason", "confidence", "quality", "admission", "off_topic",
+        "target_id", "nexus_keys", "hyperedge_id", "schema",
+    ),
+    "OutcomeV1": (
+        "agent_id", "ts", "outcome", "memory_ids", "run_id", "quality", "event_id", "schema",
+    ),
+    "RecallItemV1": (
+        "id", "agent_id", "kind", "layer", "gist", "ts", "score", "lanes", "source_event_id",
+        "text", "reasons", "scores", "tokens", "session_id", "hyperedge_ids", "episode",
+    ),
+    "RecallRequestV1": (
+        "agent_id", "query", "reply_to", "correlation_id", "k", "as_of", "filters", "budgets",
+        "state", "mode", "explain", "expand_episodes", "record_usage", "schema",
+    ),
+    "RecallResultV1": (
+        "correlation_id", "agent_id", "items", "watermark", "watermark_tick",
+        "watermark_block", "as_of", "mode", "budget", "timings_ms", "error", "schema",
+    ),
+    "ToolEventV1": (
+        "agent_id", "ts", "tool", "event_id", "args", "args_digest", "result", "error",
+        "paths", "urls", "latency_ms", "tick", "run_id", "session_id", "tags", "actor_id",
+        "channel", "entities", "affect", "schema",
+    ),
+    "TranscriptV1": (
+        "agent_id", "ts", "line", "event_id", "session_id", "run_id", "tick", "turn_id",
+        "actor_id", "tags", "channel", "entities", "affect", "schema",
+    ),
+}  # fmt: skip
+
+
+def test_every_wire_record_is_pinned() -> None:
+    assert sorted(schemas.__all__) == sorted(FIELDS)
+
+
+@pytest.mark.parametrize("name", sorted(FIELDS))
+def test_wire_field_names_are_pinned(name: str) -> None:
+    record_type = getattr(schemas, name)
+    assert tuple(f.name for f in dataclasses.fields(record_type)) == FIELDS[name]
+    params = record_type.__dataclass_params__
+    assert params.frozen  # a record is a value: sent as built
+
+
+def item(**extra: object) -> RecallItemV1:
+    fields: dict[str, object] = {
+        "id": "m-1",
+        "agent_id": "a",
+        "kind": "episode",
+        "layer": "observation",
+        "gist": "disk full",
+        "ts": TS,
+        "score": 0.5,
+        "lanes": ["canonical"],
+        "source_event_id": "ev-1",
+    }
+    return RecallItemV1(**{**fields, **extra})  # type: ignore[arg-type]
+
+
+def test_json_bytes_are_those_of_the_faust_records() -> None:
+    # Byte for byte what the Faust-based records wrote: top-level None fields dropped,
+    # declaration order, a nested record's None fields kept (they were never stripped).
+    command = MaintenanceCommandV1(agent_id="a", force_compaction=False)
+    assert command.dumps_json() == (
+        b'{"agent_id":"a","reason":"block","force_compaction":false,'
+        b'"schema":"grimoire.maintenance_command/1"}'
+    )
+    result = RecallResultV1(
+        correlation_id="c", agent_id="a", items=[item(scores={"a": 1.0})], watermark=3
+    )
+    assert result.dumps_json() == (
+        b'{"correlation_id":"c","agent_id":"a","items":[{"id":"m-1","agent_id":"a",'
+        b'"kind":"episode","layer":"observation","gist":"disk full","ts":1767225600000,'
+        b'"score":0.5,"lanes":["canonical"],"source_event_id":"ev-1","text":null,'
+        b'"reasons":null,"scores":{"a":1.0},"tokens":null,"session_id":null,'
+        b'"hyperedge_ids":null,"episode":null}],"watermark":3,'
+        b'"schema":"grimoire.recall_result/1"}'
+    )
+
+
+def test_a_result_decodes_back_into_records() -> None:
+    sent = RecallResultV1(
+        correlation_id="c",
+        agent_id="a",
+        items=[item(text="the full text", episode=[{"id": "m-2", "role": "outcome"}])],
+        budget={"tokens_used": 7},
+    )
+    decoded = orjson.loads(sent.dumps_json())
+    decoded["added_by_a_newer_worker"] = True  # unknown keys are ignored
+    decoded["items"][0]["also_new"] = 1
+    assert RecallResultV1.from_wire(decoded) == sent
+    assert RecallItemV1.from_wire(decoded["items"][0]) == sent.items[0]
+    with pytest.raises(TypeError):
+        RecallItemV1.from_wire({"id": "m-1"})  # required fields missing
+
+
+def test_asdict_keeps_every_field() -> None:
+    assert item().asdict() == {name: getattr(item(), name) for name in FIELDS["RecallItemV1"]}
+
+
+def test_records_are_keyword_only_and_frozen() -> None:
+    with pytest.raises(TypeError):
+        EpisodeV1("a", TS, "t")  # type: ignore[misc]
+    record = EpisodeV1(agent_id="a", ts=TS, text="t")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.text = "changed"  # type: ignore[misc]
+
+
+def test_the_schemas_import_without_faust() -> None:
+    # The SDK installs without Faust: importing the records must not need it.
+    code = (
+        "import sys, grimoire.topics.schemas; "
+        "sys.exit(','.join(m for m in ('faust', 'mode') if m in sys.modules) or None)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
