@@ -28,7 +28,7 @@ COPY infra/ infra/
 # PyPI build would otherwise pass silently and only show up as a much larger image.
 # The pip list output is captured first so a failing `pip list` fails the build too
 # (/bin/sh is dash here: no pipefail).
-RUN pip install . \
+RUN pip install '.[worker]' \
     && cd / && rm -rf /tmp/grimoire-src \
     && pkgs="$(pip list --format=freeze)" \
     && if printf '%s\n' "$pkgs" | grep -iE '^(nvidia|triton)'; then \

@@ -21,7 +21,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e '.[worker,dev]'
 	$(PY) -m grimoire.infra.envcheck
 	touch $(STAMP)
 

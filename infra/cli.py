@@ -11,8 +11,15 @@ import sys
 import orjson
 
 from grimoire.infra.logs import configure_logging
-from grimoire.infra.settings import Settings
 from grimoire.topics.declarations import TopicNames, ensure_topics
+
+try:
+    from grimoire.infra.settings import Settings
+except ModuleNotFoundError as missing:  # an agent-side install: `grimoire[client]` only
+    raise SystemExit(
+        f"the grimoire command runs the worker side and needs {missing.name!r}: "
+        "pip install 'grimoire[worker]'"
+    ) from missing
 
 logger = logging.getLogger(__name__)
 

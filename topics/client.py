@@ -2,6 +2,10 @@
 
 The reply topic has one partition and is read by a plain assigned consumer (no
 consumer-group join), so the first reply arrives in milliseconds.
+
+Light on purpose: `pip install 'grimoire[client]'` brings aiokafka and orjson only, so
+everything imported here (and by `declarations`, `schemas`, `options`) must stay free of
+Faust, Redis, numpy and the embedding stack (tests/integration/test_light_client.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from grimoire.streams.exceptions import GrimoireError
 from grimoire.topics.declarations import TopicNames, ensure_topics
+from grimoire.topics.options import RecallBudgets, RecallFilters, RecallMode, RecallState
 from grimoire.topics.schemas import (
     EpisodeV1,
     MaintenanceCommandV1,
@@ -27,6 +32,14 @@ from grimoire.topics.schemas import (
     ToolEventV1,
     TranscriptV1,
 )
+
+__all__ = [
+    "ClientError",
+    "GrimoireClient",
+    "RecallAnswer",
+    "RecallFailed",
+    "RecallTimeout",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +69,7 @@ class RecallAnswer:
 
 
 def _answer(payload: dict[str, Any]) -> RecallAnswer:
-    fields = set(RecallItemV1._options.fields)  # type: ignore[attr-defined]
-    items = tuple(
-        RecallItemV1(**{k: v for k, v in item.items() if k in fields})
-        for item in payload.get("items", [])
-    )
+    items = tuple(RecallItemV1.from_wire(item) for item in payload.get("items") or ())
     return RecallAnswer(
         correlation_id=payload["correlation_id"],
         agent_id=payload.get("agent_id", ""),
@@ -195,16 +204,30 @@ class GrimoireClient:
         *,
         k: int | None = None,
         as_of: int | None = None,
-        filters: dict[str, Any] | None = None,
-        budgets: dict[str, Any] | None = None,
-        state: dict[str, Any] | None = None,
-        mode: str | None = None,
+        filters: RecallFilters | None = None,
+        budgets: RecallBudgets | None = None,
+        state: RecallState | None = None,
+        mode: RecallMode | None = None,
         explain: bool | None = None,
         expand_episodes: bool | None = None,
         record_usage: bool | None = None,
         timeout: float = 10.0,
     ) -> RecallAnswer:
-        """Ask and await the reply; see `RecallRequestV1` for the optional parts."""
+        """Ask and await the reply. `filters`, `budgets` and `state` are the typed options
+        of `grimoire.topics.options`; None (or an empty one) leaves the worker's default.
+        `k` is shorthand for `budgets.max_items`. A request the worker rejects raises
+        `RecallFailed` with its reason; no answer within `timeout` raises `RecallTimeout`.
+        """
+        for name, value, expected in (
+            ("filters", filters, RecallFilters),
+            ("budgets", budgets, RecallBudgets),
+            ("state", state, RecallState),
+        ):
+            # Typed only: a dict would go out unchecked, which is what the types replace.
+            if value is not None and not isinstance(value, expected):
+                raise TypeError(
+                    f"recall({name}=...) takes a {expected.__name__}, got {type(value).__name__}"
+                )
         correlation_id = uuid.uuid4().hex
         request = RecallRequestV1(
             agent_id=agent_id,
@@ -213,9 +236,9 @@ class GrimoireClient:
             correlation_id=correlation_id,
             k=k,
             as_of=as_of,
-            filters=filters,
-            budgets=budgets,
-            state=state,
+            filters=_section(filters),
+            budgets=_section(budgets),
+            state=_section(state),
             mode=mode,
             explain=explain,
             expand_episodes=expand_episodes,
@@ -233,3 +256,8 @@ class GrimoireClient:
         if payload.get("error"):
             raise RecallFailed(payload["error"])
         return _answer(payload)
+
+
+def _section(options: RecallFilters | RecallBudgets | RecallState | None) -> dict[str, Any] | None:
+    """The wire object of one option section; an empty one is left out altogether."""
+    return (options.to_wire() or None) if options is not None else None

@@ -1,22 +1,72 @@
 """Versioned wire schemas. Producers (the SDK) build these; the worker validates raw
-JSON with `grimoire.streams.normalize`, so a bad payload is dead-lettered instead of
+JSON with `grimoire.streams.inbound.events`, so a bad payload is dead-lettered instead of
 crashing a deserializer. Field names here and there are pinned by a contract test.
+
+Plain frozen dataclasses serialized with orjson: the SDK must install without Faust
+(`pip install 'grimoire[client]'`), and nothing ever decoded through a Faust codec.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Self
 
-import faust
+import orjson
+
+__all__ = [
+    "DeadLetterV1",
+    "EpisodeV1",
+    "MaintenanceCommandV1",
+    "MaintenanceEventV1",
+    "MemoryEventV1",
+    "OutcomeV1",
+    "RecallItemV1",
+    "RecallRequestV1",
+    "RecallResultV1",
+    "ToolEventV1",
+    "TranscriptV1",
+]
 
 
-class _Wire(faust.Record, abstract=True, serializer="json", include_metadata=False):
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    # Declaration order is the JSON key order; cached because `fields()` is slow on
+    # the ingest benchmark's hot path.
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+class _Wire:
+    """Shared behaviour of the wire records (each subclass is a frozen dataclass)."""
+
+    __slots__ = ()
+
+    def asdict(self) -> dict[str, Any]:
+        """Every field in declaration order, None included (as `faust.Record.asdict`)."""
+        return {name: getattr(self, name) for name in _field_names(type(self))}
+
     def dumps_json(self) -> bytes:
+        """The wire bytes: top-level None fields omitted, so an absent option means the
+        worker's default. Nested records (a result's items) keep their None fields,
+        byte for byte what the Faust records produced."""
         payload = {k: v for k, v in self.asdict().items() if v is not None}
-        return faust.serializers.codecs.dumps("json", payload)
+        return orjson.dumps(payload)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
+        """Build from a decoded JSON object; keys this version does not know are ignored
+        so a newer worker can add fields. A missing required field raises TypeError."""
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
-class EpisodeV1(_Wire, namespace="grimoire.episode.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpisodeV1(_Wire):
     agent_id: str
     ts: int  # event time, epoch milliseconds
     text: str
@@ -41,7 +91,8 @@ class EpisodeV1(_Wire, namespace="grimoire.episode.v1"):
     schema: str = "grimoire.episode/1"
 
 
-class ToolEventV1(_Wire, namespace="grimoire.tool_event.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolEventV1(_Wire):
     agent_id: str
     ts: int
     tool: str
@@ -64,7 +115,8 @@ class ToolEventV1(_Wire, namespace="grimoire.tool_event.v1"):
     schema: str = "grimoire.tool_event/1"
 
 
-class TranscriptV1(_Wire, namespace="grimoire.transcript.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranscriptV1(_Wire):
     agent_id: str
     ts: int
     line: dict[str, Any]  # one JSONL message: {"role", "content": str | [blocks]}
@@ -81,7 +133,8 @@ class TranscriptV1(_Wire, namespace="grimoire.transcript.v1"):
     schema: str = "grimoire.transcript/1"
 
 
-class OutcomeV1(_Wire, namespace="grimoire.outcome.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutcomeV1(_Wire):
     agent_id: str
     ts: int
     outcome: str  # positive | negative | validated | contradicted | run_ended
@@ -92,7 +145,8 @@ class OutcomeV1(_Wire, namespace="grimoire.outcome.v1"):
     schema: str = "grimoire.outcome/1"
 
 
-class MaintenanceCommandV1(_Wire, namespace="grimoire.maintenance_command.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceCommandV1(_Wire):
     """Sent by the leader's block timer (or an operator) keyed by agent id, so the
     worker owning the agent's partition runs its maintenance. What runs is decided
     from the agent's tick counter on arrival, not from anything in the command but
@@ -105,7 +159,8 @@ class MaintenanceCommandV1(_Wire, namespace="grimoire.maintenance_command.v1"):
     schema: str = "grimoire.maintenance_command/1"
 
 
-class MaintenanceEventV1(_Wire, namespace="grimoire.maintenance_event.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaintenanceEventV1(_Wire):
     """What a maintenance task did, on memory-events: GrimoireDecay,
     CuratorCycleComplete, GrimoireCompaction, GrimoireMaintenance (the run)."""
 
@@ -121,8 +176,13 @@ class MaintenanceEventV1(_Wire, namespace="grimoire.maintenance_event.v1"):
     schema: str = "grimoire.maintenance_event/1"
 
 
-class RecallRequestV1(_Wire, namespace="grimoire.recall_request.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallRequestV1(_Wire):
     """A recall request; everything but the four first fields is optional.
+
+    The SDK fills `filters`, `budgets` and `state` from the typed options in
+    `grimoire.topics.options` (their `to_wire()`); here they stay the JSON objects
+    the worker parses, so the wire format is spelled out in one place.
 
     `filters`: since / until (event time, ms or ISO-8601), session_id, run_id,
     actor_id, event_type_prefix, kinds [..], layers [..].
@@ -150,7 +210,8 @@ class RecallRequestV1(_Wire, namespace="grimoire.recall_request.v1"):
     schema: str = "grimoire.recall_request/1"
 
 
-class RecallItemV1(_Wire, namespace="grimoire.recall_item.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallItemV1(_Wire):
     id: str
     agent_id: str
     kind: str
@@ -169,7 +230,8 @@ class RecallItemV1(_Wire, namespace="grimoire.recall_item.v1"):
     episode: list[dict[str, str]] | None = None  # siblings {id, role, gist} on request
 
 
-class RecallResultV1(_Wire, namespace="grimoire.recall_result.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallResultV1(_Wire):
     correlation_id: str
     agent_id: str
     items: list[RecallItemV1]
@@ -183,8 +245,15 @@ class RecallResultV1(_Wire, namespace="grimoire.recall_result.v1"):
     error: str | None = None
     schema: str = "grimoire.recall_result/1"
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Self:
+        items = [RecallItemV1.from_wire(item) for item in data.get("items") or ()]
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in names and k != "items"}, items=items)
 
-class MemoryEventV1(_Wire, namespace="grimoire.memory_event.v1"):
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryEventV1(_Wire):
     # GrimoireWrite | GrimoireQuarantine | GrimoireReject | GrimoireMerge | GrimoireAggregate
     type: str
     agent_id: str
@@ -206,7 +275,8 @@ class MemoryEventV1(_Wire, namespace="grimoire.memory_event.v1"):
     schema: str = "grimoire.memory_event/1"
 
 
-class DeadLetterV1(_Wire, namespace="grimoire.dead_letter.v1"):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetterV1(_Wire):
     reason: str  # machine-readable code, e.g. invalid_json, missing_field, oversize
     detail: str
     source_topic: str

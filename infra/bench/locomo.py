@@ -30,6 +30,7 @@ from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.client import GrimoireClient
+from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import TranscriptV1
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ TOP_K = 10
 IN_FLIGHT = 8
 # The questions are read-only probes of one final state, asked concurrently:
 # counting them as uses would make each answer depend on the order of the others.
-RECALL_BUDGETS = {"max_items": TOP_K, "token_budget": 100_000, "full_text_items": 0}
+RECALL_BUDGETS = RecallBudgets(max_items=TOP_K, token_budget=100_000, full_text_items=0)
 
 
 def default_data_path() -> Path:

@@ -39,6 +39,7 @@ from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.runtime import Runtime
 from grimoire.infra.settings import Settings
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.client import GrimoireClient
@@ -251,8 +252,9 @@ async def _drop_prefix(redis_url: str, prefix: str) -> None:
     """Remove this run's index and keys from a Redis the benchmark did not start."""
     redis = Redis.from_url(redis_url)
     try:
-        await redis.ft(f"{prefix}-memory").dropindex(delete_documents=True)
-        async for key in redis.scan_iter(match=f"{prefix}:*", count=1000):
+        keys = Keyspace(prefix)
+        await redis.ft(keys.index_name).dropindex(delete_documents=True)
+        async for key in redis.scan_iter(match=keys.deployment_pattern, count=1000):
             await redis.delete(key)
     finally:
         await redis.aclose()

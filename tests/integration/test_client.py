@@ -10,6 +10,7 @@ import pytest
 
 from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient, RecallFailed, RecallTimeout
+from grimoire.topics.options import RecallBudgets
 
 
 async def test_recall_without_a_worker_times_out_cleanly(settings: Settings) -> None:
@@ -25,6 +26,14 @@ async def test_recall_without_a_worker_times_out_cleanly(settings: Settings) -> 
 async def test_a_rejected_request_is_answered_with_its_reason(client: GrimoireClient) -> None:
     with pytest.raises(RecallFailed, match="invalid_value"):
         await client.recall("agent-x", "anything", k=0, timeout=10)
+
+
+async def test_a_budget_above_the_workers_ceiling_is_answered_with_its_reason(
+    client: GrimoireClient,
+) -> None:
+    # Ceilings are the worker's configuration: the SDK sends, the worker says no.
+    with pytest.raises(RecallFailed, match="invalid_value: 'max_items'"):
+        await client.recall("agent-x", "anything", budgets=RecallBudgets(max_items=10_000))
 
 
 async def test_unknown_correlation_ids_on_the_reply_topic_are_ignored(

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from grimoire.infra.settings import Settings
 from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
+from grimoire.topics.options import RecallBudgets, RecallFilters
 from grimoire.topics.schemas import EpisodeV1, OutcomeV1, TranscriptV1
 
 BASE_TS = 1_790_000_000_000
@@ -59,18 +60,20 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     await _ingest(client, agent, eventually)
     await _ingest(client, other, eventually)
 
-    by_session = await client.recall(agent, "payments deploy", filters={"session_id": "s1"})
+    by_session = await client.recall(
+        agent, "payments deploy", filters=RecallFilters(session_id="s1")
+    )
     assert {item.session_id for item in by_session.items} == {"s1"}
     assert {item.agent_id for item in by_session.items} == {agent}
 
-    by_actor = await client.recall(agent, "deploy", filters={"actor_id": "bob"}, k=10)
+    by_actor = await client.recall(agent, "deploy", filters=RecallFilters(actor_id="bob"), k=10)
     assert by_actor.items
     assert {item.source_event_id for item in by_actor.items} <= {f"{agent}-1", f"{agent}-3"}
 
-    since = await client.recall(agent, "deploy", filters={"since": BASE_TS + 2_000}, k=10)
+    since = await client.recall(agent, "deploy", filters=RecallFilters(since=BASE_TS + 2_000), k=10)
     assert {item.ts for item in since.items} <= {BASE_TS + 2_000, BASE_TS + 3_000}
 
-    tight = await client.recall(agent, "payments deploy", budgets={"token_budget": 30})
+    tight = await client.recall(agent, "payments deploy", budgets=RecallBudgets(token_budget=30))
     assert 0 < tight.budget["tokens_used"] <= 30
     assert sum(item.tokens or 0 for item in tight.items) == tight.budget["tokens_used"]
 
