@@ -1,4 +1,13 @@
-"""The Faust agents: thin loops that decode Kafka events and call the handlers."""
+"""The Faust agents: thin loops around the handlers.
+
+Topology (every topic keyed and co-partitioned by agent id):
+
+    episodes, tool-events, transcripts, outcomes, maintenance, commands
+        → sequencer agents (one per topic) → journal
+    journal → the apply agent (the only writer of agents' state)
+    recall-requests → the recall agent (a read; its uses go to the journal)
+    the leader's block timer → maintenance (one command per known agent)
+"""
 
 from __future__ import annotations
 
@@ -10,12 +19,11 @@ from typing import Any, Protocol
 
 import faust
 
-from grimoire.agents.handlers.ingest import IngestHandler
-from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
-from grimoire.agents.maintenance.handler import MaintenanceHandler
+from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.ports import InputMessage
-from grimoire.streams.model.records import EventType
+from grimoire.streams.journal.entry import EntryKind
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MaintenanceCommandV1
 
@@ -28,10 +36,9 @@ _MAX_BACKOFF_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Handlers:
-    ingest: IngestHandler
+    sequencer: Sequencer
+    applier: JournalApplier
     recall: RecallHandler
-    outcomes: OutcomeHandler
-    maintenance: MaintenanceHandler
 
 
 class HandlerSource(Protocol):
@@ -113,8 +120,8 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
             partitions=settings.partitions,
         )
 
-    def ingest_agent(event_type: EventType, topic_name: str) -> None:
-        async def ingest(stream: Any) -> AsyncIterator[None]:
+    def sequencer_agent(kind: EntryKind, topic_name: str) -> None:
+        async def sequence(stream: Any) -> AsyncIterator[None]:
             async for events in stream.take_events(
                 settings.embed_batch_size, within=settings.embed_batch_within_s
             ):
@@ -122,16 +129,42 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
 
                 async def process(batch: list[InputMessage] = batch) -> None:
                     handlers = await runtime.handlers()
-                    await handlers.ingest.handle(event_type, batch)
+                    await handlers.sequencer.append(kind, batch)
 
-                await _with_retry(f"ingest of {len(batch)} {event_type} events", process)
+                await _with_retry(f"journaling {len(batch)} {kind} inputs", process)
                 yield None
 
-        app.agent(raw_topic(topic_name), name=f"grimoire.ingest.{event_type.value}")(ingest)
+        app.agent(raw_topic(topic_name), name=f"grimoire.sequence.{kind.value}")(sequence)
 
-    ingest_agent(EventType.EPISODE, names.episodes)
-    ingest_agent(EventType.TOOL, names.tool_events)
-    ingest_agent(EventType.TRANSCRIPT, names.transcripts)
+    sequencer_agent(EntryKind.EPISODE, names.episodes)
+    sequencer_agent(EntryKind.TOOL_EVENT, names.tool_events)
+    sequencer_agent(EntryKind.TRANSCRIPT, names.transcripts)
+    sequencer_agent(EntryKind.OUTCOME, names.outcomes)
+    sequencer_agent(EntryKind.COMMAND, names.commands)
+    if settings.maintenance_enabled:
+        sequencer_agent(EntryKind.MAINTENANCE, names.maintenance)
+        register_block_timer(app, runtime, settings)
+
+    async def apply(stream: Any) -> AsyncIterator[None]:
+        # One loop for the worker's journal partitions: per partition, entries are
+        # applied in order, and nothing else writes an agent's state.
+        async for events in stream.take_events(
+            settings.embed_batch_size, within=settings.embed_batch_within_s
+        ):
+            batch = [_message(event) for event in events]
+            by_partition: dict[int, list[InputMessage]] = {}
+            for message in batch:
+                by_partition.setdefault(message.partition or 0, []).append(message)
+
+            async def process(by_partition: dict[int, list[InputMessage]] = by_partition) -> None:
+                handlers = await runtime.handlers()
+                for partition in sorted(by_partition):
+                    await handlers.applier.apply(by_partition[partition])
+
+            await _with_retry(f"applying {len(batch)} journal entries", process)
+            yield None
+
+    app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)
 
     async def recall(stream: Any) -> AsyncIterator[None]:
         async for event in stream.events():
@@ -152,22 +185,6 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
                 await _with_retry("recall failure reply", answer_failure, attempts=3)
             yield None
 
-    async def outcomes(stream: Any) -> AsyncIterator[None]:
-        async for event in stream.events():
-            message = _message(event)
-
-            async def process(message: InputMessage = message) -> None:
-                handlers = await runtime.handlers()
-                await handlers.outcomes.handle(message)
-
-            await _with_retry("outcome", process)
-            yield None
-
-    app.agent(raw_topic(names.outcomes), name="grimoire.outcomes")(outcomes)
-
-    if settings.maintenance_enabled:
-        register_maintenance(app, runtime, settings, raw_topic(names.maintenance))
-
     async def warm_up() -> None:
         # Load the model and check the index before the first event arrives, so
         # the first recall does not pay for it.
@@ -182,27 +199,11 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
     )(recall)
 
 
-def register_maintenance(
-    app: faust.App, runtime: HandlerSource, settings: WorkerTopology, topic: Any
-) -> None:
-    """The leader's block timer fans commands out by agent id; the worker owning
-    an agent's partition runs them, so one agent is maintained by one worker."""
+def register_block_timer(app: faust.App, runtime: HandlerSource, settings: WorkerTopology) -> None:
+    """The leader's block timer fans a command out per known agent, keyed by agent
+    id; each is journaled, and what runs is decided at its place in the journal,
+    from the agent's tick (a late or duplicate command finds nothing due)."""
     names = TopicNames(settings.topic_prefix)
-
-    async def maintenance(stream: Any) -> AsyncIterator[None]:
-        async for event in stream.events():
-            message = _message(event)
-
-            async def process(message: InputMessage = message) -> None:
-                handlers = await runtime.handlers()
-                await handlers.maintenance.handle(message)
-
-            # A failed pass stays due (its ledger is not advanced); retrying it
-            # here would only hold up the other agents on the partition.
-            await _with_retry("maintenance", process, attempts=2)
-            yield None
-
-    app.agent(topic, name="grimoire.maintenance")(maintenance)
 
     async def block_timer() -> None:
         sent = 0

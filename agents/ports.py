@@ -12,6 +12,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from grimoire.streams.journal.entry import SourceRef
+from grimoire.streams.journal.usage import RecallUsage
+
 __all__ = [
     "UNKNOWN_AGENT",
     "EmbedUsage",
@@ -19,9 +22,11 @@ __all__ = [
     "EventSink",
     "InputMessage",
     "MemorySink",
+    "UsageRecorder",
     "Vectors",
     "embed_with_usage",
     "payload_preview",
+    "source_of",
 ]
 
 UNKNOWN_AGENT = "_unknown"
@@ -42,6 +47,21 @@ class InputMessage:
 
 def payload_preview(raw: bytes) -> str:
     return raw[: _PAYLOAD_PREVIEW_CHARS * 4].decode("utf-8", "replace")[:_PAYLOAD_PREVIEW_CHARS]
+
+
+def source_of(message: InputMessage) -> SourceRef | None:
+    """Where `message` was read from, when it was read from a topic."""
+    if message.partition is None or message.offset is None:
+        return None
+    return SourceRef(message.topic, message.partition, message.offset)
+
+
+class UsageRecorder(Protocol):
+    """Records what a served recall used (a journal entry, applied by the fold)."""
+
+    async def record_usage(
+        self, agent_id: str, usage: RecallUsage, source: SourceRef | None
+    ) -> None: ...
 
 
 class EventSink(Protocol):

@@ -47,7 +47,15 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
     )
     app.fetch_max_wait_ms = settings.consumer_fetch_max_wait_ms
     names = TopicNames(settings.topic_prefix)
-    ingest_topics = {names.episodes, names.tool_events, names.transcripts, names.outcomes}
+    # What the worker's pressure watches: the inputs waiting to be journaled and the
+    # journal waiting to be applied.
+    ingest_topics = {
+        names.episodes,
+        names.tool_events,
+        names.transcripts,
+        names.outcomes,
+        names.journal,
+    }
     runtime = Runtime(
         settings, FaustSink(app), embedder, lag=faust_consumer_lag(app, ingest_topics)
     )

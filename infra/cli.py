@@ -111,6 +111,39 @@ async def _reindex(settings: Settings, agent_id: str) -> dict[str, object]:
         await redis.aclose()
 
 
+async def _digest(settings: Settings, agent_ids: list[str]) -> list[dict[str, object]]:
+    from grimoire.tables.redis_client import create_redis
+    from grimoire.tables.trust.digest import agent_digest
+
+    redis = create_redis(settings.redis_url, 2)
+    try:
+        return [
+            (await agent_digest(redis, settings.topic_prefix, agent_id)).asdict()
+            for agent_id in agent_ids
+        ]
+    finally:
+        await redis.aclose()
+
+
+async def _audit_verify(settings: Settings, agent_id: str) -> dict[str, object]:
+    from grimoire.tables.redis_client import create_redis
+    from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
+
+    redis = create_redis(settings.redis_url, 2)
+    try:
+        verdict = await audit(RedisWitnessLog(redis, settings.topic_prefix), agent_id)
+    finally:
+        await redis.aclose()
+    return {
+        "agent": agent_id,
+        "verified": verdict.ok,
+        "records": verdict.count,
+        "first_broken": verdict.first_broken,
+        "reason": verdict.reason,
+        "head": verdict.head,
+    }
+
+
 async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
     from grimoire.topics.client import GrimoireClient
 
@@ -141,6 +174,26 @@ def main(argv: list[str] | None = None) -> int:
         "reindex", help="rebuild an agent's walk node table and term counts (after an upgrade)"
     )
     reindex.add_argument("--agent", required=True)
+    digest = sub.add_parser(
+        "digest", help="a digest of everything stored for each agent (one JSON line each)"
+    )
+    digest.add_argument("--agent", dest="agents", action="append", required=True)
+    audit = sub.add_parser("audit", help="check what is stored against its witnesses")
+    audit_kind = audit.add_subparsers(dest="audit", required=True)
+    verify = audit_kind.add_parser(
+        "verify", help="recompute an agent's witness chain (JSON; exit code 1 when broken)"
+    )
+    verify.add_argument("--agent", required=True)
+    replay_cmd = sub.add_parser(
+        "replay", help="fold the journal into an empty store or a new prefix (JSON report)"
+    )
+    replay_cmd.add_argument(
+        "--into-prefix", default=None, help="a new prefix to build (default: the deployment's)"
+    )
+    replay_cmd.add_argument(
+        "--wipe", action="store_true", help="first delete the target's memory state (not keys)"
+    )
+    replay_cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo = sub.add_parser("demo", help="services + worker + simulated agent + recall questions")
     demo.add_argument("--ticks", type=int, default=6)
     demo.add_argument("--block-interval", type=float, default=None)
@@ -193,6 +246,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reindex":
         report = asyncio.run(_reindex(settings, args.agent))
         sys.stdout.write(orjson.dumps(report).decode() + "\n")
+        return 0
+    if args.command == "digest":
+        for digest_report in asyncio.run(_digest(settings, args.agents)):
+            sys.stdout.write(orjson.dumps(digest_report).decode() + "\n")
+        return 0
+    if args.command == "audit" and args.audit == "verify":
+        verdict = asyncio.run(_audit_verify(settings, args.agent))
+        sys.stdout.write(orjson.dumps(verdict).decode() + "\n")
+        return 0 if verdict["verified"] else 1
+    if args.command == "replay":
+        from dataclasses import asdict
+
+        from grimoire.infra.replay import replay
+
+        replayed = asyncio.run(
+            replay(
+                settings,
+                into_prefix=args.into_prefix,
+                wipe=args.wipe,
+                progress=not args.no_progress,
+            )
+        )
+        sys.stdout.write(
+            orjson.dumps(asdict(replayed), option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
+        )
         return 0
     if args.command == "demo":
         from grimoire.infra.demo.run import run_demo

@@ -9,24 +9,40 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from redis.asyncio import Redis
 
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
+from grimoire.agents.handlers.commands import CommandHandler, StepLog
+from grimoire.agents.handlers.forgetting import Forgetting
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.handlers.retraction import RetractionHandler
+from grimoire.agents.handlers.usage import StoreUsage
+from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.sequencer import Sequencer
+from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.compaction_task import CompactionRunner, CompactionTask
 from grimoire.agents.maintenance.curator_task import CuratorRunner
 from grimoire.agents.maintenance.decay_task import DecayRunner
-from grimoire.agents.maintenance.handler import MaintenanceHandler, TaskRunner
+from grimoire.agents.maintenance.handler import (
+    MaintenanceHandler,
+    NoPressure,
+    PressureProbe,
+    TaskRunner,
+)
 from grimoire.agents.maintenance.pressure import CountingSink, WorkerPressure
 from grimoire.agents.ports import Embedder, EventSink
 from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import Task
+from grimoire.tables.exceptions import is_outage
+from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
+from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
@@ -34,6 +50,8 @@ from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.schema.vector_space import claim_vector_space, index_holds_documents
+from grimoire.tables.trust.derivations import RedisDerivationStore
+from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness
 from grimoire.topics.declarations import TopicNames
 
 logger = logging.getLogger(__name__)
@@ -74,6 +92,7 @@ class Runtime:
         self._handlers: Handlers | None = None
         self._lock = asyncio.Lock()
         self._redis: Redis | None = None
+        self._keystore_redis: Redis | None = None
 
     async def handlers(self) -> Handlers:
         if self._handlers is None:
@@ -94,65 +113,25 @@ class Runtime:
             )
         embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)
         self._redis = create_redis(settings.redis_url, settings.redis_max_connections)
-        store = RedisMemoryStore(
-            self._redis,
-            settings.topic_prefix,
-            embedder.dims,
-            clock_ms=lambda: int(time.time() * 1000),
-            knn_policy=KnnPolicy(
-                settings.knn_ef_runtime,
-                settings.knn_hybrid_policy or None,
-                common_term_docs=settings.bm25_common_term_docs or None,
-                common_term_share=settings.bm25_common_term_share,
-                common_term_floor=settings.bm25_common_term_floor,
-            ),
-            decoded_nodes=settings.recall_decoded_nodes,
+        self._keystore_redis = (
+            create_redis(settings.keystore_url, 8) if settings.keystore_url else None
         )
-        await store.ensure_schema()
-        await claim_vector_space(
-            self._redis,
-            settings.topic_prefix,
-            embedder.vector_space,
-            has_memories=await index_holds_documents(self._redis, store.index_name),
+        keys = CachedKeyStore(
+            RedisKeyStore(self._keystore_redis or self._redis, settings.topic_prefix)
         )
-        topics = TopicNames(settings.topic_prefix)
+        composed = await compose(
+            settings,
+            prefix=settings.topic_prefix,
+            redis=self._redis,
+            keys=keys,
+            embedder=embedder,
+            sink=self._sink,
+            worker_id=self.worker_id,
+            pressure=WorkerPressure(self._counting, self._lag),
+        )
+        self._witness = composed.witness
         logger.info("runtime ready (prefix %s)", settings.topic_prefix)
-        redis = self._redis
-        return Handlers(
-            maintenance=MaintenanceHandler(
-                ledgers=MaintenanceLedgerStore(redis, settings.topic_prefix),
-                field_states=store,
-                runners=build_runners(redis, store, embedder, settings),
-                sink=self._sink,
-                topics=topics,
-                worker_id=self.worker_id,
-                block_interval_ms=int(settings.block_interval_s * 1000),
-                live_count=store.count,
-                policy=settings.maintenance_policy,
-                pressure=WorkerPressure(self._counting, self._lag),
-                limits=settings.input_limits,
-                lease_ms=int(settings.maintenance_lease_s * 1000),
-            ),
-            ingest=IngestHandler(
-                store,
-                embedder,
-                self._sink,
-                topics,
-                settings.input_limits,
-                eidolon_weight=settings.eidolon_state_weight,
-            ),
-            recall=RecallHandler(
-                store,
-                embedder,
-                self._sink,
-                topics,
-                settings.recall_limits,
-                settings.input_limits,
-                settings.ranking_policy,
-                eidolon_weight=settings.eidolon_state_weight,
-            ),
-            outcomes=OutcomeHandler(store, self._sink, topics, settings.input_limits),
-        )
+        return composed.handlers
 
     async def known_agents(self) -> AsyncIterator[str]:
         await self.handlers()
@@ -163,6 +142,8 @@ class Runtime:
     async def close(self) -> None:
         if self._redis is not None:
             await self._redis.aclose()
+        if self._keystore_redis is not None:
+            await self._keystore_redis.aclose()
 
 
 def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[bytes]]]:
@@ -174,15 +155,15 @@ def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[
 
 
 def build_runners(
-    redis: Redis, store: RedisMemoryStore, embedder: Embedder, settings: Settings
+    redis: Redis, prefix: str, store: RedisMemoryStore, embedder: Embedder, settings: Settings
 ) -> Mapping[Task, TaskRunner]:
-    curator = RedisCuratorStore(redis, settings.topic_prefix)
+    curator = RedisCuratorStore(redis, prefix)
     return {
         Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
         Task.CURATOR: CuratorRunner(curator, model_bytes(embedder), store.decay.reschedule),
         Task.COMPACTION: CompactionRunner(
             CompactionTask(
-                RedisCompactionStore(redis, settings.topic_prefix, dims=embedder.dims),
+                RedisCompactionStore(redis, prefix, dims=embedder.dims),
                 embedder.embed,
                 CompactionPolicy(
                     min_age_ms=int(settings.maintenance_compaction_min_age_h * 3_600_000)
@@ -204,3 +185,110 @@ def worker_topology(settings: Settings) -> WorkerTopology:
         maintenance_enabled=settings.maintenance_enabled,
         block_interval_s=settings.block_interval_s,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    handlers: Handlers
+    store: RedisMemoryStore
+    witness: Witness
+
+
+async def compose(
+    settings: Settings,
+    *,
+    prefix: str,
+    redis: Redis,
+    keys: KeyStore,
+    embedder: Embedder,
+    sink: EventSink,
+    worker_id: str,
+    pressure: PressureProbe | None = None,
+) -> Composed:
+    """Everything that folds the journal into `prefix` and answers recalls from it:
+    the worker's handlers, and a replay's (into the same prefix or a new one)."""
+    store = RedisMemoryStore(
+        redis,
+        prefix,
+        embedder.dims,
+        clock_ms=lambda: int(time.time() * 1000),
+        knn_policy=KnnPolicy(
+            settings.knn_ef_runtime,
+            settings.knn_hybrid_policy or None,
+            common_term_docs=settings.bm25_common_term_docs or None,
+            common_term_share=settings.bm25_common_term_share,
+            common_term_floor=settings.bm25_common_term_floor,
+        ),
+        decoded_nodes=settings.recall_decoded_nodes,
+    )
+    await store.ensure_schema()
+    await claim_vector_space(
+        redis,
+        prefix,
+        embedder.vector_space,
+        has_memories=await index_holds_documents(redis, store.index_name),
+    )
+    topics = TopicNames(settings.topic_prefix)
+    witness = Witness(RedisWitnessLog(redis, prefix))
+    ingest = IngestHandler(
+        store,
+        embedder,
+        sink,
+        topics,
+        settings.input_limits,
+        eidolon_weight=settings.eidolon_state_weight,
+    )
+    maintenance = MaintenanceHandler(
+        ledgers=MaintenanceLedgerStore(redis, prefix),
+        field_states=store,
+        runners=build_runners(redis, prefix, store, embedder, settings),
+        sink=sink,
+        topics=topics,
+        worker_id=worker_id,
+        block_interval_ms=int(settings.block_interval_s * 1000),
+        live_count=store.count,
+        policy=settings.maintenance_policy,
+        pressure=pressure or NoPressure(),
+        limits=settings.input_limits,
+        lease_ms=int(settings.maintenance_lease_s * 1000),
+    )
+    sequencer = Sequencer(keys, sink, topics, settings.input_limits)
+    steps = StepLog()
+    applier = JournalApplier(
+        keys=keys,
+        marks=RedisAppliedMarks(redis, prefix),
+        ingest=ingest,
+        outcomes=OutcomeHandler(store, sink, topics, settings.input_limits),
+        maintenance=maintenance,
+        usage=StoreUsage(store),
+        commands=CommandHandler(
+            retractor=RetractionHandler(
+                RedisDerivationStore(redis, prefix, dims=embedder.dims),
+                embedder,
+                curator=RedisCuratorStore(redis, prefix),
+                witness=steps,
+            ),
+            eraser=Forgetting(redis, prefix, keys, witness),
+            sink=sink,
+            topics=topics,
+            limits=settings.input_limits,
+            steps=steps,
+        ),
+        witness=PublishedWitness(witness, sink, topics),
+        sink=sink,
+        topics=topics,
+        max_run=settings.embed_batch_size,
+        is_outage=is_outage,
+    )
+    recall = RecallHandler(
+        store,
+        embedder,
+        sink,
+        topics,
+        settings.recall_limits,
+        settings.input_limits,
+        settings.ranking_policy,
+        eidolon_weight=settings.eidolon_state_weight,
+        usage=sequencer,
+    )
+    return Composed(Handlers(sequencer, applier, recall), store, witness)

@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     broker_url: str = "kafka://127.0.0.1:9092"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_max_connections: int = 32
+    # The per-agent journal keys and sequence counters (tables/journal/keystore.py);
+    # None: the memory Redis. In production a durable, separately backed-up Redis.
+    keystore_url: str | None = None
     topic_prefix: str = "grimoire"
     partitions: int = Field(4, ge=1)
     replication_factor: int = Field(1, ge=1)
@@ -43,8 +46,12 @@ class Settings(BaseSettings):
     eidolon_state_weight: float = Field(0.25, ge=0, lt=1)
 
     max_text_chars: int = Field(16_000, ge=1)
+    max_parts_per_event: int = Field(64, ge=1)  # memories one transcript line may become
     recall_default_k: int = Field(10, ge=1)
     recall_max_k: int = Field(100, ge=1)
+    # A reply is one Kafka record (the producer's limit is 1 MiB): larger answers are
+    # cut from the tail and say so in `budget` (agents/handlers/recall.py).
+    recall_max_reply_bytes: int = Field(512 * 1024, ge=16 * 1024, le=1_000_000)
     recall_canonical_k: int = Field(20, ge=0)
     recall_eidolon_k: int = Field(30, ge=0)
     recall_bm25_k: int = Field(20, ge=0)
@@ -140,7 +147,9 @@ class Settings(BaseSettings):
 
     @property
     def input_limits(self) -> InputLimits:
-        return InputLimits(max_text_chars=self.max_text_chars)
+        return InputLimits(
+            max_text_chars=self.max_text_chars, max_parts_per_event=self.max_parts_per_event
+        )
 
     @property
     def recall_limits(self) -> RecallLimits:
@@ -159,7 +168,11 @@ class Settings(BaseSettings):
             token_budget=self.recall_token_budget,
             full_text_items=self.recall_full_text_items,
         )
-        return RecallLimits(defaults=defaults, max_k=self.recall_max_k)
+        return RecallLimits(
+            defaults=defaults,
+            max_k=self.recall_max_k,
+            max_reply_bytes=self.recall_max_reply_bytes,
+        )
 
     @property
     def ranking_policy(self) -> RankingPolicy:

@@ -1,4 +1,10 @@
-"""Storage errors."""
+"""Storage errors, and how to tell an outage from a bug."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.exceptions
 
 from grimoire.streams.exceptions import GrimoireError
 
@@ -13,3 +19,44 @@ class SchemaMismatch(StorageError):
 
 class VectorSpaceMismatch(StorageError):
     """The prefix holds vectors from another model or precision than this worker's."""
+
+
+class StoreLost(StorageError):
+    """The store no longer holds what this worker wrote (Redis came back empty: the
+    index is gone). The fold must be rebuilt from the journal."""
+
+
+# Server replies that mean "not now" rather than "never": retried with backoff.
+_TRANSIENT_REPLIES = ("LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
+# Replies that mean the index (so the store) is gone.
+_LOST_REPLIES = ("no such index", "unknown index name", "unknown: index name")
+
+
+def is_store_lost(exc: BaseException) -> bool:
+    if isinstance(exc, StoreLost):
+        return True
+    if isinstance(exc, redis.exceptions.ResponseError):
+        text = str(exc).lower()
+        return any(reply in text for reply in _LOST_REPLIES)
+    return False
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether `exc` is the store being unavailable (retry with backoff) rather than
+    a bug the same input would hit again (dead-letter it and go on)."""
+    if is_store_lost(exc):
+        return True
+    if isinstance(
+        exc,
+        redis.exceptions.ConnectionError
+        | redis.exceptions.TimeoutError
+        | redis.exceptions.BusyLoadingError
+        | ConnectionError
+        | TimeoutError
+        | asyncio.TimeoutError
+        | OSError,
+    ):
+        return True
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return str(exc).upper().startswith(_TRANSIENT_REPLIES)
+    return False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Keyspace"]
+__all__ = ["Keyspace", "glob_escape"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +91,45 @@ class Keyspace:
     def metrics(self) -> str:
         return f"{self.prefix}:metrics"
 
+    @property
+    def applied_sources(self) -> str:
+        """HASH "topic|partition" -> the highest source offset the fold applied
+        (a re-journaled input is applied once)."""
+        return f"{self.prefix}:applied-sources"
+
+    def pending_outcomes(self, agent_id: str) -> str:
+        """HASH memory id -> outcomes that named it before it was written."""
+        return f"{self.prefix}:pending-outcomes:{agent_id}"
+
+    # -- the key store: outside the fold ------------------------------------------
+    # Per-agent journal keys and sequence counters. They are not memory state: a
+    # wipe of the memory state (rebuild, replay) must keep them, or the journal it
+    # replays becomes unreadable; only forgetting an agent destroys its keys. They
+    # live under their own segment so a wipe recognises them (`is_keystore_key`),
+    # and may live in another Redis altogether (`GRIMOIRE_KEYSTORE_URL`).
+    @property
+    def keystore_prefix(self) -> str:
+        return f"{self.prefix}:keystore"
+
+    @property
+    def keystore_pattern(self) -> str:
+        """SCAN pattern matching every key-store key of the deployment."""
+        return f"{self.keystore_prefix}:*"
+
+    def is_keystore_key(self, key: str | bytes) -> bool:
+        """Whether a key (as SCAN returns it) belongs to the key store."""
+        name = key.decode() if isinstance(key, bytes) else key
+        return name.startswith(f"{self.keystore_prefix}:")
+
+    def agent_keys(self, agent_id: str) -> str:
+        """HASH of an agent's journal keys: `current` -> key id, `k:<key id>` -> secret."""
+        return f"{self.keystore_prefix}:agent:{agent_id}"
+
+    @property
+    def journal_sequences(self) -> str:
+        """HASH agent -> the last journal sequence number handed out."""
+        return f"{self.keystore_prefix}:journal-seq"
+
     # -- per agent: write path ----------------------------------------------------
     def decided(self, agent_id: str) -> str:
         """Source events already decided (a redelivery changes nothing)."""
@@ -101,6 +140,21 @@ class Keyspace:
 
     def applied_outcomes(self, agent_id: str) -> str:
         return f"{self.prefix}:outcomes:{agent_id}"
+
+    # -- per agent: the derivation index (what derives from what) ----------------
+    def derived_from(self, agent_id: str, source_id: str) -> str:
+        """HASH `role|derived id` -> weight: what derives from a source (an input
+        event id or a memory id)."""
+        return f"{self.prefix}:deriv:{agent_id}:from:{source_id}"
+
+    def derivation_sources(self, agent_id: str, derived_id: str) -> str:
+        """HASH `role|source id` -> weight: what a memory derives from."""
+        return f"{self.prefix}:deriv:{agent_id}:of:{derived_id}"
+
+    def derivation_pattern(self, agent_id: str) -> str:
+        """SCAN pattern of every derivation-index key of an agent (see the note on
+        the agent patterns below: an agent `a:x` matches too)."""
+        return glob_escape(f"{self.prefix}:deriv:{agent_id}:") + "*"
 
     # -- per agent: graph ---------------------------------------------------------
     def nexus(self, agent_id: str, nexus_key: str) -> str:
@@ -154,3 +208,29 @@ class Keyspace:
 
     def maintenance_log(self, agent_id: str) -> str:
         return f"{self.prefix}:maint:log:{agent_id}"
+
+    # -- per agent: the witness chain ----------------------------------------------
+    def witness(self, agent_id: str) -> str:
+        """STREAM of the agent's witness records (entry id `<seq>-0`), oldest first."""
+        return f"{self.prefix}:witness:{agent_id}"
+
+    # -- SCAN patterns of an agent's open-ended key families -------------------------
+    # Glob characters in the prefix or the agent id are escaped. An agent id may
+    # hold ':', so a pattern of agent `a` also matches the keys of an agent `a:x`:
+    # whoever scans must tell them apart (`grimoire.tables.trust.agent_keys`).
+    def nexus_pattern(self, agent_id: str) -> str:
+        return glob_escape(self.nexus(agent_id, "")) + "*"
+
+    def hyperedge_pattern(self, agent_id: str) -> str:
+        return glob_escape(self.hyperedge(agent_id, "")) + "*"
+
+    def compaction_plan_pattern(self, agent_id: str) -> str:
+        return glob_escape(self.compaction_plan(agent_id, "")) + "*"
+
+    def compaction_outbox_pattern(self, agent_id: str) -> str:
+        return glob_escape(self.compaction_outbox(agent_id, "")) + "*"
+
+
+def glob_escape(literal: str) -> str:
+    """`literal` as a SCAN MATCH pattern that matches only itself."""
+    return "".join(f"\\{ch}" if ch in "*?[]\\" else ch for ch in literal)

@@ -10,17 +10,27 @@ from redisvl.query.filter import FilterExpression, Num, Tag
 
 from grimoire.streams.recall.options import NO_FILTERS, RecallFilters
 
-_TAG_SPECIAL = set(",.<>{}[]\"':;!@#$%^&*()-+=~|/\\ ?")
+
+def _needs_escape(ch: str) -> bool:
+    # Every ASCII character but letters, digits and `_` (a superset of RediSearch's
+    # list of special characters, so a character it adds later is escaped too), and
+    # any whitespace: escaping a character that needs none matches it literally.
+    return (ch.isascii() and not (ch.isalnum() or ch == "_")) or ch.isspace()
 
 
 def escape_tag(value: str) -> str:
-    return "".join(f"\\{ch}" if ch in _TAG_SPECIAL else ch for ch in value)
+    return "".join(f"\\{ch}" if _needs_escape(ch) else ch for ch in value)
 
 
-def tenant_filter(agent_id: str) -> Tag:
+def tenant_filter(agent_id: str) -> FilterExpression:
+    """Exactly one agent's records. The `agent_id` TAG is case-sensitive with a
+    separator no valid agent id holds (tables/schema/memory_index.yaml), and the
+    value is escaped here rather than by redisvl, so `TENV1`, `tenV1` and
+    `tenV2,evil` are three tenants and `,` or `|` in a value never splits it into
+    alternatives. Readers still check the owner of what they get back."""
     if not agent_id:
         raise ValueError("every memory query needs an agent_id")
-    return Tag("agent_id") == agent_id
+    return FilterExpression(f"@agent_id:{{{escape_tag(agent_id)}}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +129,21 @@ class KnnQuery:
             "DIALECT",
             2,
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMemoriesQuery:
+    """One page of every memory hash of one agent, as keys only (NOCONTENT): live,
+    deleted, archived and quarantined alike (the tenant filter and nothing else),
+    for what must see all of an agent's state (an audit's digest, a forget).
+    Callers still check each hash's owner, as every reader does."""
+
+    agent_id: str
+    offset: int = 0
+    limit: int = 1000
+
+    def query_string(self) -> str:
+        return str(tenant_filter(self.agent_id))
+
+    def arguments(self) -> list[str | int]:
+        return [self.query_string(), "NOCONTENT", "LIMIT", self.offset, self.limit, "DIALECT", 2]

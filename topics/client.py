@@ -24,6 +24,7 @@ from grimoire.streams.exceptions import GrimoireError
 from grimoire.topics.declarations import TopicNames, ensure_topics
 from grimoire.topics.options import RecallBudgets, RecallFilters, RecallMode, RecallState
 from grimoire.topics.schemas import (
+    CommandV1,
     EpisodeV1,
     MaintenanceCommandV1,
     OutcomeV1,
@@ -188,6 +189,11 @@ class GrimoireClient:
 
     async def publish_outcome(self, outcome: OutcomeV1) -> None:
         await self.publish_raw(self.topics.outcomes, outcome.agent_id, outcome.dumps_json())
+
+    async def send_command(self, command: CommandV1) -> None:
+        """Retract a source event, forget an agent, pin or unpin a memory: applied at
+        the command's place in the agent's journal (watch memory-events for it)."""
+        await self.publish_raw(self.topics.commands, command.agent_id, command.dumps_json())
 
     async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
         """Ask the worker owning the agent to run what is due now ("compact now" with

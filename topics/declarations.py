@@ -50,6 +50,21 @@ class TopicNames:
     def maintenance(self) -> str:
         return self._name("maintenance")
 
+    @property
+    def commands(self) -> str:
+        """Operator commands: retract, forget, pin, unpin."""
+        return self._name("commands")
+
+    @property
+    def journal(self) -> str:
+        """Every input and command, sequenced per agent: the system of record."""
+        return self._name("journal")
+
+    @property
+    def reply_namespace(self) -> str:
+        """The prefix every reply topic starts with."""
+        return self._name("replies.")
+
     def reply_topic(self, client_id: str) -> str:
         return self._name(f"replies.{client_id}")
 
@@ -63,6 +78,8 @@ class TopicNames:
             self.memory_events,
             self.dead_letters,
             self.maintenance,
+            self.commands,
+            self.journal,
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Self
 import orjson
 
 __all__ = [
+    "CommandV1",
     "DeadLetterV1",
     "EpisodeV1",
     "MaintenanceCommandV1",
@@ -26,6 +27,7 @@ __all__ = [
     "RecallResultV1",
     "ToolEventV1",
     "TranscriptV1",
+    "WitnessEventV1",
 ]
 
 
@@ -160,6 +162,24 @@ class MaintenanceCommandV1(_Wire):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CommandV1(_Wire):
+    """An operator's command, keyed by agent id on `{prefix}.commands`: journaled
+    like any input and applied at its place in the agent's journal.
+
+    retract: `source_event_id` and everything derived from it; forget: the whole
+    agent (its memory, and its journal entries become unreadable); pin / unpin:
+    `memory_id` (a pinned memory is never compacted or archived)."""
+
+    agent_id: str
+    command: str  # retract | forget | pin | unpin
+    source_event_id: str | None = None
+    memory_id: str | None = None
+    ts: int | None = None
+    event_id: str | None = None
+    schema: str = "grimoire.command/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MaintenanceEventV1(_Wire):
     """What a maintenance task did, on memory-events: GrimoireDecay,
     CuratorCycleComplete, GrimoireCompaction, GrimoireMaintenance (the run)."""
@@ -273,6 +293,25 @@ class MemoryEventV1(_Wire):
     nexus_keys: list[str] | None = None
     hyperedge_id: str | None = None
     schema: str = "grimoire.memory_event/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WitnessEventV1(_Wire):
+    """One link of an agent's witness chain, on memory-events: what the apply loop
+    changed for which journal entry, chained by hash to the link before (a
+    consumer can keep its own copy of the chain and compare)."""
+
+    agent_id: str
+    seq: int
+    journal_partition: int
+    journal_offset: int
+    op: str
+    ids: list[str]
+    fields_digest: str
+    prev_hash: str
+    hash: str
+    type: str = "GrimoireWitness"
+    schema: str = "grimoire.witness/1"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,13 +10,24 @@ from grimoire.topics.schemas import DeadLetterV1
 
 logger = logging.getLogger(__name__)
 
+# A detail may quote the offending value (an unknown kind, a key, a role): kept
+# short so a dead letter (and an error reply) stays a small record whatever the
+# input held. The payload preview is bounded the same way (ports.payload_preview).
+MAX_DETAIL_CHARS = 512
+
+
+def bounded_detail(detail: str) -> str:
+    if len(detail) <= MAX_DETAIL_CHARS:
+        return detail
+    return detail[: MAX_DETAIL_CHARS - 1] + "…"
+
 
 async def dead_letter(
     sink: EventSink, topic: str, message: InputMessage, rejection: Rejection
 ) -> None:
     record = DeadLetterV1(
         reason=rejection.reason,
-        detail=rejection.detail,
+        detail=bounded_detail(rejection.detail),
         field=rejection.field,
         agent_id=rejection.agent_id,
         source_topic=message.topic,
@@ -30,6 +41,6 @@ async def dead_letter(
         message.topic,
         message.partition,
         message.offset,
-        rejection.detail,
+        bounded_detail(rejection.detail),
     )
     await sink.send(topic, rejection.agent_id or UNKNOWN_AGENT, record.dumps_json())

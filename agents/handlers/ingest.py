@@ -14,7 +14,7 @@ from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
-from grimoire.streams.model.records import EventType, MemoryCandidate
+from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
 from grimoire.streams.write.admission import Action, AdmissionPolicy
 from grimoire.streams.write.plan import Outcome, PlanItem, plan_batch
 from grimoire.tables.memory.store import MemoryStore
@@ -34,11 +34,26 @@ _EVENT_TYPES = {
 
 
 @dataclass(frozen=True, slots=True)
+class Decided:
+    """What the write path decided for one candidate (its memory-event's content)."""
+
+    agent_id: str
+    candidate_id: str
+    memory_id: str
+    action: str
+    event: bytes  # the GrimoireWrite/Merge/... memory-event, deterministic
+
+
+@dataclass(frozen=True, slots=True)
 class IngestReport:
     candidates: int
     written: int
     duplicates: int
     dead_lettered: int
+    # Per input message, in order: the decisions its candidates got in this batch
+    # (empty for a dead-lettered message or one already decided), so the journal's
+    # witness can summarise each entry on its own, whatever the batch boundaries.
+    by_message: tuple[tuple[Decided, ...], ...] = field(default=(), compare=False)
 
 
 @dataclass
@@ -59,20 +74,31 @@ class IngestHandler:
             return Rejection(INTERNAL_ERROR, repr(exc)[:500], None, None)
 
     async def handle(self, event_type: EventType, messages: Sequence[InputMessage]) -> IngestReport:
+        return await self.handle_mixed([(event_type, message) for message in messages])
+
+    async def handle_mixed(
+        self, messages: Sequence[tuple[EventType, InputMessage]]
+    ) -> IngestReport:
+        """One batch of inputs of any ingest kind, decided in the order given."""
         candidates: list[MemoryCandidate] = []
+        origin: dict[str, int] = {}  # candidate id -> the message it came from (first)
         dead = 0
-        for message in messages:
+        for index, (event_type, message) in enumerate(messages):
             outcome = self._normalize(event_type, message)
             if isinstance(outcome, Rejection):
                 await dead_letter(self.sink, self.topics.dead_letters, message, outcome)
                 dead += 1
                 continue
             candidates.extend(outcome.candidates)
+            for cand in outcome.candidates:
+                origin.setdefault(cand.id, index)
 
         decided = await self.store.decided_ids([(c.agent_id, c.id) for c in candidates])
         fresh = [c for c in _first_of_each(candidates) if c.id not in decided]
         if not fresh:
-            return IngestReport(len(candidates), 0, len(candidates), dead)
+            return IngestReport(
+                len(candidates), 0, len(candidates), dead, tuple(() for _ in messages)
+            )
 
         fields = await self.store.load_fields(sorted({c.agent_id for c in fresh}))
         states: list[FieldState] = []
@@ -92,12 +118,38 @@ class IngestHandler:
         }
         batch = replace(batch, metrics=tuple(sorted(counters.items())))
         await self.store.commit(batch)
+        await self._apply_held_outcomes(batch.records)
+        by_message: list[list[Decided]] = [[] for _ in messages]
         for result in outcomes:
-            await self.sink.send(
-                self.topics.memory_events, result.candidate.agent_id, _event(result)
+            event = _event(result)
+            await self.sink.send(self.topics.memory_events, result.candidate.agent_id, event)
+            cand = result.candidate
+            by_message[origin[cand.id]].append(
+                Decided(
+                    agent_id=cand.agent_id,
+                    candidate_id=cand.id,
+                    memory_id=result.memory_id or cand.id,
+                    action=result.decision.action.value,
+                    event=event,
+                )
             )
         written = len(batch.records)
-        return IngestReport(len(candidates), written, len(candidates) - len(fresh), dead)
+        return IngestReport(
+            len(candidates),
+            written,
+            len(candidates) - len(fresh),
+            dead,
+            tuple(tuple(decided) for decided in by_message),
+        )
+
+    async def _apply_held_outcomes(self, records: Sequence[MemoryRecord]) -> None:
+        """Outcomes that named these memories before they were written take effect now."""
+        written: dict[str, list[str]] = {}
+        for record in records:
+            written.setdefault(record.candidate.agent_id, []).append(record.id)
+        for agent_id, memory_ids in sorted(written.items()):
+            for outcome in await self.store.take_held_outcomes(agent_id, memory_ids):
+                await self.store.apply_outcome(outcome)
 
     async def _plan_items(
         self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]

@@ -1,4 +1,9 @@
-"""Outcomes: decode, apply once to the agent's memories, report on memory-events."""
+"""Outcomes: decode, apply once to the agent's memories, report on memory-events.
+
+An outcome may name a memory whose event is later in the journal: that part of the
+outcome is held for the memory and applied when the write path writes it (see
+IngestHandler), so what an outcome does never depends on which arrived first.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,11 @@ class OutcomeHandler:
             await dead_letter(self.sink, self.topics.dead_letters, message, outcome)
             return 0
         changed = await self.store.apply_outcome(outcome)
+        held: list[str] = []
+        if changed >= 0 and outcome.effect.touches_memories:
+            held = await self.store.missing_memories(outcome.agent_id, outcome.memory_ids)
+            if held:
+                await self.store.hold_outcome(outcome, held)
         if changed > 0 or (changed == 0 and outcome.memory_ids):
             effect = outcome.effect
             event = MemoryEventV1(
@@ -42,7 +52,8 @@ class OutcomeHandler:
                 layer="",
                 ts=outcome.ts_ms,
                 action=outcome.kind.value,
-                reason=f"applied to {changed} of {len(outcome.memory_ids)} memories",
+                reason=f"applied to {changed} of {len(outcome.memory_ids)} memories"
+                + (f", held for {len(held)} not written yet" if held else ""),
                 admission={
                     "confidence_delta": effect.confidence_delta,
                     "strength_delta": effect.strength_delta,

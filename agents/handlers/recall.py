@@ -7,14 +7,29 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
 import orjson
 
-from grimoire.agents.handlers.dead_letters import dead_letter
-from grimoire.agents.ports import UNKNOWN_AGENT, Embedder, EventSink, InputMessage
-from grimoire.streams.inbound.events import Rejection
-from grimoire.streams.inbound.recall_request import RecallLimits, RecallQuery, parse_recall_request
-from grimoire.streams.inbound.validators import InputLimits
+from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
+from grimoire.agents.ports import (
+    UNKNOWN_AGENT,
+    Embedder,
+    EventSink,
+    InputMessage,
+    UsageRecorder,
+    source_of,
+)
+from grimoire.streams.exceptions import InvalidEvent
+from grimoire.streams.inbound.events import Rejection, decode_object
+from grimoire.streams.inbound.recall_request import (
+    RecallLimits,
+    RecallQuery,
+    parse_recall_request,
+    reply_address,
+)
+from grimoire.streams.inbound.validators import Fields, InputLimits
+from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.text import search_terms
@@ -46,17 +61,49 @@ class RecallHandler:
     input_limits: InputLimits = field(default_factory=InputLimits)
     policy: RankingPolicy = field(default_factory=RankingPolicy)
     eidolon_weight: float = DEFAULT_STATE_WEIGHT
+    # Where a served answer's uses go: the agent's journal (the sequencer) in a
+    # worker; applied at once where there is no journal (tests, benchmarks).
+    usage: UsageRecorder = field(kw_only=True)
+    _recently_served: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def _served_windows(self, agent_id: str, window: int | None) -> None:
+        if window is not None:
+            self._recently_served[agent_id] = max(
+                window, self._recently_served.get(agent_id, window)
+            )
 
     async def handle(self, message: InputMessage) -> None:
-        parsed = parse_recall_request(message.value, self.limits, self.input_limits)
+        parsed = parse_recall_request(
+            message.value,
+            self.limits,
+            self.input_limits,
+            reply_namespace=self.topics.reply_namespace,
+        )
         if isinstance(parsed, Rejection):
             await dead_letter(self.sink, self.topics.dead_letters, message, parsed)
             await self._reply_error(message.value, parsed)
             return
-        result = await self.recall(parsed)
-        await self.sink.send(parsed.reply_to, parsed.agent_id, result.dumps_json())
+        result, usage = await self.answer(parsed)
+        reply = bounded_reply(result, self.limits.max_reply_bytes)
+        await self.sink.send(parsed.reply_to, parsed.agent_id, reply.payload)
+        # Only what reached the caller counts as used, and only once it has: a
+        # retried request whose reply failed counts nothing.
+        delivered = set(reply.item_ids)
+        usage = replace(usage, memory_ids=tuple(i for i in usage.memory_ids if i in delivered))
+        if usage.contrarian_window is not None and not delivered:
+            usage = replace(usage, contrarian_window=None)
+        if not usage.empty:
+            self._served_windows(parsed.agent_id, usage.contrarian_window)
+            await self.usage.record_usage(parsed.agent_id, usage, source_of(message))
 
     async def recall(self, query: RecallQuery) -> RecallResultV1:
+        """The answer alone: a read that records no use (a probe)."""
+        result, _ = await self.answer(query)
+        return result
+
+    async def answer(self, query: RecallQuery) -> tuple[RecallResultV1, RecallUsage]:
+        """The answer and what serving it would use (recorded by `handle` once the
+        answer is out: recall itself writes nothing)."""
         started = time.perf_counter()
         fields, watermark = await asyncio.gather(
             self.store.load_fields([query.agent_id]), self.store.watermark(query.agent_id)
@@ -91,15 +138,22 @@ class RecallHandler:
         window = window_of(state.tick, ctx.affect, self.policy.contrarian)
         if window is not None:
             served = await self.store.contrarian_served(query.agent_id)
+            # A window served moments ago may not be applied yet (it is a journal
+            # entry): this worker remembers what it served until it is.
+            local = self._recently_served.get(query.agent_id)
+            if local is not None and (served is None or local > served):
+                served = local
             ctx = replace(ctx, contrarian_due=is_due(window, served))
         prepared = time.perf_counter()
         source = self.store.recall_source(query.agent_id)
         outcome = await run_recall(
             query, ctx, source, policy=self.policy, stopwatch=time.perf_counter
         )
-        if window is not None and ctx.contrarian_due and query.record_usage and outcome.items:
-            # Before the reply, like usage: the caller's next request sees it served.
-            await self.store.serve_contrarian(query.agent_id, window)
+        served_window = (
+            window
+            if window is not None and ctx.contrarian_due and query.record_usage and outcome.items
+            else None
+        )
         # `lanes` includes the query embedding, which overlaps the BM25 lane.
         timings = {
             "state": round((prepared - started) * 1000, 3),
@@ -107,6 +161,7 @@ class RecallHandler:
             **dict(outcome.timings_ms),
         }
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+        usage = RecallUsage(outcome.used_ids, now_ms, served_window)
         return RecallResultV1(
             correlation_id=query.correlation_id,
             agent_id=query.agent_id,
@@ -123,7 +178,7 @@ class RecallHandler:
                 "max_items": query.budgets.max_items,
             },
             timings_ms=timings,
-        )
+        ), usage
 
     async def _vectors(self, text: str, state: FieldState) -> QueryVectors:
         """The query and the state digest in one model call; the eidolon query is
@@ -142,23 +197,21 @@ class RecallHandler:
         await self._reply_error(message.value, failure)
 
     async def _reply_error(self, raw: bytes, rejection: Rejection) -> None:
-        """Answer a bad request when it names where to reply, so callers need not time out."""
+        """Answer a bad request when it names a valid place to reply, so callers need
+        not time out. The reply address is validated as a good request's is: a bad
+        `reply_to` or `correlation_id` gets no reply at all (its dead letter says
+        why), so an error reply can neither land outside the reply namespace nor
+        echo a megabyte of correlation id (which the producer refuses)."""
         try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(data, dict):
-            return
-        reply_to, correlation_id = data.get("reply_to"), data.get("correlation_id")
-        if not (isinstance(reply_to, str) and isinstance(correlation_id, str) and reply_to):
-            return
-        if rejection.field == "reply_to":
+            data = Fields(decode_object(raw), self.input_limits)
+            reply_to, correlation_id = reply_address(data, self.topics.reply_namespace)
+        except InvalidEvent:
             return
         error = RecallResultV1(
             correlation_id=correlation_id,
             agent_id=rejection.agent_id or "",
             items=[],
-            error=f"{rejection.reason}: {rejection.detail}",
+            error=f"{rejection.reason}: {bounded_detail(rejection.detail)}",
         )
         await self.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error.dumps_json())
 
@@ -200,3 +253,63 @@ def _item(query: RecallQuery, item: RecalledItem) -> RecallItemV1:
         ]
         or None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedReply:
+    """A reply's wire bytes, at most the limit, and the ids of the items it carries."""
+
+    payload: bytes
+    item_ids: tuple[str, ...]
+    truncated: bool
+
+
+def bounded_reply(result: RecallResultV1, max_bytes: int) -> BoundedReply:
+    """`result` as at most `max_bytes` of JSON, cut deterministically when over.
+
+    A reply is one Kafka record and the producer refuses records over 1 MiB, so a
+    reply that would not fit would fail the recall (and its retries) although the
+    request is within every documented ceiling. Items are ranked, so the cut keeps
+    a prefix: items are dropped from the tail while more than one is left; if the
+    top item alone is still too big, every full `text` is dropped and as many items
+    as then fit are kept. A cut reply says so in `budget`: `truncated` (1),
+    `max_reply_bytes`, `dropped_items` and `dropped_texts`, with `items` the count
+    sent. The cut depends only on the reply's bytes, so it is reproducible.
+    """
+    payload = result.dumps_json()
+    if len(payload) <= max_bytes:
+        return BoundedReply(payload, tuple(item.id for item in result.items), truncated=False)
+    whole = list(result.items)
+    stripped = [replace(item, text=None) for item in whole]
+    for candidates, fewest, texts_dropped in ((whole, 1, False), (stripped, 0, True)):
+        # orjson writes an item the same alone as in the list, so a prefix's size is
+        # the envelope's plus its items' plus the commas between them.
+        sizes = [0, *accumulate(len(orjson.dumps(item)) for item in candidates)]
+        for kept in range(len(candidates), fewest - 1, -1):
+            cut = _cut(result, candidates[:kept], max_bytes, texts_dropped=texts_dropped)
+            envelope = len(replace(cut, items=[]).dumps_json())
+            if envelope + sizes[kept] + max(kept - 1, 0) <= max_bytes:
+                return BoundedReply(
+                    cut.dumps_json(), tuple(item.id for item in cut.items), truncated=True
+                )
+    # Not even the envelope fits (a limit below a reply's own few hundred bytes):
+    # send it without items rather than nothing.
+    cut = _cut(result, [], max_bytes, texts_dropped=True)
+    return BoundedReply(cut.dumps_json(), (), truncated=True)
+
+
+def _cut(
+    result: RecallResultV1, items: list[RecallItemV1], max_bytes: int, *, texts_dropped: bool
+) -> RecallResultV1:
+    kept = len(items)
+    budget = dict(result.budget or {})
+    budget.update(
+        items=kept,
+        truncated=1,
+        max_reply_bytes=max_bytes,
+        dropped_items=len(result.items) - kept,
+        dropped_texts=(
+            sum(1 for item in result.items[:kept] if item.text is not None) if texts_dropped else 0
+        ),
+    )
+    return replace(result, items=items, budget=budget)

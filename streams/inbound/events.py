@@ -16,6 +16,7 @@ from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.transcript import transcript_parts
 from grimoire.streams.inbound.validators import (
     INVALID_VALUE,
+    OVERSIZE,
     Fields,
     InputLimits,
     plausible_agent_id,
@@ -129,7 +130,7 @@ class _Common:
 def _common(fields: Fields, event_type: EventType) -> _Common:
     _check_schema(fields, event_type)
     return _Common(
-        agent_id=fields.identifier("agent_id", required=True),
+        agent_id=fields.agent_id(),
         source_event_id=_source_event_id(fields),
         ts_ms=fields.timestamp_ms("ts"),
         tick=fields.integer("tick"),
@@ -160,14 +161,34 @@ class _Part:
     importance: float | None = None  # None: derived from kind, type and error evidence
     episode_type: str = ""
     outcome: str = ""
+    field: str = "text"  # where the text came from, named by a dead letter
 
 
 def _candidates(
-    common: _Common, event_type: EventType, parts: list[_Part], edge_id: str | None
+    common: _Common,
+    event_type: EventType,
+    parts: list[_Part],
+    edge_id: str | None,
+    limits: InputLimits,
 ) -> Accepted:
+    if len(parts) > limits.max_parts_per_event:
+        raise InvalidEvent(
+            OVERSIZE,
+            f"the event has {len(parts)} parts, limit {limits.max_parts_per_event}",
+            parts[0].field,
+        )
     candidates = []
     for index, part in enumerate(parts):
         clean = normalize_text(part.text)
+        # The stored text, not just each field, stays within the limit: a tool
+        # event's text joins its result, paths and urls.
+        if len(clean) > limits.max_text_chars:
+            raise InvalidEvent(
+                OVERSIZE,
+                f"the memory text has {len(clean)} chars after normalisation, "
+                f"limit {limits.max_text_chars}",
+                part.field,
+            )
         keys = extract_keys(
             KeySource(
                 text=clean,
@@ -264,7 +285,7 @@ def _episode(fields: Fields) -> Accepted:
         episode_type=episode_type,
         outcome=outcome,
     )
-    return _candidates(common, EventType.EPISODE, [part], _run_edge(common))
+    return _candidates(common, EventType.EPISODE, [part], _run_edge(common), fields.limits)
 
 
 def _tool_event(fields: Fields) -> Accepted:
@@ -290,8 +311,9 @@ def _tool_event(fields: Fields) -> Accepted:
         urls=urls,
         episode_type="action",  # a tool call is something the agent did
         outcome="error" if error else "ok",
+        field="result",
     )
-    return _candidates(common, EventType.TOOL, [part], _run_edge(common))
+    return _candidates(common, EventType.TOOL, [part], _run_edge(common), fields.limits)
 
 
 def _transcript(fields: Fields) -> Accepted:
@@ -314,10 +336,11 @@ def _transcript(fields: Fields) -> Accepted:
             tool=part.tool,
             error=part.text if part.is_error else "",
             episode_type="action" if part.layer is Layer.ACTION else "dialogue",
+            field="line.content",
         )
         for part in transcript_parts(line, fields.limits)
     ]
-    return _candidates(common, EventType.TRANSCRIPT, parts, f"turn:{turn}")
+    return _candidates(common, EventType.TRANSCRIPT, parts, f"turn:{turn}", fields.limits)
 
 
 # Within a turn: what was heard starts it, thinking is context, tool calls are the

@@ -43,7 +43,7 @@ def parse_maintenance_command(raw: bytes, limits: InputLimits) -> MaintenanceCom
                 INVALID_VALUE, "'force_compaction' must be a boolean", "force_compaction"
             )
         return MaintenanceCommand(
-            agent_id=data.identifier("agent_id", required=True),
+            agent_id=data.agent_id(),
             reason=reason,
             force_compaction=bool(force),
         )

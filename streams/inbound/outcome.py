@@ -45,7 +45,7 @@ def parse_outcome(raw: bytes, limits: InputLimits) -> Outcome | Rejection:
         return Outcome(
             outcome_id=event_id
             or content_event_id(orjson.dumps(data.data, option=orjson.OPT_SORT_KEYS)),
-            agent_id=data.identifier("agent_id", required=True),
+            agent_id=data.agent_id(),
             ts_ms=data.timestamp_ms("ts"),
             kind=kind,
             memory_ids=tuple(sorted(set(memory_ids))),

@@ -29,6 +29,9 @@ from grimoire.streams.recall.walk.daimoi import WalkBudget
 
 RECALL_REQUEST_SCHEMA = "grimoire.recall_request/1"
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# What follows the deployment's reply namespace (`TopicNames.reply_topic`): one
+# client id, no dots, so a reply can only land on a client's own reply topic.
+_CLIENT_ID = re.compile(r"[A-Za-z0-9_-]+")
 _LANE_BUDGETS = ("canonical_k", "eidolon_k", "bm25_k")
 _WALK_BUDGETS = tuple(f.name for f in fields(WalkBudget))
 
@@ -42,6 +45,9 @@ class RecallLimits:
     max_query_chars: int = 4_000
     max_lane_k: int = 500
     max_token_budget: int = 200_000
+    # A reply is one Kafka record: the producer refuses one over 1 MiB, so a reply
+    # is cut to this many bytes (tail items first, then full texts) and says so.
+    max_reply_bytes: int = 512 * 1024
     max_walk: WalkBudget = field(
         default_factory=lambda: WalkBudget(
             num_walkers=64,
@@ -73,8 +79,37 @@ class RecallQuery:
         return self.budgets.max_items
 
 
+def reply_address(data: Fields, reply_namespace: str | None = None) -> tuple[str, str]:
+    """The request's (reply_to, correlation_id), both validated, or InvalidEvent.
+
+    `reply_namespace` is the deployment's reply-topic prefix (`{prefix}.replies.`):
+    a reply goes only to a topic in it, never to another deployment's topics, to
+    `memory-events` or to a topic the broker would auto-create. None (a parser
+    used on its own, e.g. by the SDK's contract tests) checks the topic name only.
+    Any client may still name another client's reply topic: tying reply_to to the
+    caller needs per-tenant keys (a later issue).
+    """
+    reply_to = data.identifier("reply_to", required=True)
+    if not _TOPIC_NAME.match(reply_to):
+        raise InvalidEvent(INVALID_VALUE, "'reply_to' is not a valid topic name", "reply_to")
+    if reply_namespace is not None and not (
+        reply_to.startswith(reply_namespace)
+        and _CLIENT_ID.fullmatch(reply_to[len(reply_namespace) :])
+    ):
+        raise InvalidEvent(
+            INVALID_VALUE, f"'reply_to' must be {reply_namespace}<client id>", "reply_to"
+        )
+    # Echoed in the reply: an id of at most max_id_chars, so the reply stays small.
+    correlation_id = data.identifier("correlation_id", required=True)
+    return reply_to, correlation_id
+
+
 def parse_recall_request(
-    raw: bytes, limits: RecallLimits, input_limits: InputLimits
+    raw: bytes,
+    limits: RecallLimits,
+    input_limits: InputLimits,
+    *,
+    reply_namespace: str | None = None,
 ) -> RecallQuery | Rejection:
     agent_id: str | None = None
     try:
@@ -83,14 +118,12 @@ def parse_recall_request(
         schema = data.text("schema")
         if schema and schema != RECALL_REQUEST_SCHEMA:
             raise InvalidEvent(UNSUPPORTED_SCHEMA, f"expected {RECALL_REQUEST_SCHEMA}", "schema")
-        reply_to = data.identifier("reply_to", required=True)
-        if not _TOPIC_NAME.match(reply_to):
-            raise InvalidEvent(INVALID_VALUE, "'reply_to' is not a valid topic name", "reply_to")
+        reply_to, correlation_id = reply_address(data, reply_namespace)
         return RecallQuery(
-            agent_id=data.identifier("agent_id", required=True),
+            agent_id=data.agent_id(),
             query=data.text("query", required=True, max_chars=limits.max_query_chars),
             reply_to=reply_to,
-            correlation_id=data.identifier("correlation_id", required=True),
+            correlation_id=correlation_id,
             as_of_ms=data.timestamp_ms("as_of") if data.data.get("as_of") is not None else None,
             filters=_filters(_section(data, "filters")),
             budgets=_budgets(data, limits),

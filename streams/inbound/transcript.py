@@ -18,6 +18,7 @@ from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.validators import (
     INVALID_VALUE,
     MISSING_FIELD,
+    OVERSIZE,
     WRONG_TYPE,
     Fields,
     InputLimits,
@@ -94,7 +95,20 @@ def transcript_parts(line: Any, limits: InputLimits) -> list[TranscriptPart]:
         text = _block_text(content, limits, "line.content")
         parts = [TranscriptPart(_TEXT_LAYER[role], text)] if text.strip() else []
     elif isinstance(content, list):
-        parts = [p for b in content if (p := _block_part(b, role, limits)) is not None]
+        parts = []
+        for block in content:
+            part = _block_part(block, role, limits)
+            if part is None:
+                continue
+            parts.append(part)
+            # Each part becomes a memory: a line over the cap is refused whole
+            # (dead-lettered), never cut to its first parts.
+            if len(parts) > limits.max_parts_per_event:
+                raise InvalidEvent(
+                    OVERSIZE,
+                    f"the line has over {limits.max_parts_per_event} content parts",
+                    "line.content",
+                )
     else:
         raise InvalidEvent(WRONG_TYPE, "message content must be a string or a list", "line.content")
     if not parts:

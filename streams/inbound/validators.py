@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -9,7 +10,7 @@ from typing import Any
 
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.model.field_state import Affect
-from grimoire.streams.model.text import has_control_characters
+from grimoire.streams.model.text import has_control_characters, normalize_text
 
 MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
@@ -23,6 +24,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS_2000 = 946_684_800_000
 _MS_2100 = 4_102_444_800_000
 
+# An agent id is a tenant boundary, matched exactly everywhere: in the RediSearch
+# TAG (case-sensitive, separator `|`), in Redis keys (`{prefix}:nexus:{agent}:{key}`
+# and `{prefix}:curator:{agent}:entries` are told apart by `:`), in Kafka keys and
+# in SCAN patterns. So the alphabet is ASCII letters, digits and `. _ - @ + = /`:
+# no `:` (key structure), no `,` `|` (tag separators), no `{` `}` (tag syntax and
+# Redis Cluster hash tags), no `*` `?` `[` `]` (glob), no whitespace or control
+# characters, and nothing non-ASCII (case folding and NFKC would make two ids that
+# differ in bytes look alike to a reader; `TENV1` and `tenV1` are two agents).
+AGENT_ID_ALPHABET = "ASCII letters, digits and . _ - @ + = /"
+_AGENT_ID = re.compile(r"[A-Za-z0-9._@+=/-]+")
+
 
 @dataclass(frozen=True, slots=True)
 class InputLimits:
@@ -32,9 +44,12 @@ class InputLimits:
     replaying an old log accepts exactly what the first run accepted.
     """
 
-    max_text_chars: int = 16_000
+    max_text_chars: int = 16_000  # counted after NFKC normalisation, as stored
     max_id_chars: int = 128
     max_list_items: int = 64
+    # Memories one event may become (a transcript line's content blocks); an event
+    # with more is dead-lettered, never cut short.
+    max_parts_per_event: int = 64
     min_ts_ms: int = _MS_2000
     max_ts_ms: int = _MS_2100
 
@@ -67,6 +82,7 @@ class Fields:
         limit = self.limits.max_text_chars if max_chars is None else max_chars
         if len(value) > limit:
             raise InvalidEvent(OVERSIZE, f"{name!r} has {len(value)} chars, limit {limit}", name)
+        check_normalized_length(value, limit, name)
         if has_control_characters(value):
             raise InvalidEvent(CONTROL_CHARACTERS, f"{name!r} contains control characters", name)
         if required and not value.strip():
@@ -77,6 +93,13 @@ class Fields:
         value = self.text(name, required=required, max_chars=self.limits.max_id_chars)
         if value and (value != value.strip() or any(ch.isspace() for ch in value)):
             raise InvalidEvent(INVALID_VALUE, f"{name!r} must not contain whitespace", name)
+        return value
+
+    def agent_id(self, name: str = "agent_id") -> str:
+        """A required agent id in the agent-id alphabet (see AGENT_ID_ALPHABET)."""
+        value = self.identifier(name, required=True)
+        if not is_agent_id(value, self.limits):
+            raise InvalidEvent(INVALID_VALUE, f"{name!r} may hold only {AGENT_ID_ALPHABET}", name)
         return value
 
     def integer(self, name: str, *, required: bool = False, minimum: int = 0) -> int | None:
@@ -129,6 +152,7 @@ class Fields:
                 raise InvalidEvent(WRONG_TYPE, f"{name!r} items must be strings", name)
             if len(item) > self.limits.max_text_chars or has_control_characters(item):
                 raise InvalidEvent(INVALID_VALUE, f"{name!r} holds an invalid item", name)
+            check_normalized_length(item, self.limits.max_text_chars, name)
             items.append(item)
         return tuple(items)
 
@@ -180,12 +204,29 @@ class Fields:
         return ts_ms
 
 
+def check_normalized_length(value: str, limit: int, name: str) -> None:
+    """Raise `oversize` when the stored (NFKC-normalised) form of `value` is over `limit`.
+
+    NFKC can grow a text up to 18-fold (U+FDFA is 18 characters), so a raw length
+    within the limit says nothing about what is stored. ASCII is its own NFKC form.
+    """
+    if value.isascii():
+        return
+    size = len(normalize_text(value))
+    if size > limit:
+        raise InvalidEvent(
+            OVERSIZE, f"{name!r} has {size} chars after normalisation, limit {limit}", name
+        )
+
+
+def is_agent_id(value: str, limits: InputLimits) -> bool:
+    return 0 < len(value) <= limits.max_id_chars and _AGENT_ID.fullmatch(value) is not None
+
+
 def plausible_agent_id(data: Mapping[str, Any], limits: InputLimits) -> str | None:
-    """The payload's agent id if it is a usable one (to key its dead letter), else None."""
+    """The payload's agent id if it is a valid one (to key its dead letter), else None."""
     value = data.get("agent_id")
-    if not isinstance(value, str) or not value or len(value) > limits.max_id_chars:
-        return None
-    if any(ch.isspace() for ch in value) or has_control_characters(value):
+    if not isinstance(value, str) or not is_agent_id(value, limits):
         return None
     return value
 

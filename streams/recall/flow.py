@@ -117,6 +117,9 @@ class RecallOutcome:
     tokens_used: int
     timings_ms: tuple[tuple[str, float], ...] = ()
     contrarian: tuple[str, ...] = ()  # the memories injected against the mood
+    # What counts as used (the items, unless the request is a probe): recall is a
+    # read, so the caller records the use (a journal entry) once the answer is out.
+    used_ids: tuple[str, ...] = ()
 
 
 async def run_recall(
@@ -233,11 +236,14 @@ async def run_recall(
             filters=query.filters,
         )
     timer.lap("pack")
-    if query.record_usage and items:
-        await source.touch([item.record.memory_id for item in items], ctx.now_ms)
-    timer.lap("usage")
     kept = {item.record.memory_id for item in items}
-    return RecallOutcome(tuple(items), used, timer.laps(), tuple(i for i in injected if i in kept))
+    return RecallOutcome(
+        tuple(items),
+        used,
+        timer.laps(),
+        tuple(i for i in injected if i in kept),
+        used_ids=tuple(item.record.memory_id for item in items) if query.record_usage else (),
+    )
 
 
 async def _seed_lanes(

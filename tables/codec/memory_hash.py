@@ -10,7 +10,7 @@ here: recall and the decay pass read confidence, strength and the last access th
 same way, which the decay snapshot relies on.
 
 Sections: writing; recall's record view; the decay view; the walk's node view; the
-curator's views; compaction's candidate view and summaries.
+curator's views; compaction's candidate view and summaries; pins and retraction.
 """
 
 from __future__ import annotations
@@ -23,20 +23,24 @@ import numpy as np
 
 from grimoire.streams.learn.curator.distill import EpisodeView, outcome_success
 from grimoire.streams.learn.curator.values import (
+    CURATED_KINDS,
     CuratedEntry,
     EntryStatus,
     QuarantinedView,
 )
 from grimoire.streams.maintenance.compaction import (
+    DAY_MS,
     ClusterPlan,
     CompactionCandidate,
     CompactionPlan,
 )
+from grimoire.streams.maintenance.compaction_summary import SummarySource
 from grimoire.streams.maintenance.decay_pass import DecayEntry
 from grimoire.streams.model.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
 from grimoire.streams.model.text import gist, normalized_hash
 from grimoire.streams.recall.ports import RecallRecord
 from grimoire.streams.recall.walk.daimoi import NodeInfo
+from grimoire.streams.trust.retraction import DerivedNode, RebuiltSummary, SummaryShape
 from grimoire.tables.codec.curator_state import Bookkeeping
 from grimoire.tables.codec.field_state import affect_from_json, affect_to_json
 from grimoire.tables.codec.hash_values import stored_list, stored_number, stored_text, text_of
@@ -344,12 +348,12 @@ EPISODE_FIELDS: Final = (
 
 ENTRY_FIELDS: Final = (
     "memory_id", "kind", "text", "confidence", "ts", "last_accessed", "provenance",
-    "decay_class", "quality", "strength", "validated_count", "contradicted_count",
+    "decay_class", "quality", "strength", "validated_count", "contradicted_count", "pinned",
 )  # fmt: skip
 
 
 QUARANTINE_FIELDS: Final = (
-    "memory_id", "kind", "ts", "provenance", "validated_count", "contradicted_count",
+    "memory_id", "kind", "ts", "provenance", "validated_count", "contradicted_count", "pinned",
 )  # fmt: skip
 
 
@@ -383,6 +387,7 @@ def quarantined_view(doc: Mapping[str, Any]) -> QuarantinedView:
         provenance=text_of(doc.get("provenance", "self")),
         validated_count=int(_num(doc, "validated_count", 0)),
         contradicted_count=int(_num(doc, "contradicted_count", 0)),
+        pinned=is_pinned(doc),
     )
 
 
@@ -412,6 +417,7 @@ def curated_entry(doc: Mapping[str, Any], usage_accessed: Any, book: Bookkeeping
         validated_count=int(_num(doc, "validated_count", 0)),
         contradicted_count=int(_num(doc, "contradicted_count", 0)),
         source_ids=book.source_ids,
+        pinned=is_pinned(doc),
     )
 
 
@@ -557,3 +563,96 @@ def summary_fields(
         }
     )
     return fields
+
+
+# ---- pins and retraction ------------------------------------------------------
+# `pinned` ("1"/"0", absent = not pinned): an operator's pin; compaction never
+# folds a pinned memory (`candidate_of`) and the curator never archives one
+# (`curated_entry`, `quarantined_view`). `retracted` ("1", absent = not): the
+# memory was retracted with a source it derives from; it is also `deleted`, so
+# every lane's filter drops it, and stands for nothing (no summary link).
+
+
+RETRACTED_DROPPED: Final = ("replaced_by_summary_id", "compaction_pending")
+
+
+def pinned_fields(pinned: bool) -> dict[str, str]:
+    return {"pinned": "1" if pinned else "0"}
+
+
+def is_pinned(doc: Mapping[str, Any]) -> bool:
+    return stored_text(doc.get("pinned")) == "1"
+
+
+def retracted_fields(at_ms: int) -> dict[str, Any]:
+    """Set on a retracted memory; `RETRACTED_DROPPED` are removed with them.
+    `retracted_at` is the retraction's event time (a replay writes the same)."""
+    return {"retracted": "1", "deleted": "1", "retracted_at": at_ms}
+
+
+def is_retracted(doc: Mapping[str, Any]) -> bool:
+    return stored_text(doc.get("retracted")) == "1"
+
+
+DERIVATION_FIELDS: Final = tuple(
+    dict.fromkeys(
+        (
+            "memory_id", "agent_id", "kind", "text", "ts", "nexus_keys", "tags", "count",
+            "reinforced_count", "retracted", "cluster_id", "summary_level", *ENTRY_FIELDS,
+        )
+    )
+)  # fmt: skip
+
+
+def derived_node(
+    doc: Mapping[str, Any], usage_accessed: Any, book: Bookkeeping | None
+) -> DerivedNode:
+    """A memory as the retraction planner reads it (`DERIVATION_FIELDS`, raw);
+    `book` is the curator's bookkeeping of a curated entry (None for others)."""
+    memory_id = text_of(doc["memory_id"])
+    kind = stored_text(doc.get("kind"))
+    ts_ms = int(stored_number(doc.get("ts"), 0.0))
+    keys = stored_list(doc.get("nexus_keys"))
+    shape = None
+    if kind == Kind.SUMMARY.value:
+        # `cluster_id` is centre@bucket; a summary without one (written by hand)
+        # reads as centred on its first key, in its day.
+        centre, _, bucket = stored_text(doc.get("cluster_id")).rpartition("@")
+        level = int(stored_number(doc.get("summary_level"), 1.0))
+        if not centre:
+            centre, bucket = (keys[0] if keys else ""), str(ts_ms - ts_ms % DAY_MS)
+        shape = SummaryShape(centre, int(stored_number(bucket, 0.0)), level)
+    entry = None
+    if book is not None and kind in {k.value for k in CURATED_KINDS}:
+        entry = curated_entry(doc, usage_accessed, book)
+    return DerivedNode(
+        memory_id=memory_id,
+        kind=kind,
+        retracted=is_retracted(doc),
+        count=int(stored_number(doc.get("count"), 0.0)),
+        reinforced_count=int(stored_number(doc.get("reinforced_count"), 0.0)),
+        content=SummarySource(
+            memory_id, stored_text(doc.get("text")), ts_ms, keys, stored_list(doc.get("tags"))
+        ),
+        summary=shape,
+        entry=entry,
+    )
+
+
+def rebuilt_summary_fields(summary: RebuiltSummary, vector: bytes, dims: int) -> dict[str, Any]:
+    """A summary rebuilt from the sources a retraction left it (its vector in both lanes)."""
+    if len(vector) != dims * 4:
+        raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {dims}")
+    return {
+        "text": summary.text,
+        "gist": gist(summary.text),
+        "normalized_hash": normalized_hash(summary.text),
+        "ts": summary.ts_ms,
+        "valid_from": summary.ts_ms,
+        "tags": "|".join(summary.tags),
+        "nexus_keys": "|".join(summary.keys),
+        "source_ids": "|".join(summary.source_ids),
+        "summary_of": "|".join(summary.summary_of),
+        "canonical": vector,
+        "eidolon": vector,
+    }

@@ -40,6 +40,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import escape_tag, live_filter
 from grimoire.tables.schema.memory_index import memory_schema
+from grimoire.tables.trust.derivations import queue_edges, summary_edges
 
 __all__ = [
     "PLAN_TTL_S",
@@ -362,6 +363,7 @@ class RedisCompactionStore:
                 fields = summary_fields(agent_id, plan, cluster, vector, self._dims)
                 pipe.hset(self.keys.memory(cluster.summary_id), mapping=fields)
                 self._graph.link(pipe, agent_id, cluster.summary_id, cluster.ts_ms, cluster.keys)
+            queue_edges(pipe, self.keys, agent_id, summary_edges(written))
             self._graph.sync_nodes(pipe, agent_id, [c.summary_id for c in written])
             pipe.hset(
                 self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.SUMMARIES_WRITTEN

@@ -58,6 +58,7 @@ from grimoire.tables.codec.search_replies import doc_fields, docs
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
+from grimoire.tables.trust.derivations import curated_edges, queue_edges
 
 __all__ = [
     "DEFAULT_MAX_EPISODES",
@@ -287,6 +288,9 @@ class RedisCuratorStore:
                 return False
             pipe.multi()
             self._queue(pipe, cycle)
+            # What each entry the cycle wrote was distilled from (a retraction of
+            # its evidence follows these edges), in the same transaction.
+            queue_edges(pipe, self._keys, agent_id, curated_edges(cycle.plan))
             try:
                 await pipe.execute()
             except WatchError:  # a cycle was applied since the read: this one is stale

@@ -21,6 +21,7 @@ from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.held_outcome import held_for, outcomes_from_json, outcomes_to_json
 from grimoire.tables.codec.memory_hash import (
     RETURN_FIELDS,
     StoredMemory,
@@ -40,6 +41,7 @@ from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, 
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
 from grimoire.tables.schema.memory_index import memory_schema
+from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,11 @@ class MemoryStore(Protocol):
     async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
     def recall_source(self, agent_id: str) -> RecallSource: ...
     async def apply_outcome(self, outcome: Outcome) -> int: ...
+    async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]: ...
+    async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None: ...
+    async def take_held_outcomes(
+        self, agent_id: str, memory_ids: Sequence[str]
+    ) -> list[Outcome]: ...
 
 
 class RedisMemoryStore:
@@ -149,7 +156,13 @@ class RedisMemoryStore:
         return await self.state.load_fields(agent_ids)
 
     async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
-        """Nearest live memory of each (agent, canonical vector), in one pipelined round trip."""
+        """Nearest live memory of each (agent, canonical vector), in one pipelined round trip.
+
+        A hit owned by anyone but the exact agent counts as no neighbour: admission
+        folds and reinforces into what this returns, so the tenant filter is not
+        trusted alone (an index built before the case-sensitive `agent_id` TAG
+        matches `TENV1` for `tenV1`).
+        """
         if not queries:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -158,18 +171,24 @@ class RedisMemoryStore:
                     agent_id,
                     "canonical",
                     1,
-                    ("memory_id", "confidence", "kind", "text", "canonical"),
+                    ("memory_id", "agent_id", "confidence", "kind", "text", "canonical"),
                     hybrid_policy=self.knn_policy.hybrid_policy,
                 )
                 pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
             replies = await pipe.execute()
         found: list[StoredNeighbour | None] = []
-        for (_, vector), reply in zip(queries, replies, strict=True):
+        for (agent_id, vector), reply in zip(queries, replies, strict=True):
             matches = docs(reply)
-            if not matches:
+            doc = doc_fields(matches[0]) if matches else None
+            if doc is None or text_of(doc.get("agent_id", "")) != agent_id:
+                if doc is not None:
+                    logger.warning(
+                        "nearest for %r returned a memory of %r: ignored",
+                        agent_id,
+                        text_of(doc.get("agent_id", "")),
+                    )
                 found.append(None)
                 continue
-            doc = doc_fields(matches[0])
             # As an in-batch neighbour is read (see `neighbour_similarity`): the
             # index's own distance differs in the last bits.
             stored = doc.get("canonical")
@@ -240,6 +259,10 @@ class RedisMemoryStore:
                 self.state.count(pipe, delta.agent_id, dict(delta.counters))
             for name, amount in batch.metrics:
                 pipe.hincrbyfloat(self.keys.metrics, name, amount)
+            # What each record, fold and reinforcement derives from (a retraction
+            # follows these edges), in the same round trip as the writes.
+            for agent_id, edge in batch_edges(batch):
+                queue_edges(pipe, self.keys, agent_id, (edge,))
             await pipe.execute()
 
     # ---- read path --------------------------------------------------------------
@@ -347,3 +370,39 @@ class RedisMemoryStore:
             knn_policy=self.knn_policy,
             decoded_nodes=self._decoded_nodes,
         )
+
+    # ---- outcomes that arrive before their memory ---------------------------------
+
+    async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]:
+        """Those of `memory_ids` with no memory hash at all (another agent's are not
+        missing: they are someone else's, and never this agent's)."""
+        if not memory_ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for memory_id in memory_ids:
+                pipe.exists(self.key(memory_id))
+            found = await pipe.execute()
+        return [m for m, exists in zip(memory_ids, found, strict=True) if not exists]
+
+    async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None:
+        """Keep the part of `outcome` naming each of `memory_ids` until it is written."""
+        key = self.keys.pending_outcomes(outcome.agent_id)
+        held = await self._redis.hmget(key, list(memory_ids)) if memory_ids else []
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for memory_id, raw in zip(memory_ids, held, strict=True):
+                waiting = outcomes_from_json(raw)
+                part = held_for(outcome, memory_id)
+                if all(o.outcome_id != part.outcome_id for o in waiting):
+                    pipe.hset(key, memory_id, outcomes_to_json([*waiting, part]))
+            await pipe.execute()
+
+    async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
+        """The held outcomes of `memory_ids` (in the order they were held), removed."""
+        if not memory_ids:
+            return []
+        key = self.keys.pending_outcomes(agent_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(key, list(memory_ids))
+            pipe.hdel(key, *memory_ids)
+            held, _ = await pipe.execute()
+        return [o for raw in held for o in outcomes_from_json(raw)]

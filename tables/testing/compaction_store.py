@@ -39,7 +39,9 @@ from grimoire.tables.maintenance.compaction_store import (
     Phase,
     StoredPlan,
 )
+from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from grimoire.tables.trust.derivations import summary_edges
 
 __all__ = ["InMemoryCompactionStore"]
 
@@ -196,6 +198,7 @@ class InMemoryCompactionStore:
             doc = self._records.get(cluster.summary_id)
             assert doc is not None
             doc.update({name: _encode(value) for name, value in hashed.items()})
+        edge_index(self.memory).add(agent_id, summary_edges(written))
         self._set_phase(agent_id, plan.plan_id, Phase.SUMMARIES_WRITTEN)
 
     async def indexed(self, summary_ids: Sequence[str]) -> int:

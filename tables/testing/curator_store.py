@@ -47,7 +47,9 @@ from grimoire.tables.maintenance.curator_store import (
     CuratorState,
     missing_vectors,
 )
+from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from grimoire.tables.trust.derivations import curated_edges
 
 __all__ = ["InMemoryCuratorStore"]
 
@@ -228,6 +230,7 @@ class InMemoryCuratorStore:
                 self._records.hset(decision.memory_id, {"archived": "1"})
         # Walk nodes need no sync here: the in-memory recall source derives them
         # from the records on every read.
+        edge_index(self.memory).add(agent_id, curated_edges(plan))
         self._playbooks[agent_id] = cycle.playbook
         self._states[agent_id] = CuratorState(plan.report.cycle, plan.watermark_ms, plan.report)
         return True

@@ -21,6 +21,7 @@ from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
+from grimoire.tables.codec.held_outcome import held_for
 from grimoire.tables.codec.memory_hash import (
     RETURN_FIELDS,
     StoredMemory,
@@ -29,7 +30,9 @@ from grimoire.tables.codec.memory_hash import (
 )
 from grimoire.tables.memory.store import ScoredHit
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
+from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.recall_source import InMemoryRecallSource
+from grimoire.tables.trust.derivations import batch_edges
 
 Hash = dict[str, str | bytes]
 LANES = ("canonical", "eidolon")
@@ -72,6 +75,7 @@ class InMemoryMemoryStore:
         self._metrics: dict[str, float] = {}
         self._usage: dict[str, Hash] = {}
         self._outcomes: dict[str, set[str]] = {}
+        self._held: dict[str, dict[str, list[Outcome]]] = {}
         # The decay schedule the write path and outcomes keep, as RedisMemoryStore.decay.
         self.decay = InMemoryDecayStore(self)
 
@@ -94,6 +98,9 @@ class InMemoryMemoryStore:
                 found.append(None)
                 continue
             _, doc = hits[0]
+            if _text(doc.get("agent_id", "")) != agent_id:
+                found.append(None)  # as RedisMemoryStore: a foreign hit is no neighbour
+                continue
             stored = np.frombuffer(doc["canonical"], dtype=np.float32)
             neighbour = Neighbour(
                 memory_id=_text(doc["memory_id"]),
@@ -147,6 +154,9 @@ class InMemoryMemoryStore:
                 counters[name] = counters.get(name, 0.0) + amount
         for name, amount in batch.metrics:
             self._metrics[name] = self._metrics.get(name, 0.0) + amount
+        edges = edge_index(self)  # the derivation index kept beside this store
+        for agent_id, edge in batch_edges(batch):
+            edges.add(agent_id, (edge,))
 
     def _link(
         self,
@@ -323,6 +333,23 @@ class InMemoryMemoryStore:
 
     async def stats(self, agent_id: str) -> dict[str, float]:
         return {name: float(value) for name, value in self._stats.get(agent_id, {}).items()}
+
+    # ---- outcomes that arrive before their memory -------------------------------
+
+    async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]:
+        return [m for m in memory_ids if m not in self._records]
+
+    async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None:
+        held = self._held.setdefault(outcome.agent_id, {})
+        for memory_id in memory_ids:
+            waiting = held.setdefault(memory_id, [])
+            part = held_for(outcome, memory_id)
+            if all(o.outcome_id != part.outcome_id for o in waiting):
+                waiting.append(part)
+
+    async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
+        held = self._held.get(agent_id, {})
+        return [o for memory_id in memory_ids for o in held.pop(memory_id, [])]
 
 
 def _keep_latest(doc: Hash, ts_ms: int) -> None:

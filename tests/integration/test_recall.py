@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets, RecallFilters
@@ -190,5 +191,10 @@ async def test_anti_rumination_through_the_pipeline(
     assert first.items[-1].source_event_id == "glad"
     assert injected[0].scores is not None and injected[0].scores["contrarian"] == 1.0
     assert not any("anti-rumination" in (item.reasons or ()) for item in again.items)
-    windows = f"{settings.topic_prefix}:contrarian-windows"
-    assert await redis_client.zscore(windows, agent) == 1.0  # ticks 100-199
+    windows = Keyspace(settings.topic_prefix).contrarian_windows
+
+    async def served() -> Any:
+        # Recall is a read: the window served is a journal entry, applied shortly.
+        return await redis_client.zscore(windows, agent)
+
+    assert await eventually(served, timeout=10) == 1.0  # ticks 100-199

@@ -16,7 +16,10 @@ import orjson
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.handlers.usage import StoreUsage
 from grimoire.agents.ports import Embedder, InputMessage, MemorySink
+from grimoire.streams.journal.entry import SourceRef
+from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import EventType
 from grimoire.tables.memory.store import MemoryStore
@@ -73,6 +76,20 @@ def outcome(kind: str, memory_ids: list[str], ts: int, **extra: Any) -> InputMes
     return InputMessage(orjson.dumps(data), TOPICS.outcomes, partition=0, offset=1)
 
 
+class RecordingUsage:
+    """Applies a served recall's usage at once (as the journal's fold would, later)
+    and keeps what was recorded, for assertions."""
+
+    def __init__(self, rig: Rig) -> None:
+        self._rig = rig
+
+    async def record_usage(
+        self, agent_id: str, usage: RecallUsage, source: SourceRef | None
+    ) -> None:
+        self._rig.recorded.append((agent_id, usage, source))
+        await StoreUsage(self._rig.store).apply_usage(agent_id, usage)
+
+
 class Rig:
     """The three handlers on one store and sink; ``fake`` embeds unless ``embedder`` is
     given (e.g. a ``CachingEmbedder`` around another ``FakeEmbedder``)."""
@@ -84,7 +101,10 @@ class Rig:
         self.embedder: Embedder = embedder if embedder is not None else self.fake
         self.sink = MemorySink()
         self.ingest = IngestHandler(self.store, self.embedder, self.sink, TOPICS)
-        self.recall = RecallHandler(self.store, self.embedder, self.sink, TOPICS)
+        self.recorded: list[tuple[str, RecallUsage, SourceRef | None]] = []
+        self.recall = RecallHandler(
+            self.store, self.embedder, self.sink, TOPICS, usage=RecordingUsage(self)
+        )
         self.outcomes = OutcomeHandler(self.store, self.sink, TOPICS)
 
     def on(self, topic: str) -> list[dict[str, Any]]:

@@ -41,6 +41,8 @@ async def test_every_input_topic_has_an_agent() -> None:
         "unit.recall-requests",
         "unit.outcomes",
         "unit.maintenance",
+        "unit.commands",
+        "unit.journal",
     }
 
 

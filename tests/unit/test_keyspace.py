@@ -8,12 +8,19 @@ fails when a module other than the keyspace builds a key itself.
 from __future__ import annotations
 
 import ast
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.keyspace import Keyspace, glob_escape
+from grimoire.tables.trust.agent_keys import (
+    FIXED_FAMILIES,
+    MEMORY_FAMILIES,
+    SCANNED_FAMILIES,
+    scan_head,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("streams", "tables", "agents", "topics", "infra")
@@ -25,6 +32,7 @@ SEGMENTS = (
     "mem", "use", "tomb", "decayed", "vector-space", "watermarks", "field",
     "contrarian-windows", "metrics", "decided", "stats", "outcomes", "nexus", "hyper",
     "nodes", "terms", "decay", "decay-seeded", "compact", "curator", "playbook", "maint",
+    "keystore", "witness", "deriv",
 )  # fmt: skip
 
 
@@ -44,6 +52,8 @@ def test_names_are_pinned() -> None:
     assert keys.field_states == "gm:field"
     assert keys.contrarian_windows == "gm:contrarian-windows"
     assert keys.metrics == "gm:metrics"
+    assert keys.applied_sources == "gm:applied-sources"
+    assert keys.pending_outcomes("a") == "gm:pending-outcomes:a"
     assert keys.decided("a") == "gm:decided:a"
     assert keys.stats("a") == "gm:stats:a"
     assert keys.applied_outcomes("a") == "gm:outcomes:a"
@@ -63,6 +73,66 @@ def test_names_are_pinned() -> None:
     assert keys.maintenance_ledger("a") == "gm:maint:a"
     assert keys.maintenance_lease("a") == "gm:maint:lease:a"
     assert keys.maintenance_log("a") == "gm:maint:log:a"
+
+
+def test_keystore_names_are_pinned() -> None:
+    keys = Keyspace("gm")
+    assert keys.keystore_prefix == "gm:keystore"
+    assert keys.keystore_pattern == "gm:keystore:*"
+    assert keys.agent_keys("a") == "gm:keystore:agent:a"
+    assert keys.journal_sequences == "gm:keystore:journal-seq"
+
+
+def test_a_wipe_can_tell_keystore_keys_from_memory_state() -> None:
+    keys = Keyspace("gm")
+    assert keys.is_keystore_key(keys.agent_keys("a"))
+    assert keys.is_keystore_key(keys.journal_sequences.encode())
+    for state in (keys.memory("m1"), keys.decided("a"), keys.watermarks, keys.field_states):
+        assert not keys.is_keystore_key(state)
+    assert not keys.is_keystore_key("gm:keystore")  # the bare prefix is no key of it
+    assert not Keyspace("other").is_keystore_key(keys.agent_keys("a"))
+
+
+def test_witness_and_scan_patterns_are_pinned() -> None:
+    keys = Keyspace("gm")
+    assert keys.witness("a") == "gm:witness:a"
+    assert keys.nexus_pattern("a") == "gm:nexus:a:*"
+    assert keys.hyperedge_pattern("a") == "gm:hyper:a:*"
+    assert keys.compaction_plan_pattern("a") == "gm:compact:plan:a:*"
+    assert keys.compaction_outbox_pattern("a") == "gm:compact:outbox:a:*"
+
+
+def test_scan_patterns_escape_glob_characters() -> None:
+    keys = Keyspace("g[m]")
+    assert keys.nexus_pattern("a*?\\b") == "g\\[m\\]:nexus:a\\*\\?\\\\b:*"
+    assert glob_escape("plain:key") == "plain:key"
+    # and back: the literal head of a pattern is the agent's key with an empty name
+    assert scan_head(keys.nexus_pattern("a*?\\b")) == keys.nexus("a*?\\b", "")
+
+
+def test_derivation_index_names_are_pinned() -> None:
+    keys = Keyspace("gm")
+    assert keys.derived_from("a", "ev-1") == "gm:deriv:a:from:ev-1"
+    assert keys.derivation_sources("a", "m1") == "gm:deriv:a:of:m1"
+    assert keys.derivation_pattern("a*") == "gm:deriv:a\\*:*"
+
+
+def test_every_per_agent_key_is_in_an_agents_footprint() -> None:
+    # A key added here with an agent or memory id in it is an agent's state: the
+    # footprint (forget, digest) must know it, or say why it stays outside.
+    def taking(parameter: str) -> set[str]:
+        return {
+            name
+            for name, member in vars(Keyspace).items()
+            if inspect.isfunction(member) and parameter in inspect.signature(member).parameters
+        }
+
+    covered = {build.__name__ for build in FIXED_FAMILIES.values()}
+    for pattern, builders in SCANNED_FAMILIES.values():
+        covered |= {pattern.__name__, *(build.__name__ for build in builders)}
+    outside = {"agent_keys"}  # the key store: outside the fold, forgotten apart
+    assert taking("agent_id") - covered - outside == set()
+    assert taking("memory_id") == {build.__name__ for build in MEMORY_FAMILIES.values()}
 
 
 def test_agent_keys_of_two_deployments_never_meet() -> None:

@@ -219,15 +219,16 @@ async def test_episode_expansion_attaches_siblings_with_roles_within_budget() ->
     assert len(tight.items[0].episode) < 2
 
 
-async def test_usage_is_recorded_for_included_memories_only() -> None:
+async def test_usage_names_the_included_memories_and_writes_nothing() -> None:
     source = DictSource(CORPUS)
     outcome = await ask(source, query(max_items=2))
-    assert source.touched == [(item.record.memory_id, NOW) for item in outcome.items]
+    assert outcome.used_ids == tuple(item.record.memory_id for item in outcome.items)
+    assert outcome.used_ids and source.touched == []  # recall is a read
     quiet = DictSource(CORPUS)
-    await run_recall(
+    probe = await run_recall(
         replace(query(max_items=2), record_usage=False), context("disk", seed_vector(1)), quiet
     )
-    assert quiet.touched == []
+    assert probe.items and probe.used_ids == ()
 
 
 async def test_mode_none_retrieves_nothing_and_light_does_not_walk() -> None:

@@ -17,9 +17,10 @@ Rules, in order:
    episodes and no heuristic gets one (0.5, proposed), never straight into the
    playbook: it must earn its own upvotes.
 4. PRUNE: effective confidence < 0.1 in 3 consecutive cycles → archived, except
-   warnings and bloodstains.
+   warnings, bloodstains and pinned entries.
 5. QUARANTINE: more validations than contradictions → released; more
-   contradictions, or older than `quarantine_max_age_ms` → archived.
+   contradictions, or older than `quarantine_max_age_ms` → archived, except
+   what is pinned (or exempt), which waits for evidence.
 
 Nothing reads a clock: `now_ms` is the caller's event time, so replaying a
 cycle plans the same operations.
@@ -227,7 +228,7 @@ class _Cycle:
             self.log(Op.DEMOTE, entry, after)
         low = entry.consecutive_low + 1 if level < policy.prune_below else 0
         after = replace(after, consecutive_low=low)
-        if low >= policy.prune_after_cycles and not policy.exempt(entry):
+        if low >= policy.prune_after_cycles and not policy.exempt(entry) and not entry.pinned:
             after = replace(after, status=EntryStatus.ARCHIVED)
             self.record_ids.add(entry.memory_id)
             self.log(Op.ARCHIVE, entry, after)
@@ -269,8 +270,8 @@ def review_quarantine(
         exempt = view.kind in policy.exempt_kinds or view.provenance in policy.exempt_provenances
         if view.validated_count > view.contradicted_count:
             decisions.append(QuarantineDecision(view.memory_id, QuarantineAction.RELEASE))
-        elif exempt:
-            continue  # safety knowledge waits for evidence rather than being dropped
+        elif exempt or view.pinned:
+            continue  # safety knowledge, or a pin, waits for evidence rather than being dropped
         elif (
             view.contradicted_count > view.validated_count
             or now_ms - view.ts_ms >= policy.quarantine_max_age_ms

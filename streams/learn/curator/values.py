@@ -69,6 +69,7 @@ class CuratedEntry:
     validated_count: int = 0
     contradicted_count: int = 0
     source_ids: tuple[str, ...] = ()
+    pinned: bool = False  # an operator's pin: never archived (see `plan.transition`)
 
     @property
     def strategy(self) -> str:
@@ -85,6 +86,7 @@ class QuarantinedView:
     provenance: str = "self"
     validated_count: int = 0
     contradicted_count: int = 0
+    pinned: bool = False  # an operator's pin: released by evidence, never archived
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 import orjson
+import pytest
 
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.model.records import EventType
@@ -52,8 +53,7 @@ async def test_recall_replies_once_with_only_the_agents_memories() -> None:
     assert reply["mode"] == "full"
     assert reply["budget"]["items"] == len(items)
     assert set(reply["timings_ms"]) == {
-        "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "usage",
-            "total",
+        "state", "embed", "lanes", "walk", "fetch", "relevance", "rank", "pack", "total",
     }  # fmt: skip
 
 
@@ -131,25 +131,43 @@ async def test_recall_is_repeatable_on_the_same_state() -> None:
     assert _items_bytes(first[2]) == _items_bytes(second[2])
 
 
-async def test_usage_is_recorded_before_the_reply_goes_out() -> None:
-    # A caller that asks again once answered must find this answer's usage
-    # recorded, even when another recall slot takes its next request.
+async def test_usage_is_recorded_once_the_reply_is_out_and_only_for_what_it_carried() -> None:
+    # Recall is a read: its uses are recorded (a journal entry in a worker) after
+    # the answer reached the caller, never for an answer that did not.
     rig = await seeded()
-    seen_at_send: list[dict[str, Any]] = []
+    recorded_at_send: list[int] = []
 
     class WatchingSink(MemorySink):
         async def send(self, topic: str, key: str, value: bytes) -> None:
             if topic == REPLY_TO:
-                for item in orjson.loads(value)["items"]:
-                    seen_at_send.append(dict(rig.store.usage(item["id"])))
+                recorded_at_send.append(len(rig.recorded))
             await super().send(topic, key, value)
 
     rig.recall.sink = WatchingSink()
     await rig.recall.handle(recall_request(as_of=TS + 500))
-    assert seen_at_send
-    for usage in seen_at_send:
-        assert usage["last_accessed"] == str(TS + 500)
-        assert int(usage["included_count_total"]) == 1
+    assert recorded_at_send == [0]
+    ((agent, usage, source),) = rig.recorded
+    (reply,) = [orjson.loads(v) for t, _, v in rig.recall.sink.sent if t == REPLY_TO]
+    assert agent == reply["agent_id"]
+    assert usage.memory_ids == tuple(item["id"] for item in reply["items"])
+    assert usage.as_of_ms == TS + 500 and source is not None
+    for item in reply["items"]:
+        assert rig.store.usage(item["id"])["last_accessed"] == str(TS + 500)
+
+
+async def test_a_reply_that_fails_to_send_records_no_use() -> None:
+    rig = await seeded()
+
+    class FailingSink(MemorySink):
+        async def send(self, topic: str, key: str, value: bytes) -> None:
+            if topic == REPLY_TO:
+                raise ConnectionError("broker gone")
+            await super().send(topic, key, value)
+
+    rig.recall.sink = FailingSink()
+    with pytest.raises(ConnectionError):
+        await rig.recall.handle(recall_request(as_of=TS + 500))
+    assert rig.recorded == []
 
 
 async def test_replaying_the_log_gives_the_same_answer_usage_included() -> None:

@@ -1,0 +1,112 @@
+"""Commands (retract, forget, pin, unpin), applied at their place in the journal.
+
+The command is decoded here (a malformed one is dead-lettered), and carried out by
+the concern that owns it: the retraction cascade and pinning by the retraction
+handler, forgetting by the eraser (every key of the agent, then its journal key).
+What each did is returned for the witness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.streams.inbound.command import Command, CommandKind, parse_command
+from grimoire.streams.inbound.events import Rejection
+from grimoire.streams.inbound.validators import InputLimits
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import MemoryEventV1
+
+__all__ = ["CommandHandler", "Eraser", "Retractor", "StepLog"]
+
+logger = logging.getLogger(__name__)
+
+
+class StepLog:
+    """Collects the mutations a command makes (the retraction handler reports each
+    step to it), for the witness of the command's journal entry."""
+
+    def __init__(self) -> None:
+        self._steps: list[tuple[str, tuple[str, ...], dict[str, object]]] = []
+
+    async def __call__(self, op: str, ids: Sequence[str], details: Mapping[str, object]) -> None:
+        self._steps.append((op, tuple(ids), dict(details)))
+
+    def drain(self) -> list[tuple[str, tuple[str, ...], dict[str, object]]]:
+        steps, self._steps = self._steps, []
+        return steps
+
+
+class Retractor(Protocol):
+    async def retract(self, agent_id: str, source_event_id: str, *, at_ms: int) -> Any:
+        """Retract the source event's memory and everything derived from it."""
+        ...
+
+    async def pin(self, agent_id: str, memory_id: str) -> bool: ...
+
+    async def unpin(self, agent_id: str, memory_id: str) -> bool: ...
+
+
+class Eraser(Protocol):
+    async def forget(self, agent_id: str) -> int:
+        """Erase every stored key of the agent and destroy its journal keys; how
+        many keys were removed."""
+        ...
+
+
+@dataclass
+class CommandHandler:
+    retractor: Retractor
+    eraser: Eraser
+    sink: EventSink
+    topics: TopicNames
+    limits: InputLimits = field(default_factory=InputLimits)
+    # Where the retractor reports its steps (wired to it by the composition root).
+    steps: StepLog = field(default_factory=StepLog)
+
+    async def apply_command(
+        self, message: InputMessage
+    ) -> Sequence[tuple[str, Sequence[str], Any]]:
+        command = parse_command(message.value, self.limits)
+        if isinstance(command, Rejection):
+            await dead_letter(self.sink, self.topics.dead_letters, message, command)
+            return []
+        self.steps.drain()
+        summary = await self._carry_out(command)
+        made: list[tuple[str, Sequence[str], Any]] = list(self.steps.drain())
+        op, ids, _ = summary
+        event = MemoryEventV1(
+            type="GrimoireCommand",
+            agent_id=command.agent_id,
+            memory_id=",".join(ids),
+            source_event_id=command.target or command.command_id,
+            kind="command",
+            layer="",
+            ts=command.ts_ms or 0,
+            action=command.kind.value,
+            reason=op,
+        )
+        await self.sink.send(self.topics.memory_events, command.agent_id, event.dumps_json())
+        return [*made, summary]
+
+    async def _carry_out(self, command: Command) -> tuple[str, Sequence[str], Any]:
+        agent_id = command.agent_id
+        if command.kind is CommandKind.RETRACT:
+            report = await self.retractor.retract(
+                agent_id, command.target, at_ms=command.ts_ms or 0
+            )
+            ids = tuple(getattr(report, "memory_ids", ()))
+            return "retract", ids, {"source_event_id": command.target, "report": repr(report)}
+        if command.kind is CommandKind.PIN:
+            changed = await self.retractor.pin(agent_id, command.target)
+            return "pin", (command.target,), {"changed": changed}
+        if command.kind is CommandKind.UNPIN:
+            changed = await self.retractor.unpin(agent_id, command.target)
+            return "unpin", (command.target,), {"changed": changed}
+        removed = await self.eraser.forget(agent_id)
+        # Recorded without content: that the agent was forgotten, and how much went.
+        return "forget", (), {"keys_removed": removed}

@@ -1,0 +1,39 @@
+"""Forgetting an agent: its stored state erased, then its journal keys destroyed.
+
+In that order: a crash between the two leaves the keys, so the command (still in
+the journal, not yet marked applied) runs again and finishes; the other order could
+leave state in the store that no replay could ever reproduce or remove. The
+witness chain was part of the erased state: the cached head is dropped, so the
+record of the forgetting starts a new chain (it names no content).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from grimoire.tables.journal.keystore import KeyStore
+from grimoire.tables.trust.erasure import erase_agent
+from grimoire.tables.trust.witness_store import Witness
+
+__all__ = ["Forgetting"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Forgetting:
+    redis: Redis
+    prefix: str
+    keys: KeyStore
+    witness: Witness
+
+    async def forget(self, agent_id: str) -> int:
+        erased = await erase_agent(self.redis, self.prefix, agent_id)
+        destroyed = await self.keys.forget(agent_id)
+        self.witness.invalidate(agent_id)
+        logger.info("forgot %s: %d keys erased, %d journal keys destroyed",
+                    agent_id, erased.keys, destroyed)  # fmt: skip
+        return erased.keys + erased.members

@@ -1,0 +1,41 @@
+"""Applying a served recall's side effects (a journal `usage` entry): the used
+memories' usage counters and last access, and the anti-rumination window served.
+
+Recall only reads; these writes happen here, in the apply loop, in journal order,
+so a replay counts the same uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grimoire.streams.journal.entry import SourceRef
+from grimoire.streams.journal.usage import RecallUsage
+from grimoire.tables.memory.store import MemoryStore
+
+__all__ = ["ImmediateUsage", "StoreUsage"]
+
+
+@dataclass
+class StoreUsage:
+    store: MemoryStore
+
+    async def apply_usage(self, agent_id: str, usage: RecallUsage) -> None:
+        if usage.memory_ids:
+            source = self.store.recall_source(agent_id)
+            await source.touch(list(usage.memory_ids), usage.as_of_ms)
+        if usage.contrarian_window is not None:
+            await self.store.serve_contrarian(agent_id, usage.contrarian_window)
+
+
+@dataclass
+class ImmediateUsage:
+    """A `UsageRecorder` that applies the use at once, for a handler run without a
+    journal (unit tests, the in-process benchmark): never the worker's wiring."""
+
+    applier: StoreUsage
+
+    async def record_usage(
+        self, agent_id: str, usage: RecallUsage, source: SourceRef | None
+    ) -> None:
+        await self.applier.apply_usage(agent_id, usage)

@@ -1,0 +1,1 @@
+"""grimoire.agents.journal"""

@@ -1,0 +1,291 @@
+"""The apply loop: the only writer of an agent's state, folding its journal in order.
+
+Each journal partition is read by one loop. A batch of entries is opened (each with
+its agent's key; an entry whose key was destroyed by forgetting is skipped, its
+content gone), entries already applied are skipped (a re-journaled input, by its
+source partition's high-water mark), and the rest are applied in journal order:
+consecutive ingest entries as one run (one embedding batch), every other entry
+alone, in its place. Every entry that changed something leaves a witness record.
+
+Failures are told apart: an outage (Redis unreachable, loading, a timeout) is
+raised, so the caller retries the batch with backoff, and everything the batch
+already applied is recognised then (marks move after each run; the handlers are
+idempotent besides). Anything else is a bug that the same entry would hit again on
+every retry and every replay: that entry is dead-lettered as `internal_error` with
+its journal position, and the fold goes on (a replay does the same).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from grimoire.agents.exceptions import PayloadUnreadable
+from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.handlers.ingest import IngestHandler
+from grimoire.agents.handlers.outcomes import OutcomeHandler
+from grimoire.agents.journal.cipher import SealedPayload, open_sealed
+from grimoire.agents.maintenance.handler import MaintenanceHandler
+from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.streams.inbound.events import Rejection
+from grimoire.streams.journal.entry import (
+    INGEST_KINDS,
+    EntryKind,
+    InvalidEntry,
+    JournalEntry,
+    associated_data,
+    decode_entry,
+)
+from grimoire.streams.journal.fold import Run, SourceMarks, mark_key, runs
+from grimoire.streams.journal.usage import RecallUsage, decode_usage
+from grimoire.tables.journal.keystore import KeyStore
+from grimoire.tables.journal.marks import AppliedMarks
+from grimoire.topics.declarations import TopicNames
+
+__all__ = [
+    "ApplyReport",
+    "CommandApplier",
+    "JournalApplier",
+    "Opened",
+    "UsageApplier",
+    "WitnessPort",
+]
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR = "internal_error"
+
+
+class WitnessPort(Protocol):
+    """Summarises one mutation in the agent's hash-chained witness log."""
+
+    async def record(
+        self,
+        agent_id: str,
+        op: str,
+        ids: Sequence[str],
+        fields: Any,
+        *,
+        journal: tuple[int, int],
+    ) -> None: ...
+
+
+class UsageApplier(Protocol):
+    async def apply_usage(self, agent_id: str, usage: RecallUsage) -> None: ...
+
+
+class CommandApplier(Protocol):
+    async def apply_command(
+        self, message: InputMessage
+    ) -> Sequence[tuple[str, Sequence[str], Any]]:
+        """Apply a command (retract, forget, pin, unpin); a witness summary (op, ids,
+        fields) of each mutation it made, in order (none: it changed nothing or was
+        dead-lettered)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A journal entry with its payload opened, as the handlers see it: the input's
+    bytes at its source coordinates (dead letters name where it came from)."""
+
+    entry: JournalEntry
+    message: InputMessage
+    journal: tuple[int, int]  # (partition, offset) of the entry itself
+
+
+@dataclass
+class ApplyReport:
+    entries: int = 0
+    applied: int = 0
+    skipped: int = 0  # re-journaled inputs applied before
+    shredded: int = 0  # entries of a forgotten agent: their key is gone
+    dead_lettered: int = 0  # unreadable envelopes or payloads, poison entries
+
+
+def _is_never_an_outage(_: BaseException) -> bool:
+    return False
+
+
+@dataclass
+class JournalApplier:
+    keys: KeyStore
+    marks: AppliedMarks
+    ingest: IngestHandler
+    outcomes: OutcomeHandler
+    maintenance: MaintenanceHandler
+    usage: UsageApplier
+    commands: CommandApplier
+    witness: WitnessPort
+    sink: EventSink
+    topics: TopicNames
+    max_run: int = 64
+    is_outage: Callable[[BaseException], bool] = field(default=_is_never_an_outage)
+
+    async def apply(self, messages: Sequence[InputMessage]) -> ApplyReport:
+        """Fold `messages` (journal records of one partition, in offset order)."""
+        report = ApplyReport(entries=len(messages))
+        opened = [item for item in [await self._open(m, report) for m in messages] if item]
+        sources = sorted({mark_key(o.entry.source) for o in opened if o.entry.source})
+        marks = SourceMarks(dict(await self.marks.load(sources)))
+        fresh: list[tuple[EntryKind, Opened]] = []
+        for item in opened:
+            if marks.is_applied(item.entry.kind, item.entry.source):
+                report.skipped += 1
+                continue
+            # Two copies of one input in the same batch: the first is applied.
+            marks.advance(item.entry.kind, item.entry.source)
+            fresh.append((item.entry.kind, item))
+        for run in runs(fresh, max_run=self.max_run):
+            await self._apply_run(run, report)
+            moved = SourceMarks({})
+            for item in run.items:
+                moved.advance(item.entry.kind, item.entry.source)
+            await self.marks.advance(moved.marks)
+        return report
+
+    # ---- opening ------------------------------------------------------------------
+
+    async def _open(self, message: InputMessage, report: ApplyReport) -> Opened | None:
+        journal = (message.partition or 0, message.offset if message.offset is not None else -1)
+        try:
+            entry = decode_entry(message.value)
+        except InvalidEntry as exc:
+            await self._dead_letter(message, None, f"unreadable journal entry: {exc}")
+            report.dead_lettered += 1
+            return None
+        key = await self.keys.key(entry.agent_id, entry.key_id)
+        if key is None:
+            report.shredded += 1  # forgotten: nothing of it may be applied again
+            return None
+        sealed = SealedPayload(key_id=entry.key_id, nonce=entry.nonce, ciphertext=entry.ciphertext)
+        try:
+            payload = open_sealed(
+                key, sealed, associated=associated_data(entry.agent_id, entry.key_id, entry.seq)
+            )
+        except PayloadUnreadable as exc:
+            await self._dead_letter(message, entry.agent_id, f"payload does not open: {exc}")
+            report.dead_lettered += 1
+            return None
+        source = entry.source
+        input_message = InputMessage(
+            value=payload,
+            topic=source.topic if source else self.topics.journal,
+            partition=source.partition if source else journal[0],
+            offset=source.offset if source else journal[1],
+        )
+        return Opened(entry, input_message, journal)
+
+    # ---- applying -----------------------------------------------------------------
+
+    async def _apply_run(self, run: Run[Opened], report: ApplyReport) -> None:
+        try:
+            await self._dispatch(run)
+            report.applied += len(run.items)
+            return
+        except Exception as exc:
+            if self.is_outage(exc):
+                raise
+            if len(run.items) == 1:
+                await self._poison(run.items[0], exc)
+                report.dead_lettered += 1
+                return
+            logger.warning("a run of %d entries failed; applying them one by one", len(run.items))
+        # Find the poison entry: the others are applied as if alone (the handlers
+        # recognise what the failed attempt already decided).
+        for item in run.items:
+            await self._apply_run(Run(item.entry.kind, (item,)), report)
+
+    async def _dispatch(self, run: Run[Opened]) -> None:
+        first = run.items[0]
+        kind = run.kind
+        if kind in INGEST_KINDS:
+            report = await self.ingest.handle_mixed(
+                [(INGEST_KINDS[item.entry.kind], item.message) for item in run.items]
+            )
+            for item, decided in zip(run.items, report.by_message, strict=True):
+                if decided:
+                    await self.witness.record(
+                        item.entry.agent_id,
+                        "ingest",
+                        sorted({d.memory_id for d in decided}),
+                        [orjson.loads(d.event) for d in decided],
+                        journal=item.journal,
+                    )
+            return
+        if kind is EntryKind.OUTCOME:
+            changed = await self.outcomes.handle(first.message)
+            if changed >= 0:
+                await self.witness.record(
+                    first.entry.agent_id,
+                    "outcome",
+                    (),
+                    {"changed": changed, "payload": _json_or_text(first.message.value)},
+                    journal=first.journal,
+                )
+            return
+        if kind is EntryKind.MAINTENANCE:
+            plan = await self.maintenance.handle(first.message)
+            if plan is not None and (plan.tasks or plan.postponed):
+                await self.witness.record(
+                    first.entry.agent_id,
+                    "maintenance",
+                    (),
+                    {
+                        "tick": plan.tick,
+                        "tasks": [t.value for t in plan.tasks],
+                        "postponed": [t.value for t in plan.postponed],
+                    },
+                    journal=first.journal,
+                )
+            return
+        if kind is EntryKind.USAGE:
+            usage = decode_usage(first.message.value)
+            await self.usage.apply_usage(first.entry.agent_id, usage)
+            await self.witness.record(
+                first.entry.agent_id,
+                "usage",
+                sorted(set(usage.memory_ids)),
+                {"as_of": usage.as_of_ms, "contrarian_window": usage.contrarian_window},
+                journal=first.journal,
+            )
+            return
+        if kind is EntryKind.COMMAND:
+            for op, ids, fields in await self.commands.apply_command(first.message):
+                await self.witness.record(
+                    first.entry.agent_id, op, sorted(ids), fields, journal=first.journal
+                )
+            return
+        raise InvalidEntry(f"no rule applies {kind!r}")
+
+    async def _poison(self, item: Opened, exc: BaseException) -> None:
+        logger.error(
+            "journal entry %s@%s of %s failed deterministically; dead-lettered",
+            item.journal[0],
+            item.journal[1],
+            item.entry.agent_id,
+            exc_info=exc,
+        )
+        journal = InputMessage(
+            value=item.message.value,
+            topic=self.topics.journal,
+            partition=item.journal[0],
+            offset=item.journal[1],
+        )
+        detail = f"{type(exc).__name__}: {exc}"[:500]
+        await self._dead_letter(journal, item.entry.agent_id, detail)
+
+    async def _dead_letter(self, message: InputMessage, agent_id: str | None, detail: str) -> None:
+        rejection = Rejection(INTERNAL_ERROR, detail, None, agent_id)
+        await dead_letter(self.sink, self.topics.dead_letters, message, rejection)
+
+
+def _json_or_text(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")

@@ -1,0 +1,123 @@
+"""The sequencing stage: every input and command, appended to its agent's journal.
+
+The public input topics stay as they are; this stage reads them and writes each
+input, sealed with its agent's key, as one journal entry keyed by the agent id, so
+one agent's inputs of every kind land, in one order, on one journal partition.
+What happens to an input is decided later, by the fold, at its place in that order.
+
+An input without a usable agent id cannot be keyed: it is dead-lettered here, with
+the reason the parser gives. Everything else is journaled as it came, malformed or
+not, and judged by the fold (which dead-letters it there), so the journal holds
+every input that had an owner.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.journal.cipher import seal
+from grimoire.agents.ports import EventSink, InputMessage, source_of
+from grimoire.streams.exceptions import InvalidEvent
+from grimoire.streams.inbound.events import Rejection, decode_object
+from grimoire.streams.inbound.validators import (
+    INVALID_VALUE,
+    MISSING_FIELD,
+    InputLimits,
+    plausible_agent_id,
+)
+from grimoire.streams.journal.entry import (
+    EntryKind,
+    JournalEntry,
+    SourceRef,
+    associated_data,
+    encode_entry,
+)
+from grimoire.streams.journal.usage import RecallUsage, encode_usage
+from grimoire.tables.journal.keystore import KeyStore
+from grimoire.topics.declarations import TopicNames
+
+__all__ = ["SequenceReport", "Sequencer", "agent_of"]
+
+logger = logging.getLogger(__name__)
+
+
+def agent_of(raw: bytes, limits: InputLimits) -> str | Rejection:
+    """The input's agent id, or why it has none a journal could be keyed by."""
+    try:
+        data = decode_object(raw)
+    except InvalidEvent as exc:
+        return Rejection(exc.reason, exc.detail, exc.field, None)
+    agent_id = plausible_agent_id(data, limits)
+    if agent_id is not None:
+        return agent_id
+    if "agent_id" not in data:
+        return Rejection(MISSING_FIELD, "'agent_id' is required", "agent_id", None)
+    return Rejection(INVALID_VALUE, "'agent_id' is not a usable agent id", "agent_id", None)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceReport:
+    journaled: int
+    dead_lettered: int
+
+
+@dataclass
+class Sequencer:
+    keys: KeyStore
+    sink: EventSink
+    topics: TopicNames
+    limits: InputLimits = field(default_factory=InputLimits)
+
+    async def append(self, kind: EntryKind, messages: Sequence[InputMessage]) -> SequenceReport:
+        """Journal `messages` (one source topic, in offset order), each agent's in order."""
+        owned: list[tuple[str, InputMessage]] = []
+        dead = 0
+        for message in messages:
+            owner = agent_of(message.value, self.limits)
+            if isinstance(owner, Rejection):
+                await dead_letter(self.sink, self.topics.dead_letters, message, owner)
+                dead += 1
+                continue
+            owned.append((owner, message))
+        # One block of sequence numbers per agent and batch: a crash leaves a gap,
+        # never a number used twice.
+        counts: dict[str, int] = {}
+        for agent_id, _ in owned:
+            counts[agent_id] = counts.get(agent_id, 0) + 1
+        next_seq: dict[str, int] = {}
+        for agent_id, count in counts.items():
+            last = await self.keys.next_sequence(agent_id, count)
+            next_seq[agent_id] = last - count + 1
+        for agent_id, message in owned:
+            seq = next_seq[agent_id]
+            next_seq[agent_id] = seq + 1
+            await self._send(agent_id, seq, kind, source_of(message), message.value)
+        return SequenceReport(len(owned), dead)
+
+    async def record_usage(
+        self, agent_id: str, usage: RecallUsage, source: SourceRef | None
+    ) -> None:
+        """A served recall's side effects, applied by the fold in their place."""
+        if usage.empty:
+            return
+        seq = await self.keys.next_sequence(agent_id, 1)
+        await self._send(agent_id, seq, EntryKind.USAGE, source, encode_usage(usage))
+
+    async def _send(
+        self, agent_id: str, seq: int, kind: EntryKind, source: SourceRef | None, payload: bytes
+    ) -> None:
+        key = await self.keys.key_for(agent_id)
+        sealed = seal(key, payload, associated=associated_data(agent_id, key.key_id, seq))
+        entry = JournalEntry(
+            agent_id=agent_id,
+            seq=seq,
+            kind=kind,
+            source=source,
+            key_id=key.key_id,
+            nonce=sealed.nonce,
+            ciphertext=sealed.ciphertext,
+        )
+        await self.sink.send(self.topics.journal, agent_id, encode_entry(entry))

@@ -1,0 +1,151 @@
+"""`grimoire replay`: fold the journal into an empty store (or into a new prefix).
+
+The journal is read from its first offset to where it ends when the replay starts,
+partition by partition, each partition in order, and applied by the same apply
+loop the worker runs; nothing is published (the memory-events of the first run
+stand). The key store is the deployment's own: the journal cannot be read without
+it, and a replay never changes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from grimoire.agents.journal.apply import ApplyReport
+from grimoire.agents.ports import Embedder, InputMessage, MemorySink
+from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder
+from grimoire.infra.runtime import compose, worker_id
+from grimoire.infra.settings import Settings
+from grimoire.tables.journal.keystore import CachedKeyStore, RedisKeyStore
+from grimoire.tables.memory.wipe import wipe_memory_state
+from grimoire.tables.redis_client import create_redis
+from grimoire.topics.declarations import TopicNames
+
+__all__ = ["ReplayReport", "replay"]
+
+logger = logging.getLogger(__name__)
+
+_BATCH = 64
+
+
+@dataclass
+class ReplayReport:
+    prefix: str
+    partitions: int = 0
+    entries: int = 0
+    applied: int = 0
+    skipped: int = 0
+    shredded: int = 0
+    dead_lettered: int = 0
+    wiped_keys: int = 0
+    per_partition: dict[int, int] = field(default_factory=dict)
+
+    def add(self, report: ApplyReport) -> None:
+        self.entries += report.entries
+        self.applied += report.applied
+        self.skipped += report.skipped
+        self.shredded += report.shredded
+        self.dead_lettered += report.dead_lettered
+
+
+async def replay(
+    settings: Settings,
+    *,
+    into_prefix: str | None = None,
+    wipe: bool = False,
+    embedder: Embedder | None = None,
+    progress: bool = True,
+) -> ReplayReport:
+    """Fold `settings.topic_prefix`'s journal into `into_prefix` (default: the same
+    prefix); `wipe` first deletes the target's memory state (never the key store)."""
+    prefix = into_prefix or settings.topic_prefix
+    report = ReplayReport(prefix)
+    redis = create_redis(settings.redis_url, settings.redis_max_connections)
+    keystore_redis = create_redis(settings.keystore_url, 4) if settings.keystore_url else None
+    consumer: AIOKafkaConsumer | None = None
+    try:
+        if wipe:
+            report.wiped_keys = await wipe_memory_state(redis, prefix)
+        if embedder is None:
+            embedder = SentenceTransformerEmbedder.from_settings(settings)
+        keys = CachedKeyStore(RedisKeyStore(keystore_redis or redis, settings.topic_prefix))
+        composed = await compose(
+            settings,
+            prefix=prefix,
+            redis=redis,
+            keys=keys,
+            embedder=CachingEmbedder(embedder, capacity=settings.embed_cache_size),
+            sink=MemorySink(),
+            worker_id=f"replay:{worker_id()}",
+        )
+        applier = composed.handlers.applier
+        journal = TopicNames(settings.topic_prefix).journal
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        partitions = sorted(consumer.partitions_for_topic(journal) or ())
+        report.partitions = len(partitions)
+        tps = [TopicPartition(journal, p) for p in partitions]
+        ends = await consumer.end_offsets(tps) if tps else {}
+        total = sum(ends.values())
+        bar = _progress(total, progress)
+        consumer.assign(tps)
+        for tp in tps:
+            end = ends[tp]
+            if end <= 0:
+                continue
+            consumer.seek(tp, 0)
+            done = 0
+            while done < end:
+                fetched = await consumer.getmany(tp, timeout_ms=1_000, max_records=_BATCH)
+                records = [r for r in fetched.get(tp, []) if r.offset < end]
+                if not records:
+                    continue
+                batch = [
+                    InputMessage(
+                        value=bytes(r.value or b""),
+                        topic=journal,
+                        partition=tp.partition,
+                        offset=r.offset,
+                    )
+                    for r in records
+                ]
+                report.add(await applier.apply(batch))
+                done = records[-1].offset + 1
+                report.per_partition[tp.partition] = done
+                bar.update(len(records))
+        bar.close()
+        return report
+    finally:
+        if consumer is not None:
+            await consumer.stop()
+        await redis.aclose()
+        if keystore_redis is not None:
+            await keystore_redis.aclose()
+
+
+class _Bar:
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def update(self, n: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _progress(total: int, enabled: bool) -> _Bar:
+    if not enabled:
+        return _Bar(total)
+    from tqdm import tqdm
+
+    bar: _Bar = tqdm(total=total, unit="entry", desc="replay", file=sys.stderr)  # type: ignore[assignment]
+    return bar

@@ -1,0 +1,89 @@
+"""Decoding an operator's command (retract, forget, pin, unpin): a malformed one is
+dead-lettered, never applied.
+
+Commands are journaled like any input, so what they change replays in place. Who
+may send one is a question for tenant keys (a later concern); the command names
+its agent, so it only ever acts on that agent's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+import orjson
+
+from grimoire.streams.exceptions import InvalidEvent
+from grimoire.streams.inbound.events import UNSUPPORTED_SCHEMA, Rejection, decode_object
+from grimoire.streams.inbound.validators import (
+    INVALID_VALUE,
+    MISSING_FIELD,
+    Fields,
+    InputLimits,
+    plausible_agent_id,
+)
+from grimoire.streams.model.ids import content_event_id
+
+__all__ = ["COMMAND_SCHEMA", "Command", "CommandKind", "parse_command"]
+
+COMMAND_SCHEMA: Final = "grimoire.command/1"
+
+
+class CommandKind(StrEnum):
+    RETRACT = "retract"  # a source event and everything derived from it
+    FORGET = "forget"  # the whole agent, and its journal's readability
+    PIN = "pin"  # a memory: exempt from compaction and archiving
+    UNPIN = "unpin"
+
+
+_TARGET: Final = {
+    CommandKind.RETRACT: "source_event_id",
+    CommandKind.PIN: "memory_id",
+    CommandKind.UNPIN: "memory_id",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    command_id: str  # the event id, or a hash of the payload
+    agent_id: str
+    kind: CommandKind
+    target: str = ""  # source event id (retract) or memory id (pin, unpin)
+    ts_ms: int | None = None
+
+
+def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
+    agent_id: str | None = None
+    try:
+        data = Fields(decode_object(raw), limits)
+        agent_id = plausible_agent_id(data.data, limits)
+        schema = data.text("schema")
+        if schema and schema != COMMAND_SCHEMA:
+            raise InvalidEvent(UNSUPPORTED_SCHEMA, f"expected {COMMAND_SCHEMA}", "schema")
+        name = data.identifier("command", required=True)
+        try:
+            kind = CommandKind(name)
+        except ValueError:
+            known = ", ".join(k.value for k in CommandKind)
+            raise InvalidEvent(
+                INVALID_VALUE, f"'command' must be one of {known}", "command"
+            ) from None
+        target = ""
+        field = _TARGET.get(kind)
+        if field is not None:
+            target = data.identifier(field)
+            if not target:
+                raise InvalidEvent(MISSING_FIELD, f"'{kind.value}' needs '{field}'", field)
+        ts_ms = data.timestamp_ms("ts") if data.data.get("ts") is not None else None
+        event_id = data.identifier("event_id")
+        return Command(
+            command_id=event_id
+            or content_event_id(orjson.dumps(data.data, option=orjson.OPT_SORT_KEYS)),
+            agent_id=data.agent_id(),
+            kind=kind,
+            target=target,
+            ts_ms=ts_ms,
+        )
+    except InvalidEvent as exc:
+        return Rejection(exc.reason, exc.detail, exc.field, agent_id)

@@ -1,0 +1,1 @@
+"""grimoire.streams.trust"""

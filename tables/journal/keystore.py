@@ -1,0 +1,231 @@
+"""Per-agent journal keys (crypto-shredding) and per-agent journal sequence numbers.
+
+The sequencing stage seals every journal payload with its agent's own key; forgetting
+an agent destroys the key, and with it every entry the journal still holds for that
+agent, wherever the log has been copied. So the keys live outside the fold: a wipe
+of the memory state (rebuild, replay) keeps them (`Keyspace.is_keystore_key`), and
+they may sit in a Redis of their own (`GRIMOIRE_KEYSTORE_URL`). The per-agent
+journal sequence counter lives here for the same reason: a replay that wiped it
+would hand out positions the journal already holds.
+
+Keys are not decisions: they are random, never part of the fold or of a digest.
+
+Keys (built by `grimoire.tables.keyspace.Keyspace`):
+  `{prefix}:keystore:agent:{agent}`  hash: `current` -> key id, `k:<key id>` -> 32-byte secret
+  `{prefix}:keystore:journal-seq`    hash: agent -> last sequence number handed out
+
+`KeyStore` is the protocol, `RedisKeyStore` the Redis implementation,
+`grimoire.tables.testing.keystore.InMemoryKeyStore` the reference one, and
+`CachedKeyStore` a bounded per-worker cache in front of either.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from redis.asyncio import Redis
+
+from grimoire.tables.keyspace import Keyspace
+
+__all__ = [
+    "KEY_BYTES",
+    "AgentKey",
+    "CachedKeyStore",
+    "KeyStore",
+    "RedisKeyStore",
+    "new_key_id",
+    "new_secret",
+]
+
+logger = logging.getLogger(__name__)
+
+#: AES-256: the secret's length in bytes.
+KEY_BYTES: Final = 32
+# A secret's field in the agent's hash (the script below spells it too).
+_SECRET_FIELD: Final = "k:"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentKey:
+    """One of an agent's journal keys. `key_id` names it in every entry it sealed;
+    the secret never appears in a repr (logs, tracebacks, test reports)."""
+
+    agent_id: str
+    key_id: str
+    secret: bytes = field(repr=False)
+
+
+def new_key_id() -> str:
+    """A fresh key id: random, so an agent id reused after a forget never meets an
+    id its old entries carry (64 bits: ids only need to differ within one agent)."""
+    return secrets.token_hex(8)
+
+
+def new_secret() -> bytes:
+    return os.urandom(KEY_BYTES)
+
+
+def _check_count(count: int) -> None:
+    if count < 1:
+        raise ValueError(f"a sequence block holds at least one number, not {count}")
+
+
+class KeyStore(Protocol):
+    """The agents' journal keys and sequence counters, kept apart from memory state."""
+
+    async def key_for(self, agent_id: str) -> AgentKey:
+        """The agent's current key, created on first use. Creation is atomic: workers
+        racing on a new agent all get the one key that won."""
+        ...
+
+    async def key(self, agent_id: str, key_id: str) -> AgentKey | None:
+        """A key by id; None once the agent was forgotten (or for an id it never had)."""
+        ...
+
+    async def forget(self, agent_id: str) -> int:
+        """Destroy every key of the agent; returns how many. The next `key_for`
+        creates a new key with a new id; entries sealed before stay unreadable.
+        The journal sequence counter is kept, so positions never repeat."""
+        ...
+
+    async def next_sequence(self, agent_id: str, count: int = 1) -> int:
+        """Reserve `count` consecutive journal sequence numbers for the agent; returns
+        the last of the block (the first block of an agent ends at `count`, so
+        numbers start at 1). Blocks never overlap, whatever the concurrency."""
+        ...
+
+
+# Create the agent's key unless it has one, then read back whichever won: one round
+# trip, atomic, so two workers never create two keys.
+_KEY_FOR = """
+if redis.call('HSETNX', KEYS[1], 'current', ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'k:' .. ARGV[1], ARGV[2])
+end
+local current = redis.call('HGET', KEYS[1], 'current')
+return {current, redis.call('HGET', KEYS[1], 'k:' .. current)}
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _secret(value: bytes | str) -> bytes:
+    if not isinstance(value, bytes):
+        raise TypeError("the key store needs a Redis client without decode_responses")
+    return value
+
+
+class RedisKeyStore:
+    """`KeyStore` in Redis: a hash per agent for its keys, one hash of sequence
+    counters (HINCRBY). Give it the key-store Redis (`GRIMOIRE_KEYSTORE_URL`, by
+    default the memory Redis), created without `decode_responses`: secrets are bytes."""
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._keys = Keyspace(prefix)
+        self._key_for = redis.register_script(_KEY_FOR)
+
+    async def key_for(self, agent_id: str) -> AgentKey:
+        key_id, secret = await self._key_for(
+            keys=[self._keys.agent_keys(agent_id)], args=[new_key_id(), new_secret()]
+        )
+        return AgentKey(agent_id, _text(key_id), _secret(secret))
+
+    async def key(self, agent_id: str, key_id: str) -> AgentKey | None:
+        secret = await self._redis.hget(self._keys.agent_keys(agent_id), _SECRET_FIELD + key_id)
+        return None if secret is None else AgentKey(agent_id, key_id, _secret(secret))
+
+    async def forget(self, agent_id: str) -> int:
+        # One transaction: a key created between the count and the delete would
+        # otherwise survive uncounted, or be destroyed uncounted.
+        name = self._keys.agent_keys(agent_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hkeys(name)
+            pipe.delete(name)
+            fields, _ = await pipe.execute()
+        destroyed = sum(1 for f in fields if _text(f).startswith(_SECRET_FIELD))
+        logger.info("forgot agent %s: %d journal key(s) destroyed", agent_id, destroyed)
+        return destroyed
+
+    async def next_sequence(self, agent_id: str, count: int = 1) -> int:
+        _check_count(count)
+        return int(await self._redis.hincrby(self._keys.journal_sequences, agent_id, count))
+
+
+class CachedKeyStore:
+    """A bounded, per-worker cache in front of a `KeyStore`: sealing and opening
+    need a key per entry, the store a round trip per key.
+
+    Only keys are cached (never an absence, never sequence numbers), least recently
+    used first out. `forget` through this cache drops the agent's keys from it, and
+    a key fetched while any invalidation was under way is not cached (an epoch
+    guards the await). A forget run by another worker is not seen here until the
+    agent's keys leave the cache: call `invalidate` when this worker learns of one."""
+
+    def __init__(self, store: KeyStore, *, max_keys: int = 10_000) -> None:
+        if max_keys < 1:
+            raise ValueError("the key cache holds at least one key")
+        self._store = store
+        self._max_keys = max_keys
+        self._keys: OrderedDict[tuple[str, str], AgentKey] = OrderedDict()
+        self._current: dict[str, str] = {}  # agent -> key id of its current key
+        self._epoch = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    async def key_for(self, agent_id: str) -> AgentKey:
+        key_id = self._current.get(agent_id)
+        if key_id is not None:
+            return self._hit((agent_id, key_id))
+        epoch = self._epoch
+        key = await self._store.key_for(agent_id)
+        if self._epoch == epoch:
+            self._remember(key)
+            self._current[agent_id] = key.key_id
+        return key
+
+    async def key(self, agent_id: str, key_id: str) -> AgentKey | None:
+        if (agent_id, key_id) in self._keys:
+            return self._hit((agent_id, key_id))
+        epoch = self._epoch
+        key = await self._store.key(agent_id, key_id)
+        if key is not None and self._epoch == epoch:
+            self._remember(key)
+        return key
+
+    async def forget(self, agent_id: str) -> int:
+        self.invalidate(agent_id)
+        try:
+            return await self._store.forget(agent_id)
+        finally:
+            # Again: a lookup may have cached the key while the forget was awaited.
+            self.invalidate(agent_id)
+
+    async def next_sequence(self, agent_id: str, count: int = 1) -> int:
+        return await self._store.next_sequence(agent_id, count)
+
+    def invalidate(self, agent_id: str) -> None:
+        """Drop every cached key of the agent (it was forgotten, here or elsewhere)."""
+        self._epoch += 1
+        self._current.pop(agent_id, None)
+        for cached in [k for k in self._keys if k[0] == agent_id]:
+            del self._keys[cached]
+
+    def _hit(self, name: tuple[str, str]) -> AgentKey:
+        self._keys.move_to_end(name)
+        return self._keys[name]
+
+    def _remember(self, key: AgentKey) -> None:
+        self._keys[(key.agent_id, key.key_id)] = key
+        self._keys.move_to_end((key.agent_id, key.key_id))
+        while len(self._keys) > self._max_keys:
+            (agent_id, key_id), _ = self._keys.popitem(last=False)
+            if self._current.get(agent_id) == key_id:
+                del self._current[agent_id]

@@ -1,0 +1,72 @@
+"""How far the fold got in each source partition (`Keyspace.applied_sources`).
+
+Part of the fold itself: a replay into an empty store rebuilds the marks as it goes,
+and skips the same re-journaled inputs the live run skipped. Marks only move
+forward (a script compares before it writes), so a stale writer cannot reopen a
+source range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from redis.asyncio import Redis
+
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.keyspace import Keyspace
+
+__all__ = ["AppliedMarks", "RedisAppliedMarks", "mark_field"]
+
+_SEPARATOR = "|"
+
+# ARGV: field, offset pairs; each field is set only when the offset is higher.
+_ADVANCE = """
+for i = 1, #ARGV, 2 do
+  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  if not current or tonumber(current) < tonumber(ARGV[i + 1]) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+"""
+
+
+def mark_field(source: tuple[str, int]) -> str:
+    topic, partition = source
+    return f"{topic}{_SEPARATOR}{partition}"
+
+
+class AppliedMarks(Protocol):
+    async def load(self, sources: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The marks of `sources` that exist."""
+        ...
+
+    async def advance(self, marks: Mapping[tuple[str, int], int]) -> None:
+        """Move each mark forward to its offset (never back)."""
+        ...
+
+
+class RedisAppliedMarks:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._key = Keyspace(prefix).applied_sources
+        self._advance = redis.register_script(_ADVANCE)
+
+    async def load(self, sources: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not sources:
+            return {}
+        values = await self._redis.hmget(self._key, [mark_field(s) for s in sources])
+        return {
+            source: int(text_of(value))
+            for source, value in zip(sources, values, strict=True)
+            if value is not None
+        }
+
+    async def advance(self, marks: Mapping[tuple[str, int], int]) -> None:
+        if not marks:
+            return
+        args: list[str | int] = []
+        for source, offset in sorted(marks.items()):
+            args += [mark_field(source), offset]
+        await self._advance(keys=[self._key], args=args)

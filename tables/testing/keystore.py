@@ -1,0 +1,42 @@
+"""The reference `KeyStore`: plain dicts with RedisKeyStore's semantics (one key per
+agent created on first use, forget destroys them all and the next key gets a new id,
+sequence blocks handed out by an ever-growing counter that survives forget), for
+tests without services. Run by the same contract suite as the Redis one
+(tests/integration/test_keystore_contract.py)."""
+
+from __future__ import annotations
+
+from grimoire.tables.journal.keystore import AgentKey, new_key_id, new_secret
+
+__all__ = ["InMemoryKeyStore"]
+
+
+class InMemoryKeyStore:
+    def __init__(self) -> None:
+        # No await between a read and its write below: each call is atomic on the
+        # event loop, as the Redis store's script and transactions are on the server.
+        self._current: dict[str, str] = {}
+        self._secrets: dict[str, dict[str, bytes]] = {}
+        self._sequences: dict[str, int] = {}
+
+    async def key_for(self, agent_id: str) -> AgentKey:
+        key_id = self._current.get(agent_id)
+        if key_id is None:
+            key_id = new_key_id()
+            self._current[agent_id] = key_id
+            self._secrets.setdefault(agent_id, {})[key_id] = new_secret()
+        return AgentKey(agent_id, key_id, self._secrets[agent_id][key_id])
+
+    async def key(self, agent_id: str, key_id: str) -> AgentKey | None:
+        secret = self._secrets.get(agent_id, {}).get(key_id)
+        return None if secret is None else AgentKey(agent_id, key_id, secret)
+
+    async def forget(self, agent_id: str) -> int:
+        self._current.pop(agent_id, None)
+        return len(self._secrets.pop(agent_id, {}))
+
+    async def next_sequence(self, agent_id: str, count: int = 1) -> int:
+        if count < 1:
+            raise ValueError(f"a sequence block holds at least one number, not {count}")
+        self._sequences[agent_id] = self._sequences.get(agent_id, 0) + count
+        return self._sequences[agent_id]

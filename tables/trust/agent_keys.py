@@ -1,0 +1,336 @@
+"""Every Redis key that holds state of one agent, found from the keyspace.
+
+Four kinds of place hold an agent's state:
+
+- per-agent keys with a fixed name (`FIXED_FAMILIES`: decisions, stats, walk
+  nodes, maintenance state, the witness log, …), read with one EXISTS each;
+- per-agent key families with open-ended names (`SCANNED_FAMILIES`: nexus ZSETs,
+  hyperedges, compaction plans and outboxes, the derivation index), found by
+  SCAN MATCH;
+- per-memory keys (`MEMORY_FAMILIES`: the memory hash, its usage counters,
+  tombstone and decay snapshot) of every memory of the agent, found through the
+  index with the tenant filter alone (deleted, archived and quarantined memories
+  too), each hash's owner checked;
+- the agent's members of deployment-wide keys (`MEMBER_FAMILIES`: field states,
+  watermarks, contrarian windows), reported apart as (key, member) pairs, since
+  the key itself is everyone's.
+
+An agent id may hold ':', so the SCAN pattern of agent `a` also matches the keys
+of an agent `a:x`. When a known agent (one with a watermark or a field state)
+has such an id, a matched key that also fits its name is told apart by what it
+holds: the memory ids in a nexus ZSET, a hyperedge, an outbox or a derivation
+entry, the `agent_id` of a compaction plan.
+
+Not an agent's state here: deployment-wide keys without per-agent members (the
+metrics, the vector-space claim, the applied-source marks, which count source
+partitions) and the key store (`Keyspace.agent_keys`: journal keys live outside
+the fold, possibly in another Redis; forgetting destroys them separately).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.keyspace import Keyspace, glob_escape
+from grimoire.tables.queries import AgentMemoriesQuery
+
+__all__ = [
+    "FIXED_FAMILIES",
+    "MEMBER_FAMILIES",
+    "MEMORY_FAMILIES",
+    "SCANNED_FAMILIES",
+    "AgentFootprint",
+    "agent_footprint",
+    "agent_keys",
+    "agent_members",
+    "agent_memory_ids",
+    "scan_head",
+]
+
+logger = logging.getLogger(__name__)
+
+PAGE: Final = 1000
+SCAN_COUNT: Final = 1000
+
+# family -> the agent's key
+FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
+    "decided": Keyspace.decided,
+    "stats": Keyspace.stats,
+    "outcomes": Keyspace.applied_outcomes,
+    "pending_outcomes": Keyspace.pending_outcomes,
+    "nodes": Keyspace.nodes,
+    "terms": Keyspace.terms,
+    "decay": Keyspace.decay_schedule,
+    "decay_seeded": Keyspace.decay_seeded,
+    "compaction_cursor": Keyspace.compaction_cursor,
+    "compaction_pending": Keyspace.compaction_pending,
+    "curator": Keyspace.curator,
+    "curator_entries": Keyspace.curator_entries,
+    "playbook": Keyspace.playbook,
+    "maintenance_ledger": Keyspace.maintenance_ledger,
+    "maintenance_lease": Keyspace.maintenance_lease,
+    "maintenance_log": Keyspace.maintenance_log,
+    "witness": Keyspace.witness,
+}
+
+# family -> (its SCAN pattern, the Keyspace methods building its keys)
+SCANNED_FAMILIES: Final[
+    Mapping[str, tuple[Callable[[Keyspace, str], str], tuple[Callable[..., str], ...]]]
+] = {
+    "nexus": (Keyspace.nexus_pattern, (Keyspace.nexus,)),
+    "hyperedge": (Keyspace.hyperedge_pattern, (Keyspace.hyperedge,)),
+    "compaction_plan": (Keyspace.compaction_plan_pattern, (Keyspace.compaction_plan,)),
+    "compaction_outbox": (Keyspace.compaction_outbox_pattern, (Keyspace.compaction_outbox,)),
+    "derivation": (
+        Keyspace.derivation_pattern,
+        (Keyspace.derived_from, Keyspace.derivation_sources),
+    ),
+}
+
+# family -> a memory's key
+MEMORY_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
+    "memory": Keyspace.memory,
+    "usage": Keyspace.usage,
+    "tombstone": Keyspace.tombstone,
+    "decayed": Keyspace.decayed,
+}
+
+# family -> the deployment-wide key holding one member per agent
+MEMBER_FAMILIES: Final[Mapping[str, Callable[[Keyspace], str]]] = {
+    "field_state": lambda keys: keys.field_states,
+    "watermark": lambda keys: keys.watermarks,
+    "contrarian_window": lambda keys: keys.contrarian_windows,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFootprint:
+    """Where one agent's state is: its memories, its keys by family (each sorted),
+    and its members of deployment-wide keys."""
+
+    prefix: str
+    agent_id: str
+    memory_ids: tuple[str, ...]
+    families: Mapping[str, tuple[str, ...]]
+    members: Mapping[str, tuple[str, str]]  # family -> (key, member)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key holding only this agent's state, sorted."""
+        return sorted(key for keys in self.families.values() for key in keys)
+
+    @property
+    def member_pairs(self) -> list[tuple[str, str]]:
+        return sorted(self.members.values())
+
+    def name_of(self, family: str, key: str) -> str:
+        """What names `key` within its family, without the prefix: the memory id
+        of a per-memory key, the nexus key, edge id or plan id of a scanned one,
+        "" for a fixed key (two deployments' footprints compare by these)."""
+        keys = Keyspace(self.prefix)
+        if family in MEMORY_FAMILIES:
+            return key.removeprefix(MEMORY_FAMILIES[family](keys, ""))
+        if family in SCANNED_FAMILIES:
+            return key.removeprefix(scan_head(SCANNED_FAMILIES[family][0](keys, self.agent_id)))
+        return ""
+
+
+async def agent_keys(redis: Redis, prefix: str, agent_id: str) -> list[str]:
+    """Every key holding state of `agent_id` (not the deployment-wide keys it has
+    a member in: `agent_members`), sorted."""
+    return (await agent_footprint(redis, prefix, agent_id)).keys
+
+
+async def agent_members(redis: Redis, prefix: str, agent_id: str) -> list[tuple[str, str]]:
+    """(key, member) of each deployment-wide key that holds a member for `agent_id`."""
+    return sorted((await _members(redis, Keyspace(prefix), agent_id)).values())
+
+
+async def agent_footprint(
+    redis: Redis, prefix: str, agent_id: str, *, page: int = PAGE
+) -> AgentFootprint:
+    if not agent_id:
+        raise ValueError("a footprint needs an agent_id")
+    keys = Keyspace(prefix)
+    memory_ids = await agent_memory_ids(redis, prefix, agent_id, page=page)
+    families: dict[str, tuple[str, ...]] = {}
+    fixed = {family: build(keys, agent_id) for family, build in FIXED_FAMILIES.items()}
+    present = await _existing(redis, list(fixed.values()))
+    for family, key in fixed.items():
+        families[family] = (key,) if key in present else ()
+    owned = set(memory_ids)
+    rivals = await _longer_agents(redis, keys, agent_id)
+    for family, (pattern, _) in SCANNED_FAMILIES.items():
+        found = [
+            text_of(k)
+            async for k in redis.scan_iter(match=pattern(keys, agent_id), count=SCAN_COUNT)
+        ]
+        mine = await _disown(redis, family, pattern, keys, agent_id, rivals, found, owned)
+        families[family] = tuple(sorted(set(mine)))
+    for family, build in MEMORY_FAMILIES.items():
+        candidates = [build(keys, memory_id) for memory_id in memory_ids]
+        present = await _existing(redis, candidates)
+        families[family] = tuple(sorted(key for key in candidates if key in present))
+    return AgentFootprint(
+        prefix=prefix,
+        agent_id=agent_id,
+        memory_ids=tuple(memory_ids),
+        families=families,
+        members=await _members(redis, keys, agent_id),
+    )
+
+
+async def agent_memory_ids(
+    redis: Redis, prefix: str, agent_id: str, *, page: int = PAGE
+) -> list[str]:
+    """Every memory of the agent (deleted, archived, quarantined ones too), by id,
+    sorted: found through the index, then each hash's `agent_id` checked (a hit
+    owned by anyone else is not the agent's, whatever the index said)."""
+    keys = Keyspace(prefix)
+    found, total = await _search_pages(redis, keys, agent_id, page)
+    if len(found) < total:
+        # The index moved under the paging (writes meanwhile): read it in one go.
+        logger.info("memories of %s moved while paging: reading %d at once", agent_id, total)
+        found, total = await _search_pages(redis, keys, agent_id, max(total, 1) * 2)
+    ids = sorted(found)
+    owners = await _pipelined(redis, [("HGET", keys.memory(i), "agent_id") for i in ids])
+    return [
+        i
+        for i, owner in zip(ids, owners, strict=True)
+        if owner is not None and text_of(owner) == agent_id
+    ]
+
+
+async def _search_pages(
+    redis: Redis, keys: Keyspace, agent_id: str, page: int
+) -> tuple[set[str], int]:
+    found: set[str] = set()
+    offset = 0
+    total = 0
+    while True:
+        query = AgentMemoriesQuery(agent_id, offset, page)
+        try:
+            reply = await redis.execute_command(  # type: ignore[no-untyped-call]
+                "FT.SEARCH", keys.index_name, *query.arguments()
+            )
+        except ResponseError as exc:
+            if "no such index" in str(exc).lower():
+                return found, 0  # a deployment that never stored a memory
+            raise
+        total, page_keys = _nocontent(reply)
+        found.update(keys.memory_id_of(key) for key in page_keys)
+        offset += page
+        if not page_keys or offset >= total:
+            return found, total
+
+
+def _nocontent(reply: Any) -> tuple[int, list[str]]:
+    """(total, document keys) of an FT.SEARCH NOCONTENT reply, RESP2 or RESP3."""
+    if isinstance(reply, dict):
+        total = reply.get("total_results", reply.get(b"total_results")) or 0
+        rows = list(reply.get("results", reply.get(b"results")) or [])
+        return int(total), [text_of(row.get("id", row.get(b"id"))) for row in rows]
+    rows = list(reply or [])
+    return (int(rows[0]) if rows else 0), [text_of(key) for key in rows[1:]]
+
+
+async def _existing(redis: Redis, candidates: Sequence[str]) -> set[str]:
+    flags = await _pipelined(redis, [("EXISTS", key) for key in candidates])
+    return {key for key, flag in zip(candidates, flags, strict=True) if int(flag)}
+
+
+async def _pipelined(redis: Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    replies: list[Any] = []
+    for start in range(0, len(commands), PAGE):
+        async with redis.pipeline(transaction=False) as pipe:
+            for command in commands[start : start + PAGE]:
+                pipe.execute_command(*command)
+            replies += await pipe.execute()
+    return replies
+
+
+async def _members(redis: Redis, keys: Keyspace, agent_id: str) -> dict[str, tuple[str, str]]:
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hexists(keys.field_states, agent_id)
+        pipe.zscore(keys.watermarks, agent_id)
+        pipe.zscore(keys.contrarian_windows, agent_id)
+        field, watermark, window = await pipe.execute()
+    held = {"field_state": bool(field), "watermark": watermark is not None,
+            "contrarian_window": window is not None}  # fmt: skip
+    return {
+        family: (key_of(keys), agent_id)
+        for family, key_of in MEMBER_FAMILIES.items()
+        if held[family]
+    }
+
+
+async def _longer_agents(redis: Redis, keys: Keyspace, agent_id: str) -> list[str]:
+    """Known agents whose id is `agent_id` + ':' + more: their keys match its patterns."""
+    match = glob_escape(agent_id + ":") + "*"
+    found = {text_of(m) async for m, _ in redis.zscan_iter(keys.watermarks, match=match)}
+    found |= {text_of(f) async for f, _ in redis.hscan_iter(keys.field_states, match=match)}
+    return sorted(found)
+
+
+async def _disown(
+    redis: Redis,
+    family: str,
+    pattern: Callable[[Keyspace, str], str],
+    keys: Keyspace,
+    agent_id: str,
+    rivals: Sequence[str],
+    found: Sequence[str],
+    owned: set[str],
+) -> list[str]:
+    """`found` without the keys that belong to a longer agent id."""
+    if not rivals:
+        return list(found)
+    heads = [scan_head(pattern(keys, rival)) for rival in rivals]
+    own_head = scan_head(pattern(keys, agent_id))
+    mine: list[str] = []
+    for key in found:
+        ambiguous = any(key.startswith(head) for head in heads)
+        if not ambiguous or await _holds_own(redis, family, key, own_head, agent_id, owned):
+            mine.append(key)
+    return mine
+
+
+async def _holds_own(
+    redis: Redis, family: str, key: str, head: str, agent_id: str, owned: set[str]
+) -> bool:
+    """Whether an ambiguous key holds evidence of being `agent_id`'s: one of its
+    memories among what it names."""
+    if family == "compaction_plan":
+        owner = await redis.hget(key, "agent_id")
+        return owner is not None and text_of(owner) == agent_id
+    if family == "nexus":
+        ids = [text_of(m) async for m, _ in redis.zscan_iter(key)]
+    elif family == "hyperedge":
+        ids = [text_of(f) async for f, _ in redis.hscan_iter(key)]
+    elif family == "derivation":
+        # `role|id` fields (a role never holds '|'); the key ends with
+        # `from:<id>` or `of:<id>` after the agent's part.
+        ids = [text_of(f).partition("|")[2] async for f, _ in redis.hscan_iter(key)]
+        ids.append(key.removeprefix(head).partition(":")[2])
+    else:
+        ids = [text_of(m) for m in await redis.lrange(key, 0, -1)]
+    return any(memory_id in owned for memory_id in ids)
+
+
+def scan_head(pattern: str) -> str:
+    """The literal start of a `<literal>*` SCAN pattern (glob escapes removed)."""
+    literal, escaped = [], False
+    for ch in pattern.removesuffix("*"):
+        if ch == "\\" and not escaped:
+            escaped = True
+            continue
+        literal.append(ch)
+        escaped = False
+    return "".join(literal)

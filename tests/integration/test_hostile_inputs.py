@@ -1,0 +1,252 @@
+"""What an outside probe of a fresh clone found, through the real broker, worker and
+Redis (the parsers and the handler alone are in tests/unit/test_hostile_inputs.py):
+
+* `TENV1` and `tenV1` writing the same text stay two agents (the `agent_id` TAG was
+  case-insensitive and admission folded the second into the first's aggregate), and
+  `tenV2,evil` is refused instead of writing into `tenV2`;
+* a `reply_to` outside `{prefix}.replies.` gets no reply and one dead letter;
+* an answer larger than a Kafka record is cut to `max_reply_bytes` and says so,
+  instead of failing as `internal_error` after three tries;
+* a megabyte `correlation_id` is one dead letter, not three and no reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from redis.asyncio import Redis
+
+from grimoire.infra.settings import Settings
+from grimoire.tables.keyspace import Keyspace
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.options import RecallBudgets
+from grimoire.topics.schemas import EpisodeV1
+
+pytestmark = pytest.mark.integration
+
+BASE_TS = 1_790_000_000_000
+TEXT = "rpc endpoint timed out twice while syncing the validator set"
+PARAPHRASE = "the rpc endpoint timed out twice while syncing validator set"
+
+
+def _request(agent: str, **fields: Any) -> bytes:
+    return orjson.dumps({"agent_id": agent, "query": "rpc timed out", **fields})
+
+
+async def _events_of(
+    read_topic: Any, settings: Settings, client: GrimoireClient, agent: str, n: int
+) -> list[dict[str, Any]]:
+    def mine(records: list[Any]) -> list[dict[str, Any]]:
+        events = [orjson.loads(r.value) for r in records]
+        return [e for e in events if e.get("agent_id") == agent]
+
+    records = await read_topic(
+        settings.bootstrap_servers,
+        client.topics.memory_events,
+        until=lambda rs: len(mine(rs)) >= n,
+        timeout=20,
+    )
+    return mine(records)
+
+
+async def _owner(redis: Redis, settings: Settings, memory_id: str) -> str:
+    raw = await redis.hget(Keyspace(settings.topic_prefix).memory(memory_id), "agent_id")
+    return raw.decode() if raw is not None else ""
+
+
+async def _letters_of(
+    read_topic: Any, settings: Settings, client: GrimoireClient, agent: str, n: int
+) -> list[dict[str, Any]]:
+    """The agent's dead letters once there are `n`, read again a moment later so a
+    duplicate (a retried handler dead-letters again) would show."""
+
+    def mine(records: list[Any]) -> list[dict[str, Any]]:
+        letters = [orjson.loads(r.value) for r in records]
+        return [d for d in letters if d.get("agent_id") == agent]
+
+    topic = client.topics.dead_letters
+    await read_topic(
+        settings.bootstrap_servers, topic, until=lambda rs: len(mine(rs)) >= n, timeout=20
+    )
+    await asyncio.sleep(2.0)  # the retry backoff is 0.1 s, then 0.2 s
+    records = await read_topic(
+        settings.bootstrap_servers, topic, until=lambda rs: len(mine(rs)) > n, timeout=1
+    )
+    return mine(records)
+
+
+async def test_agents_differing_only_in_case_never_fold_into_each_other(
+    client: GrimoireClient,
+    settings: Settings,
+    redis_client: Redis,
+    read_topic: Any,
+) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    upper, lower = f"TENV1-{suffix}", f"tenV1-{suffix}"
+    await client.publish_episode(EpisodeV1(agent_id=upper, ts=BASE_TS, text=TEXT))
+    (first,) = await _events_of(read_topic, settings, client, upper, 1)
+    assert first["action"] == "admit"
+
+    await client.publish_episode(EpisodeV1(agent_id=lower, ts=BASE_TS + 1, text=TEXT))
+    await client.publish_episode(EpisodeV1(agent_id=lower, ts=BASE_TS + 2, text=PARAPHRASE))
+    own = await _events_of(read_topic, settings, client, lower, 2)
+    # Its first memory is its own, not a fold into TENV1's; the paraphrase lands
+    # on that memory (or is admitted), never on TENV1's.
+    assert own[0]["action"] == "admit"
+    for event in own:
+        for memory_id in (event["memory_id"], event.get("target_id")):
+            if memory_id and event["action"] != "reject":
+                assert await _owner(redis_client, settings, memory_id) == lower, event
+
+    answer = await client.recall(upper, "rpc timed out", k=10, record_usage=False)
+    assert [item.agent_id for item in answer.items] == [upper]
+    answer = await client.recall(lower, "rpc timed out", k=10, record_usage=False)
+    assert answer.items and {item.agent_id for item in answer.items} == {lower}
+
+
+async def test_an_agent_id_with_a_comma_is_dead_lettered_and_writes_nothing(
+    client: GrimoireClient,
+    settings: Settings,
+    read_topic: Any,
+) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    victim, forged = f"tenV2-{suffix}", f"tenV2-{suffix},evil"
+    await client.publish_episode(EpisodeV1(agent_id=victim, ts=BASE_TS, text=TEXT))
+    await _events_of(read_topic, settings, client, victim, 1)
+    payload = {"agent_id": forged, "ts": BASE_TS + 1, "text": TEXT, "event_id": suffix}
+    await client.publish_raw(client.topics.episodes, victim, orjson.dumps(payload))
+
+    def letters(records: list[Any]) -> list[dict[str, Any]]:
+        decoded = [orjson.loads(r.value) for r in records]
+        return [d for d in decoded if forged in (d.get("payload") or "")]
+
+    records = await read_topic(
+        settings.bootstrap_servers,
+        client.topics.dead_letters,
+        until=lambda rs: bool(letters(rs)),
+        timeout=15,
+    )
+    (letter,) = letters(records)
+    assert (letter["reason"], letter["field"]) == ("invalid_value", "agent_id")
+    answer = await client.recall(victim, "rpc timed out", k=10, record_usage=False)
+    assert len(answer.items) == 1
+    events = await _events_of(read_topic, settings, client, victim, 1)
+    assert [e["action"] for e in events] == ["admit"]
+
+
+async def test_reply_to_outside_the_reply_namespace_gets_no_reply_and_one_dead_letter(
+    client: GrimoireClient,
+    settings: Settings,
+    read_topic: Any,
+) -> None:
+    agent = f"probe-{uuid.uuid4().hex[:6]}"
+    fresh = f"{settings.topic_prefix}-new-{uuid.uuid4().hex[:6]}"
+    targets = [
+        client.topics.memory_events,
+        client.topics.episodes,
+        f"other{uuid.uuid4().hex[:4]}.replies.x",
+        f"{client.topics.reply_namespace}someone.else",
+        fresh,
+    ]
+    for n, reply_to in enumerate(targets):
+        raw = _request(agent, reply_to=reply_to, correlation_id=f"outside-{n}")
+        await client.publish_raw(client.topics.recall_requests, agent, raw)
+
+    mine = await _letters_of(read_topic, settings, client, agent, len(targets))
+    assert len(mine) == len(targets)
+    assert {(d["reason"], d["field"]) for d in mine} == {("invalid_value", "reply_to")}
+
+    for topic in (client.topics.memory_events, client.topics.episodes):
+        records = await read_topic(
+            settings.bootstrap_servers, topic, until=lambda rs: False, timeout=1
+        )
+        assert not [r for r in records if b"outside-" in r.value]
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    try:
+        assert fresh not in set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+def _long_text(rng: random.Random, marker: str) -> str:
+    """About 15,000 characters of two-byte letters (30 KB of JSON), unlike any other."""
+    letters = "éèêëàâäîïôöùûüçœæ"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randrange(4, 9))) for _ in range(2_000)]
+    text = marker
+    while len(text) < 14_900:
+        text += " " + rng.choice(words)
+    return text
+
+
+async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
+    client: GrimoireClient,
+    settings: Settings,
+    read_topic: Any,
+    eventually: Any,
+) -> None:
+    agent = f"big-{uuid.uuid4().hex[:6]}"
+    marker = f"m{uuid.uuid4().hex[:8]}"
+    rng = random.Random(20261125)
+    count = 40
+    for n in range(count):
+        text = _long_text(rng, marker)
+        await client.publish_episode(EpisodeV1(agent_id=agent, ts=BASE_TS + n, text=text))
+
+    async def all_stored() -> Any:
+        answer = await client.recall(
+            agent,
+            marker,
+            k=100,
+            budgets=RecallBudgets(canonical_k=100, eidolon_k=100, full_text_items=0),
+            record_usage=False,
+        )
+        return answer if len(answer.items) == count else None
+
+    await eventually(all_stored, timeout=60)
+    # Every budget within its documented ceiling; the texts alone are ~1.2 MB.
+    budgets = RecallBudgets(
+        canonical_k=100, eidolon_k=100, bm25_k=100, token_budget=200_000, full_text_items=100
+    )
+    answer = await client.recall(
+        agent, marker, k=100, budgets=budgets, record_usage=False, timeout=20
+    )
+    assert answer.budget["truncated"] == 1
+    limit = settings.recall_limits.max_reply_bytes
+    assert answer.budget["max_reply_bytes"] == limit
+    kept = len(answer.items)
+    assert 0 < kept < count
+    assert answer.budget["items"] == kept
+    assert answer.budget["dropped_items"] == count - kept
+    assert answer.items[0].text
+
+    records = await read_topic(
+        settings.bootstrap_servers, client.reply_topic, until=lambda rs: False, timeout=2
+    )
+    biggest = max(len(r.value) for r in records)
+    assert limit // 2 < biggest <= limit
+
+
+async def test_a_megabyte_correlation_id_is_one_dead_letter_and_no_reply(
+    client: GrimoireClient,
+    settings: Settings,
+    read_topic: Any,
+) -> None:
+    agent = f"corr-{uuid.uuid4().hex[:6]}"
+    # Just under the producer's 1 MiB record limit.
+    raw = _request(agent, reply_to=client.reply_topic, correlation_id="c" * 1_000_000)
+    await client.publish_raw(client.topics.recall_requests, agent, raw)
+
+    mine = await _letters_of(read_topic, settings, client, agent, 1)
+    assert [(d["reason"], d["field"]) for d in mine] == [("oversize", "correlation_id")]
+    replies = await read_topic(
+        settings.bootstrap_servers, client.reply_topic, until=lambda rs: False, timeout=2
+    )
+    assert all(len(r.value) < 100_000 for r in replies)
+    assert not [r for r in replies if b"ccccccccccccccccccccccccccccc" in r.value]

@@ -1,0 +1,297 @@
+"""The sequencer and the apply loop without services: the reference key store,
+marks and witness log, the handlers on the in-memory memory store.
+
+What is checked: a fold is a function of the journal (batch boundaries change
+nothing, witness chain included); an outcome journaled before its memory takes
+effect once the memory is written; a re-journaled input is applied once; a
+forgotten agent's entries are skipped; a poison entry is dead-lettered with its
+journal position and the fold goes on; an outage is raised for the caller to retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pytest
+
+from grimoire.agents.handlers.usage import StoreUsage
+from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.sequencer import Sequencer
+from grimoire.agents.journal.witness import PublishedWitness
+from grimoire.agents.maintenance.handler import MaintenanceHandler
+from grimoire.agents.ports import InputMessage
+from grimoire.streams.journal.entry import EntryKind, decode_entry, encode_entry
+from grimoire.streams.trust.witness import verify_chain
+from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
+from grimoire.tables.testing.keystore import InMemoryKeyStore
+from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
+from grimoire.tables.testing.witness_log import InMemoryWitnessLog
+from grimoire.tables.trust.witness_store import Witness
+from tests.support.handlers import (
+    TOPICS,
+    TS,
+    Rig,
+    episode,
+    messages,
+    mid,
+    outcome,
+    recall_request,
+)
+
+
+class Commands:
+    """Stands in for retraction and forgetting (tested on their own): records what
+    it was asked, and fails the way it is told to."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+        self.fail_with: BaseException | None = None
+
+    async def apply_command(
+        self, message: InputMessage
+    ) -> Sequence[tuple[str, Sequence[str], Any]]:
+        self.seen.append(message.value)
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [("pin", ("m-1",), {"changed": True})]
+
+
+class JournalRig:
+    def __init__(self, *, is_outage: Any = None) -> None:
+        self.rig = Rig()
+        self.sink = self.rig.sink
+        self.keys = InMemoryKeyStore()
+        self.marks = InMemoryAppliedMarks()
+        self.log = InMemoryWitnessLog()
+        self.commands = Commands()
+
+        async def live(_: str) -> int:
+            return 0
+
+        maintenance = MaintenanceHandler(
+            ledgers=InMemoryMaintenanceLedger(),
+            field_states=self.rig.store,
+            runners={},
+            sink=self.sink,
+            topics=TOPICS,
+            worker_id="w1",
+            block_interval_ms=12_000,
+            live_count=live,
+        )
+        self.sequencer = Sequencer(self.keys, self.sink, TOPICS)
+        extra = {} if is_outage is None else {"is_outage": is_outage}
+        self.applier = JournalApplier(
+            keys=self.keys,
+            marks=self.marks,
+            ingest=self.rig.ingest,
+            outcomes=self.rig.outcomes,
+            maintenance=maintenance,
+            usage=StoreUsage(self.rig.store),
+            commands=self.commands,
+            witness=PublishedWitness(Witness(self.log), self.sink, TOPICS),
+            sink=self.sink,
+            topics=TOPICS,
+            **extra,
+        )
+
+    def journal(self) -> list[InputMessage]:
+        """The journal as one partition, offsets in append order."""
+        return [
+            InputMessage(value=v, topic=TOPICS.journal, partition=0, offset=i)
+            for i, v in enumerate(self.sink.on(TOPICS.journal))
+        ]
+
+    async def fold(self, journal: Sequence[InputMessage], chunk: int = 100) -> None:
+        for start in range(0, len(journal), chunk):
+            await self.applier.apply(journal[start : start + chunk])
+
+    def on(self, topic: str) -> list[dict[str, Any]]:
+        return self.rig.on(topic)
+
+
+def state_of(rig: JournalRig) -> list[dict[str, Any]]:
+    """Every memory hash but its transaction time, and the usage hashes."""
+    store = rig.rig.store
+    hashes = []
+    for doc in sorted(store.hashes(), key=lambda d: str(d["memory_id"])):
+        kept = {k: v for k, v in doc.items() if k != "recorded_at"}
+        hashes.append({"doc": kept, "usage": store.usage(str(doc["memory_id"]))})
+    return hashes
+
+
+EPISODES = [
+    episode("agent-1", "disk full on node seven", TS, "a1"),
+    episode("agent-1", "cpu load high on scheduler", TS + 1_000, "a2"),
+    episode("agent-2", "disk full on node seven", TS + 2_000, "b1"),
+    episode("agent-1", "network partition between racks", TS + 3_000, "a3"),
+]
+
+
+async def journal_a_mixed_history(rig: JournalRig) -> None:
+    await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES[:2]))
+    positive = outcome("positive", [mid("agent-1", "a1", TS)], TS + 1_500, event_id="o1")
+    await rig.sequencer.append(EntryKind.OUTCOME, [positive])
+    await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES[2:], first_offset=2))
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 100])
+async def test_the_fold_does_not_depend_on_batch_boundaries(chunk: int) -> None:
+    reference = JournalRig()
+    await journal_a_mixed_history(reference)
+    await reference.fold(reference.journal(), chunk=100)
+
+    other = JournalRig()
+    await journal_a_mixed_history(other)
+    await other.fold(other.journal(), chunk=chunk)
+
+    assert state_of(other) == state_of(reference)
+    for agent in ("agent-1", "agent-2"):
+        chain = await other.log.records(agent)
+        assert [r.fields_digest for r in chain] == [
+            r.fields_digest for r in await reference.log.records(agent)
+        ]
+        assert verify_chain(chain).ok
+
+
+async def _memory_after(order: str) -> dict[str, Any]:
+    rig = JournalRig()
+    memory = mid("agent-1", "a1", TS)
+    positive = outcome("positive", [memory], TS + 10, event_id="o-1")
+    episodes = messages(EPISODES[0])
+    if order == "outcome first":
+        await rig.sequencer.append(EntryKind.OUTCOME, [positive])
+    await rig.sequencer.append(EntryKind.EPISODE, episodes)
+    if order == "outcome after":
+        await rig.sequencer.append(EntryKind.OUTCOME, [positive])
+    await rig.fold(rig.journal())
+    doc = rig.rig.store.record(memory)
+    assert doc is not None
+    held = await rig.rig.store.take_held_outcomes("agent-1", [memory])
+    return {
+        "confidence": doc["confidence"],
+        "strength": doc.get("strength"),
+        "last_accessed": rig.rig.store.usage(memory).get("last_accessed"),
+        "held": held,
+        "events": [e["reason"] for e in rig.rig.events() if e["type"] == "GrimoireOutcome"],
+    }
+
+
+async def test_an_outcome_before_its_memory_takes_effect_when_it_is_written() -> None:
+    early = await _memory_after("outcome first")
+    late = await _memory_after("outcome after")
+    none = await _memory_after("no outcome")
+    assert float(early["strength"]) == float(late["strength"]) == 2.0
+    assert early["confidence"] == late["confidence"] != none["confidence"]
+    assert early["last_accessed"] == late["last_accessed"] == str(TS + 10)
+    assert early["held"] == late["held"] == []  # nothing left waiting
+    assert early["events"] == ["applied to 0 of 1 memories, held for 1 not written yet"]
+    assert late["events"] == ["applied to 1 of 1 memories"]
+
+
+async def test_a_rejournaled_input_is_applied_once() -> None:
+    rig = JournalRig()
+    first = messages(*EPISODES[:2])
+    await rig.sequencer.append(EntryKind.EPISODE, first)
+    # The sequencer crashed after writing, before committing: it reads them again.
+    await rig.sequencer.append(EntryKind.EPISODE, first)
+    journal = rig.journal()
+    await rig.fold(journal[:3])
+    report = await rig.applier.apply(journal[3:])
+    assert report.skipped == 1
+    decisions = [e for e in rig.rig.events() if e.get("candidate_id")]
+    assert len(decisions) == 2
+    assert len(await rig.log.records("agent-1")) == 2
+
+
+async def test_a_forgotten_agents_entries_are_skipped() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES))
+    await rig.keys.forget("agent-2")
+    report = await rig.applier.apply(rig.journal())
+    assert report.shredded == 1 and report.applied == 3
+    assert all(doc["agent_id"] != "agent-2" for doc in rig.rig.store.hashes())
+
+
+async def test_a_poison_entry_is_dead_lettered_with_its_place_and_the_fold_goes_on() -> None:
+    rig = JournalRig()
+    rig.commands.fail_with = RuntimeError("a bug")
+    command = InputMessage(
+        orjson.dumps({"agent_id": "agent-1", "command": "pin", "memory_id": "m-1"}),
+        TOPICS.commands,
+        partition=0,
+        offset=0,
+    )
+    await rig.sequencer.append(EntryKind.COMMAND, [command])
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    report = await rig.applier.apply(rig.journal())
+    assert report.dead_lettered == 1 and report.applied == 1
+    (letter,) = rig.on(TOPICS.dead_letters)
+    assert letter["reason"] == "internal_error"
+    assert (letter["source_topic"], letter["offset"]) == (TOPICS.journal, 0)
+    assert "a bug" in letter["detail"]
+    assert rig.rig.store.record(mid("agent-1", "a1", TS)) is not None
+
+
+async def test_an_outage_is_raised_and_the_entry_stays_unapplied() -> None:
+    rig = JournalRig(is_outage=lambda exc: isinstance(exc, ConnectionError))
+    rig.commands.fail_with = ConnectionError("redis gone")
+    command = InputMessage(
+        orjson.dumps({"agent_id": "agent-1", "command": "forget"}),
+        TOPICS.commands,
+        partition=0,
+        offset=5,
+    )
+    await rig.sequencer.append(EntryKind.COMMAND, [command])
+    with pytest.raises(ConnectionError):
+        await rig.applier.apply(rig.journal())
+    assert rig.marks.marks == {}
+    rig.commands.fail_with = None
+    report = await rig.applier.apply(rig.journal())  # the retry
+    assert report.applied == 1 and len(rig.commands.seen) == 2
+
+
+async def test_a_tampered_payload_is_dead_lettered_not_applied() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    (message,) = rig.journal()
+    entry = decode_entry(message.value)
+    forged = encode_entry(
+        type(entry)(
+            agent_id=entry.agent_id,
+            seq=entry.seq + 1,  # moved to another place in the sequence
+            kind=entry.kind,
+            source=entry.source,
+            key_id=entry.key_id,
+            nonce=entry.nonce,
+            ciphertext=entry.ciphertext,
+        )
+    )
+    report = await rig.applier.apply([InputMessage(forged, TOPICS.journal, 0, 0)])
+    assert report.dead_lettered == 1 and rig.rig.store.hashes() == []
+    (letter,) = rig.on(TOPICS.dead_letters)
+    assert letter["reason"] == "internal_error" and "does not open" in letter["detail"]
+
+
+async def test_an_input_without_an_owner_is_dead_lettered_by_the_sequencer() -> None:
+    rig = JournalRig()
+    report = await rig.sequencer.append(
+        EntryKind.EPISODE, messages(b"{not json", orjson.dumps({"text": "no agent"}))
+    )
+    assert report.journaled == 0 and report.dead_lettered == 2
+    assert [d["reason"] for d in rig.on(TOPICS.dead_letters)] == ["invalid_json", "missing_field"]
+    assert rig.journal() == []
+
+
+async def test_usage_entries_apply_the_uses_a_recall_served() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    await rig.fold(rig.journal())
+    rig.rig.recall.usage = rig.sequencer
+    await rig.rig.recall.handle(recall_request(as_of=TS + 500))
+    memory = mid("agent-1", "a1", TS)
+    assert "last_accessed" not in rig.rig.store.usage(memory)  # recall only read
+    await rig.fold(rig.journal()[1:])
+    assert rig.rig.store.usage(memory)["last_accessed"] == str(TS + 500)
+    assert [r.op for r in await rig.log.records("agent-1")] == ["ingest", "usage"]
