@@ -49,6 +49,11 @@ class HandlerSource(Protocol):
 
     async def handlers(self) -> Handlers: ...
 
+    def pressure(self) -> str:
+        """This worker's load (normal | throttled | paused), stamped on the
+        maintenance commands its block timer issues."""
+        ...
+
     def known_agents(self) -> AsyncIterator[str]: ...
 
 
@@ -208,7 +213,9 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
     async def block_timer() -> None:
         sent = 0
         async for agent_id in runtime.known_agents():
-            command = MaintenanceCommandV1(agent_id=agent_id, issued_by=runtime.worker_id)
+            command = MaintenanceCommandV1(
+                agent_id=agent_id, issued_by=runtime.worker_id, pressure=runtime.pressure()
+            )
             await app.producer.send(
                 names.maintenance, agent_id.encode(), command.dumps_json(), None, None, None
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -25,7 +26,7 @@ from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
 
-__all__ = ["ReplayReport", "replay"]
+__all__ = ["ReplayReport", "read_partition", "replay"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,29 +99,10 @@ async def replay(
         bar = _progress(total, progress)
         consumer.assign(tps)
         for tp in tps:
-            end = ends[tp]
-            if end <= 0:
-                continue
-            consumer.seek(tp, 0)
-            done = 0
-            while done < end:
-                fetched = await consumer.getmany(tp, timeout_ms=1_000, max_records=_BATCH)
-                records = [r for r in fetched.get(tp, []) if r.offset < end]
-                if not records:
-                    continue
-                batch = [
-                    InputMessage(
-                        value=bytes(r.value or b""),
-                        topic=journal,
-                        partition=tp.partition,
-                        offset=r.offset,
-                    )
-                    for r in records
-                ]
+            async for batch in read_partition(consumer, tp, at_least=ends[tp]):
                 report.add(await applier.apply(batch))
-                done = records[-1].offset + 1
-                report.per_partition[tp.partition] = done
-                bar.update(len(records))
+                report.per_partition[tp.partition] = (batch[-1].offset or 0) + 1
+                bar.update(len(batch))
         bar.close()
         return report
     finally:
@@ -129,6 +111,34 @@ async def replay(
         await redis.aclose()
         if keystore_redis is not None:
             await keystore_redis.aclose()
+
+
+async def read_partition(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, *, at_least: int, idle_ms: int = 1_500
+) -> AsyncIterator[list[InputMessage]]:
+    """The partition from its first offset, in batches, until it has nothing more
+    to give (and at least up to `at_least`). The end is found by reading, not by
+    asking: a Kafka-compatible broker may answer ListOffsets with less than it
+    holds (tansu did), and a replay that stopped there would lose entries."""
+    consumer.seek(tp, 0)
+    position = 0
+    idle = 0
+    while True:
+        fetched = await consumer.getmany(tp, timeout_ms=idle_ms // 3, max_records=_BATCH)
+        records = fetched.get(tp, [])
+        if not records:
+            idle += 1
+            if idle >= 3 and position >= at_least:
+                return
+            continue
+        idle = 0
+        position = records[-1].offset + 1
+        yield [
+            InputMessage(
+                value=bytes(r.value or b""), topic=tp.topic, partition=tp.partition, offset=r.offset
+            )
+            for r in records
+        ]
 
 
 class _Bar:

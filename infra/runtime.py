@@ -30,8 +30,6 @@ from grimoire.agents.maintenance.curator_task import CuratorRunner
 from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.agents.maintenance.handler import (
     MaintenanceHandler,
-    NoPressure,
-    PressureProbe,
     TaskRunner,
 )
 from grimoire.agents.maintenance.pressure import CountingSink, WorkerPressure
@@ -39,7 +37,7 @@ from grimoire.agents.ports import Embedder, EventSink
 from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
-from grimoire.streams.maintenance.schedule import Task
+from grimoire.streams.maintenance.schedule import Task, assess_pressure
 from grimoire.tables.exceptions import is_outage
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
@@ -127,11 +125,15 @@ class Runtime:
             embedder=embedder,
             sink=self._sink,
             worker_id=self.worker_id,
-            pressure=WorkerPressure(self._counting, self._lag),
         )
         self._witness = composed.witness
         logger.info("runtime ready (prefix %s)", settings.topic_prefix)
         return composed.handlers
+
+    def pressure(self) -> str:
+        """This worker's load now, as a maintenance command records it."""
+        probe = WorkerPressure(self._counting, self._lag)
+        return assess_pressure(probe.signals(), self._settings.maintenance_policy).value
 
     async def known_agents(self) -> AsyncIterator[str]:
         await self.handlers()
@@ -203,7 +205,6 @@ async def compose(
     embedder: Embedder,
     sink: EventSink,
     worker_id: str,
-    pressure: PressureProbe | None = None,
 ) -> Composed:
     """Everything that folds the journal into `prefix` and answers recalls from it:
     the worker's handlers, and a replay's (into the same prefix or a new one)."""
@@ -248,7 +249,6 @@ async def compose(
         block_interval_ms=int(settings.block_interval_s * 1000),
         live_count=store.count,
         policy=settings.maintenance_policy,
-        pressure=pressure or NoPressure(),
         limits=settings.input_limits,
         lease_ms=int(settings.maintenance_lease_s * 1000),
     )

@@ -158,6 +158,9 @@ class MaintenanceCommandV1(_Wire):
     reason: str = "block"  # block | manual
     force_compaction: bool | None = None
     issued_by: str | None = None  # the emitting worker (informational)
+    # The issuing worker's load when it sent the command (normal | throttled |
+    # paused): part of the command, so what runs is decided from the journal alone.
+    pressure: str | None = None
     schema: str = "grimoire.maintenance_command/1"
 
 

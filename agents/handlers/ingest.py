@@ -16,7 +16,14 @@ from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
 from grimoire.streams.write.admission import Action, AdmissionPolicy
-from grimoire.streams.write.plan import Outcome, PlanItem, plan_batch
+from grimoire.streams.write.plan import (
+    Outcome,
+    PlanItem,
+    StoredNeighbour,
+    aggregate_id,
+    plan_batch,
+)
+from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.memory.store import MemoryStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
@@ -35,13 +42,28 @@ _EVENT_TYPES = {
 
 @dataclass(frozen=True, slots=True)
 class Decided:
-    """What the write path decided for one candidate (its memory-event's content)."""
+    """What the write path decided for one candidate, and what it wrote.
+
+    `written` is the stored record's fields (transaction time left out) for a
+    candidate written as a new memory, None for a fold or a reinforcement (whose
+    write is the memory id and the action). The memory-event also carries the
+    admission breakdown, which is *why* (a neighbour's confidence as it stood in
+    the batch), not *what*: the witness summarises what."""
 
     agent_id: str
     candidate_id: str
     memory_id: str
     action: str
-    event: bytes  # the GrimoireWrite/Merge/... memory-event, deterministic
+    event: bytes  # the GrimoireWrite/Merge/... memory-event
+    written: dict[str, object] | None = None
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "candidate_id": self.candidate_id,
+            "memory_id": self.memory_id,
+            "action": self.action,
+            "written": self.written,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +102,14 @@ class IngestHandler:
         self, messages: Sequence[tuple[EventType, InputMessage]]
     ) -> IngestReport:
         """One batch of inputs of any ingest kind, decided in the order given."""
+        split = await self._held_split(messages)
+        if split is not None:
+            # An outcome waits for a memory this batch writes: it must take effect
+            # right after that input, before anything later is decided against the
+            # memory (as when the input ends a batch), so the batch ends there.
+            first = await self.handle_mixed(messages[:split])
+            rest = await self.handle_mixed(messages[split:])
+            return _joined(first, rest)
         candidates: list[MemoryCandidate] = []
         origin: dict[str, int] = {}  # candidate id -> the message it came from (first)
         dead = 0
@@ -120,6 +150,7 @@ class IngestHandler:
         await self.store.commit(batch)
         await self._apply_held_outcomes(batch.records)
         by_message: list[list[Decided]] = [[] for _ in messages]
+        records = {record.id: record for record in batch.records}
         for result in outcomes:
             event = _event(result)
             await self.sink.send(self.topics.memory_events, result.candidate.agent_id, event)
@@ -131,6 +162,9 @@ class IngestHandler:
                     memory_id=result.memory_id or cand.id,
                     action=result.decision.action.value,
                     event=event,
+                    # Only the candidate's own record: a merge or fold names a target
+                    # that may have been written earlier in the same batch.
+                    written=_written(records.get(cand.id)),
                 )
             )
         written = len(batch.records)
@@ -141,6 +175,25 @@ class IngestHandler:
             dead,
             tuple(tuple(decided) for decided in by_message),
         )
+
+    async def _held_split(self, messages: Sequence[tuple[EventType, InputMessage]]) -> int | None:
+        """Where a batch must end (after the first input writing a memory an outcome
+        is held for), or None when it need not."""
+        if len(messages) < 2:
+            return None
+        owners: list[list[tuple[str, str]]] = []
+        for event_type, message in messages[:-1]:
+            outcome = self._normalize(event_type, message)
+            owners.append(
+                []
+                if isinstance(outcome, Rejection)
+                else [(c.agent_id, c.id) for c in outcome.candidates]
+            )
+        held = await self.store.holding([pair for pairs in owners for pair in pairs])
+        for index, pairs in enumerate(owners):
+            if any(pair in held for pair in pairs):
+                return index + 1
+        return None
 
     async def _apply_held_outcomes(self, records: Sequence[MemoryRecord]) -> None:
         """Outcomes that named these memories before they were written take effect now."""
@@ -166,6 +219,7 @@ class IngestHandler:
                 for c, v in zip(fresh, canonical, strict=True)
             ]
         )
+        groups = await self._existing_groups(fresh, stored)
         items = [
             PlanItem(
                 candidate=cand,
@@ -177,12 +231,48 @@ class IngestHandler:
                 ),
                 now_ms=state.watermark_ms,
                 stored=neighbour,
+                stored_group_exists=neighbour is not None
+                and aggregate_id(cand.agent_id, neighbour.neighbour.memory_id) in groups,
             )
             for cand, vector, digest, state, neighbour in zip(
                 fresh, canonical, digests, states, stored, strict=True
             )
         ]
         return items, usage
+
+    async def _existing_groups(
+        self, fresh: Sequence[MemoryCandidate], stored: Sequence[StoredNeighbour | None]
+    ) -> set[str]:
+        """Which aggregates standing for the stored neighbours' groups exist already."""
+        wanted: dict[str, set[str]] = {}
+        for cand, neighbour in zip(fresh, stored, strict=True):
+            if neighbour is not None:
+                group = aggregate_id(cand.agent_id, neighbour.neighbour.memory_id)
+                wanted.setdefault(cand.agent_id, set()).add(group)
+        existing: set[str] = set()
+        for agent_id, groups in sorted(wanted.items()):
+            ordered = sorted(groups)
+            missing = set(await self.store.missing_memories(agent_id, ordered))
+            existing.update(g for g in ordered if g not in missing)
+        return existing
+
+
+def _written(record: MemoryRecord | None) -> dict[str, object] | None:
+    if record is None:
+        return None
+    fields = hash_fields(record, recorded_at_ms=0)
+    fields.pop("recorded_at", None)  # transaction time: never part of a summary
+    return fields
+
+
+def _joined(first: IngestReport, rest: IngestReport) -> IngestReport:
+    return IngestReport(
+        first.candidates + rest.candidates,
+        first.written + rest.written,
+        first.duplicates + rest.duplicates,
+        first.dead_lettered + rest.dead_lettered,
+        first.by_message + rest.by_message,
+    )
 
 
 def _first_of_each(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidate]:

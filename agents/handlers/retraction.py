@@ -78,6 +78,24 @@ class RetractionReport:
     def retracted(self) -> tuple[str, ...]:
         return self.ids(Op.RETRACT)
 
+    @property
+    def memory_ids(self) -> tuple[str, ...]:
+        """Every memory the retraction changed, in the order of its steps."""
+        return tuple(dict.fromkeys(step.memory_id for step in self.steps))
+
+    def details(self) -> dict[str, object]:
+        """The retraction as a whole, for a witness record: ids and counts, no text."""
+        return {
+            "source_event_id": self.source_id,
+            "retracted": list(self.ids(Op.RETRACT)),
+            "aggregate_shares": list(self.ids(Op.REDUCE)),
+            "summaries_rebuilt": list(self.ids(Op.REBUILD)),
+            "insights_demoted": list(self.ids(Op.DEMOTE)),
+            "reinforcements": list(self.ids(Op.UNREINFORCE)),
+            "edges_dropped": self.dropped_edges,
+            "playbook_regenerated": self.playbook_regenerated,
+        }
+
 
 @dataclass
 class RetractionHandler:

@@ -213,7 +213,7 @@ class JournalApplier:
                         item.entry.agent_id,
                         "ingest",
                         sorted({d.memory_id for d in decided}),
-                        [orjson.loads(d.event) for d in decided],
+                        [d.summary() for d in decided],
                         journal=item.journal,
                     )
             return

@@ -22,10 +22,10 @@ from grimoire.streams.maintenance.schedule import (
     DEFAULT_MAINTENANCE_POLICY,
     MaintenancePlan,
     MaintenancePolicy,
+    Pressure,
     PressureSignals,
     Task,
     agent_tick,
-    assess_pressure,
     plan_maintenance,
 )
 from grimoire.streams.model.field_state import FieldState
@@ -89,7 +89,6 @@ class MaintenanceHandler:
     block_interval_ms: int
     live_count: LiveCount
     policy: MaintenancePolicy = DEFAULT_MAINTENANCE_POLICY
-    pressure: PressureProbe = field(default_factory=NoPressure)
     limits: InputLimits = field(default_factory=InputLimits)
     lease_ms: int = 120_000
 
@@ -106,11 +105,13 @@ class MaintenanceHandler:
             logger.info("maintenance of %s is held by another worker", agent_id)
             return None
         try:
-            return await self._run(agent_id, command.force_compaction)
+            return await self._run(agent_id, command.force_compaction, command.pressure)
         finally:
             await self.ledgers.release(agent_id, self.worker_id)
 
-    async def _run(self, agent_id: str, force_compaction: bool) -> MaintenancePlan | None:
+    async def _run(
+        self, agent_id: str, force_compaction: bool, pressure: Pressure
+    ) -> MaintenancePlan | None:
         state = (await self.field_states.load_fields([agent_id]))[agent_id]
         if state.tick is None and state.watermark_ms <= 0:
             return None  # nothing ingested for this agent yet
@@ -123,7 +124,9 @@ class MaintenanceHandler:
             ledger,
             live_memories=await self.live_count(agent_id),
             force_compaction=force_compaction,
-            pressure=assess_pressure(self.pressure.signals(), self.policy),
+            # The command's, recorded when it was issued: never this worker's load
+            # now, which a replay could not see.
+            pressure=pressure,
             policy=self.policy,
         )
         await self.execute(plan)

@@ -12,6 +12,7 @@ from grimoire.streams.inbound.validators import (
     InputLimits,
     plausible_agent_id,
 )
+from grimoire.streams.maintenance.schedule import Pressure
 
 MAINTENANCE_COMMAND_SCHEMA = "grimoire.maintenance_command/1"
 REASONS = frozenset({"block", "manual"})
@@ -22,6 +23,7 @@ class MaintenanceCommand:
     agent_id: str
     reason: str = "block"
     force_compaction: bool = False
+    pressure: Pressure = Pressure.NORMAL
 
 
 def parse_maintenance_command(raw: bytes, limits: InputLimits) -> MaintenanceCommand | Rejection:
@@ -42,10 +44,19 @@ def parse_maintenance_command(raw: bytes, limits: InputLimits) -> MaintenanceCom
             raise InvalidEvent(
                 INVALID_VALUE, "'force_compaction' must be a boolean", "force_compaction"
             )
+        pressure_text = data.identifier("pressure") or Pressure.NORMAL.value
+        try:
+            pressure = Pressure(pressure_text)
+        except ValueError:
+            known = ", ".join(p.value for p in Pressure)
+            raise InvalidEvent(
+                INVALID_VALUE, f"'pressure' must be one of {known}", "pressure"
+            ) from None
         return MaintenanceCommand(
             agent_id=data.agent_id(),
             reason=reason,
             force_compaction=bool(force),
+            pressure=pressure,
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)

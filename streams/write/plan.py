@@ -51,6 +51,9 @@ class PlanItem:
     eidolon: Vector
     now_ms: int  # the agent's watermark once this event is counted
     stored: StoredNeighbour | None
+    # Whether the aggregate standing for `stored`'s group exists in the store
+    # already (a fold into it then creates nothing a later candidate could meet).
+    stored_group_exists: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +76,19 @@ class _Admitted:
 @dataclass
 class _AgentTally:
     counters: dict[str, float] = field(default_factory=dict)
+    # Fractional amounts, one per candidate in order: summed by the store one by one,
+    # so the stored total is the same whatever the batch boundaries (a float sum
+    # grouped by batch would differ in the last bits between a run and its replay).
+    each: list[tuple[str, float]] = field(default_factory=list)
 
     def add(self, name: str, amount: float = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + amount
+
+    def add_each(self, name: str, amount: float) -> None:
+        self.each.append((name, amount))
+
+    def entries(self) -> tuple[tuple[str, float], ...]:
+        return (*sorted(self.counters.items()), *self.each)
 
 
 def aggregate_id(agent_id: str, target_id: str) -> str:
@@ -93,12 +106,24 @@ def neighbour_similarity(candidate: Vector, neighbour: Vector) -> float:
     return float(np.dot(candidate, neighbour))
 
 
+def closer(similarity: float, memory_id: str, than: Neighbour | None) -> bool:
+    """The one order in which neighbours are ranked, in the store and in a batch
+    alike: the higher cosine, then the smaller memory id. Identical texts give
+    identical vectors, and a tie broken any other way would depend on where the
+    batch boundaries fell."""
+    if than is None:
+        return True
+    if similarity != than.similarity:
+        return similarity > than.similarity
+    return memory_id < than.memory_id
+
+
 def _nearest(item: PlanItem, admitted: Sequence[_Admitted]) -> tuple[Neighbour | None, str]:
     best = item.stored.neighbour if item.stored else None
     kind = item.stored.kind if item.stored else ""
     for earlier in admitted:
         similarity = neighbour_similarity(item.canonical, earlier.vector)
-        if best is None or similarity > best.similarity:
+        if closer(similarity, earlier.candidate_id, best):
             best = Neighbour(earlier.candidate_id, similarity, earlier.confidence, earlier.text)
             kind = earlier.kind
     return best, kind
@@ -128,6 +153,7 @@ def plan_batch(
     decisions: list[Decision] = []
     outcomes: list[Outcome] = []
     admitted: dict[str, list[_Admitted]] = {}
+    created: set[str] = set()  # aggregates this batch creates
     tallies: dict[str, _AgentTally] = {}
 
     for item in items:
@@ -158,7 +184,7 @@ def plan_batch(
 
         if decision.action in (Action.ADMIT, Action.QUARANTINE):
             quality = score_quality(cand.text, novelty=decision.factors.novelty)
-            tally.add("quality_sum", quality.total)
+            tally.add_each("quality_sum", quality.total)
             records.append(
                 MemoryRecord(
                     candidate=cand,
@@ -184,6 +210,17 @@ def plan_batch(
             seed = _aggregate_seed(cand, item, group, target, decision, policy)
             folds.append(AggregateFold(cand.agent_id, group, target, cand.id, cand.ts_ms, seed))
             written = group
+            stored_id = item.stored.neighbour.memory_id if item.stored else None
+            existed = nearest_kind == Kind.AGGREGATE or (
+                target == stored_id and item.stored_group_exists
+            )
+            if not existed and group not in created:
+                # This fold creates the aggregate (the seed is what gets stored):
+                # later candidates of the batch meet it, as they would in the store.
+                created.add(group)
+                admitted.setdefault(cand.agent_id, []).append(
+                    _Admitted(group, item.canonical, seed.confidence, Kind.AGGREGATE, cand.text)
+                )
         elif decision.action is Action.MERGE and decision.target_id is not None:
             reinforcements.append(
                 Reinforcement(cand.agent_id, decision.target_id, cand.id, cand.ts_ms)
@@ -191,10 +228,7 @@ def plan_batch(
         outcomes.append(Outcome(cand, decision, quality, written))
 
     latest_fields = tuple(fields[agent] for agent in sorted(fields))
-    stats = tuple(
-        StatsDelta(agent, tuple(sorted(tally.counters.items())))
-        for agent, tally in sorted(tallies.items())
-    )
+    stats = tuple(StatsDelta(agent, tally.entries()) for agent, tally in sorted(tallies.items()))
     batch = WriteBatch(
         records=tuple(records),
         folds=tuple(folds),

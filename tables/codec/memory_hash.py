@@ -624,7 +624,9 @@ def derived_node(
         shape = SummaryShape(centre, int(stored_number(bucket, 0.0)), level)
     entry = None
     if book is not None and kind in {k.value for k in CURATED_KINDS}:
-        entry = curated_entry(doc, usage_accessed, book)
+        # An HMGET row holds None for an unset field, which a search reply omits.
+        present = {name: value for name, value in doc.items() if value is not None}
+        entry = curated_entry(present, usage_accessed, book)
     return DerivedNode(
         memory_id=memory_id,
         kind=kind,

@@ -13,6 +13,8 @@ Keys (all under the deployment prefix):
   {p}:compact:cursor:{agent}            STRING event time the next candidate scan starts at
   {p}:compact:outbox:{agent}:{plan_id}  LIST  source ids whose vectors are still to drop
   {p}:tomb:{source_id}                  HASH  summary_id, plan_id, agent_id, ts
+and, with each summary, its edge from each source in the derivation index
+(`grimoire.tables.trust.derivations`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Keys (besides the memory and usage hashes of record_codec):
   `{prefix}:curator:{agent}`          hash: cycle, watermark, report (JSON)
   `{prefix}:curator:{agent}:entries`  hash: memory id → bookkeeping JSON
   `{prefix}:playbook:{agent}`         string: PLAYBOOK.md
+and each written entry's evidence edges in the derivation index
+(`grimoire.tables.trust.derivations`).
 
 `CuratorStore` is what a cycle (`agents/maintenance/curator_task.py`) needs from
 storage: it reads the inputs here, plans with the pure

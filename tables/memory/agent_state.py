@@ -98,9 +98,11 @@ class AgentStateStore:
     def record_decision(self, pipe: Any, agent_id: str, candidate_id: str, action: str) -> None:
         pipe.hset(self.decided_key(agent_id), candidate_id, action)
 
-    def count(self, pipe: Any, agent_id: str, counters: Mapping[str, float]) -> None:
+    def count(self, pipe: Any, agent_id: str, counters: Sequence[tuple[str, float]]) -> None:
+        """Each increment in order (a name may repeat: fractional amounts are added
+        one by one, so the total does not depend on how they were batched)."""
         key = self.stats_key(agent_id)
-        for name, amount in counters.items():
+        for name, amount in counters:
             if isinstance(amount, int):
                 pipe.hincrby(key, name, amount)
             else:

@@ -13,13 +13,15 @@ from redis.asyncio import Redis
 from redis.commands.search.query import Query
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
+from redisvl.schema import IndexSchema
+from redisvl.schema.fields import TagField
 
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
+from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.held_outcome import held_for, outcomes_from_json, outcomes_to_json
 from grimoire.tables.codec.memory_hash import (
@@ -44,6 +46,11 @@ from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
+
+EXACT_NEIGHBOUR_POLICY = "ADHOC_BF"
+# Neighbours read per lookup, so a tie at the top is broken by `closer` (the batch
+# planner's own rule), not by the index.
+NEIGHBOUR_TIES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,39 @@ class MemoryStore(Protocol):
     async def take_held_outcomes(
         self, agent_id: str, memory_ids: Sequence[str]
     ) -> list[Outcome]: ...
+    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
+
+
+def schema_differences(schema: IndexSchema, attributes: Sequence[Any]) -> list[str]:
+    """How a live index (FT.INFO `attributes`) differs from `schema`: fields missing or
+    extra, another type, or a TAG's separator or case sensitivity (what decides
+    whether `TENV1` matches `tenV1`)."""
+    live: dict[str, list[str]] = {}
+    for attribute in attributes:
+        tokens = [text_of(token) for token in attribute]
+        if "attribute" in tokens:
+            live[tokens[tokens.index("attribute") + 1]] = tokens
+    found: list[str] = []
+    for name in sorted(set(live) - set(schema.fields)):
+        found.append(f"{name} is not in the schema")
+    for name, wanted in schema.fields.items():
+        if name not in live:
+            found.append(f"{name} is missing")
+            continue
+        tokens = live[name]
+        kind = tokens[tokens.index("type") + 1].lower() if "type" in tokens else ""
+        expected = str(getattr(wanted.type, "value", wanted.type))  # vector's is a plain str
+        if kind != expected:
+            found.append(f"{name} is {kind or 'untyped'}, not {expected}")
+            continue
+        if isinstance(wanted, TagField):
+            separator = tokens[tokens.index("SEPARATOR") + 1] if "SEPARATOR" in tokens else ","
+            if separator != wanted.attrs.separator:
+                found.append(f"{name} splits on {separator!r}, not {wanted.attrs.separator!r}")
+            if ("CASESENSITIVE" in tokens) != wanted.attrs.case_sensitive:
+                sensitive = "case-sensitive" if wanted.attrs.case_sensitive else "case-folding"
+                found.append(f"{name} is not {sensitive}")
+    return found
 
 
 class RedisMemoryStore:
@@ -130,8 +170,16 @@ class RedisMemoryStore:
             return
         info = await self._redis.ft(self.index_name).info()
         attributes = info.get("attributes") if isinstance(info, dict) else None
-        if attributes is not None and len(attributes) != len(self._schema.fields):
-            raise SchemaMismatch(f"index {self.index_name} differs from memory_index.yaml")
+        if attributes is None:
+            return
+        differences = schema_differences(self._schema, attributes)
+        if differences:
+            # Never rebuilt silently: dropping the index (not the hashes) and letting
+            # the worker create it again is the operator's call (README "Upgrading
+            # a store"); until then the old index may answer for the wrong tenant.
+            raise SchemaMismatch(
+                f"index {self.index_name} differs from memory_index.yaml: " + "; ".join(differences)
+            )
 
     async def _wait_for_initial_scan(self, timeout_s: float = 60.0) -> None:
         """A new index scans the existing keyspace in the background, and searches
@@ -170,41 +218,50 @@ class RedisMemoryStore:
                 knn = KnnQuery(
                     agent_id,
                     "canonical",
-                    1,
+                    NEIGHBOUR_TIES,
                     ("memory_id", "agent_id", "confidence", "kind", "text", "canonical"),
-                    hybrid_policy=self.knn_policy.hybrid_policy,
+                    # Exact, never the graph walk recall uses: admission folds and
+                    # merges into this neighbour, and an approximate one would
+                    # depend on where the apply loop's batches fell (a neighbour
+                    # earlier in the same batch is compared exactly), so a replay
+                    # could decide otherwise. Costs grow with the agent's memories.
+                    hybrid_policy=EXACT_NEIGHBOUR_POLICY,
                 )
                 pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
             replies = await pipe.execute()
         found: list[StoredNeighbour | None] = []
         for (agent_id, vector), reply in zip(queries, replies, strict=True):
-            matches = docs(reply)
-            doc = doc_fields(matches[0]) if matches else None
-            if doc is None or text_of(doc.get("agent_id", "")) != agent_id:
-                if doc is not None:
+            query = np.frombuffer(vector, dtype=np.float32)
+            best: StoredNeighbour | None = None
+            for match in docs(reply):
+                doc = doc_fields(match)
+                owner = text_of(doc.get("agent_id", ""))
+                if owner != agent_id:
                     logger.warning(
-                        "nearest for %r returned a memory of %r: ignored",
-                        agent_id,
-                        text_of(doc.get("agent_id", "")),
+                        "nearest for %r returned a memory of %r: ignored", agent_id, owner
                     )
-                found.append(None)
-                continue
-            # As an in-batch neighbour is read (see `neighbour_similarity`): the
-            # index's own distance differs in the last bits.
-            stored = doc.get("canonical")
-            if isinstance(stored, bytes) and len(stored) == len(vector):
-                similarity = neighbour_similarity(
-                    np.frombuffer(vector, dtype=np.float32), np.frombuffer(stored, dtype=np.float32)
-                )
-            else:
-                similarity = 1.0 - float(text_of(doc["distance"]))
-            neighbour = Neighbour(
-                memory_id=text_of(doc["memory_id"]),
-                similarity=similarity,
-                confidence=float(text_of(doc.get("confidence", "0.5"))),
-                text=text_of(doc.get("text", "")),
-            )
-            found.append(StoredNeighbour(neighbour, text_of(doc.get("kind", ""))))
+                    continue
+                # As an in-batch neighbour is read (see `neighbour_similarity`): the
+                # index's own distance differs in the last bits.
+                stored = doc.get("canonical")
+                if isinstance(stored, bytes) and len(stored) == len(vector):
+                    similarity = neighbour_similarity(
+                        query, np.frombuffer(stored, dtype=np.float32)
+                    )
+                else:
+                    similarity = 1.0 - float(text_of(doc["distance"]))
+                memory_id = text_of(doc["memory_id"])
+                if closer(similarity, memory_id, best.neighbour if best else None):
+                    best = StoredNeighbour(
+                        Neighbour(
+                            memory_id=memory_id,
+                            similarity=similarity,
+                            confidence=float(text_of(doc.get("confidence", "0.5"))),
+                            text=text_of(doc.get("text", "")),
+                        ),
+                        text_of(doc.get("kind", "")),
+                    )
+            found.append(best)
         return found
 
     async def commit(self, batch: WriteBatch) -> None:
@@ -256,7 +313,7 @@ class RedisMemoryStore:
                 marks = {state.agent_id: state.watermark_ms for state in batch.fields}
                 pipe.zadd(self.keys.watermarks, marks, gt=True)
             for delta in batch.stats:
-                self.state.count(pipe, delta.agent_id, dict(delta.counters))
+                self.state.count(pipe, delta.agent_id, delta.counters)
             for name, amount in batch.metrics:
                 pipe.hincrbyfloat(self.keys.metrics, name, amount)
             # What each record, fold and reinforcement derives from (a retraction
@@ -395,6 +452,16 @@ class RedisMemoryStore:
                 if all(o.outcome_id != part.outcome_id for o in waiting):
                     pipe.hset(key, memory_id, outcomes_to_json([*waiting, part]))
             await pipe.execute()
+
+    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Those (agent, memory id) pairs an outcome is held for."""
+        if not pairs:
+            return set()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id, memory_id in pairs:
+                pipe.hexists(self.keys.pending_outcomes(agent_id), memory_id)
+            found = await pipe.execute()
+        return {pair for pair, held in zip(pairs, found, strict=True) if held}
 
     async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
         """The held outcomes of `memory_ids` (in the order they were held), removed."""

@@ -20,7 +20,7 @@ from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.streams.write.plan import StoredNeighbour, neighbour_similarity
+from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
 from grimoire.tables.codec.held_outcome import held_for
 from grimoire.tables.codec.memory_hash import (
     RETURN_FIELDS,
@@ -91,24 +91,28 @@ class InMemoryMemoryStore:
         return {a: self._fields.get(a, FieldState(agent_id=a)) for a in agent_ids}
 
     async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
+        """Exact, ties to the smaller memory id (`plan.closer`), as RedisMemoryStore."""
         found: list[StoredNeighbour | None] = []
         for agent_id, vector in queries:
-            hits = self._search(agent_id, np.frombuffer(vector, dtype=np.float32), "canonical", 1)
-            if not hits:
-                found.append(None)
-                continue
-            _, doc = hits[0]
-            if _text(doc.get("agent_id", "")) != agent_id:
-                found.append(None)  # as RedisMemoryStore: a foreign hit is no neighbour
-                continue
-            stored = np.frombuffer(doc["canonical"], dtype=np.float32)
-            neighbour = Neighbour(
-                memory_id=_text(doc["memory_id"]),
-                similarity=neighbour_similarity(np.frombuffer(vector, dtype=np.float32), stored),
-                confidence=float(_text(doc.get("confidence", "0.5"))),
-                text=_text(doc.get("text", "")),
-            )
-            found.append(StoredNeighbour(neighbour, _text(doc.get("kind", ""))))
+            query = np.frombuffer(vector, dtype=np.float32)
+            best: StoredNeighbour | None = None
+            for doc in self._live(agent_id):
+                if _text(doc.get("agent_id", "")) != agent_id or "canonical" not in doc:
+                    continue
+                stored = np.frombuffer(doc["canonical"], dtype=np.float32)
+                similarity = neighbour_similarity(query, stored)
+                memory_id = _text(doc["memory_id"])
+                if closer(similarity, memory_id, best.neighbour if best else None):
+                    best = StoredNeighbour(
+                        Neighbour(
+                            memory_id=memory_id,
+                            similarity=similarity,
+                            confidence=float(_text(doc.get("confidence", "0.5"))),
+                            text=_text(doc.get("text", "")),
+                        ),
+                        _text(doc.get("kind", "")),
+                    )
+            found.append(best)
         return found
 
     async def commit(self, batch: WriteBatch) -> None:
@@ -346,6 +350,9 @@ class InMemoryMemoryStore:
             part = held_for(outcome, memory_id)
             if all(o.outcome_id != part.outcome_id for o in waiting):
                 waiting.append(part)
+
+    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        return {(a, m) for a, m in pairs if self._held.get(a, {}).get(m)}
 
     async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
         held = self._held.get(agent_id, {})

@@ -129,6 +129,9 @@ async def test_a_cycle_writes_the_documented_keys(env: Env) -> None:
         f"playbook:{A}",
         f"mem:{insight.memory_id}",
         f"use:{insight.memory_id}",
+        # the derivation index: the insight from each of its evidence episodes
+        f"deriv:{A}:of:{insight.memory_id}",
+        *(f"deriv:{A}:from:{source}" for source in insight.source_ids),
     }
     state = await env.redis.hgetall(env.curator.state_key(A))
     assert state[b"cycle"] == b"1" and state[b"watermark"] == str(T0 + 2).encode()

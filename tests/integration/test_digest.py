@@ -140,6 +140,7 @@ async def write_state(
     outcome = Outcome(f"o-{agent}", agent, T0 + 40, OutcomeKind.VALIDATED, (records[1].id,))
     assert await d.store.apply_outcome(outcome) == 1
     await d.store.serve_contrarian(agent, 4)
+    await d.store.recall_source(agent).touch([records[0].id, records[2].id], T0 + 45)
     await d.store.decay.ensure_seeded(agent, T0 + 40)
     ledger = MaintenanceLedgerStore(d.redis, d.prefix)
     assert await ledger.acquire(agent, worker, 60_000)

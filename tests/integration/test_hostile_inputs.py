@@ -44,7 +44,8 @@ async def _events_of(
 ) -> list[dict[str, Any]]:
     def mine(records: list[Any]) -> list[dict[str, Any]]:
         events = [orjson.loads(r.value) for r in records]
-        return [e for e in events if e.get("agent_id") == agent]
+        # Admission decisions only (memory-events also carries witness links).
+        return [e for e in events if e.get("agent_id") == agent and "action" in e]
 
     records = await read_topic(
         settings.bootstrap_servers,
@@ -175,14 +176,36 @@ async def test_reply_to_outside_the_reply_namespace_gets_no_reply_and_one_dead_l
         await admin.close()
 
 
+# Words from unrelated domains: texts drawn from different samples of them embed far
+# apart, so admission keeps every one as its own memory.
+VOCABULARY = """
+harbor glacier violin mortgage pancake satellite orchid tungsten referee lantern
+bicycle volcano ledger saxophone cathedral pepper thunder spreadsheet falcon
+quilt compiler meadow anchor tariff yoghurt telescope marathon embassy cactus
+velvet pharmacy dolphin kettle senate granite puzzle carnival hammock algebra
+lobster freight chimney tornado lullaby passport vineyard cobalt sermon trombone
+igloo broccoli asteroid verdict mosaic kayak turbine pigeon sonnet warehouse
+blizzard peninsula chess mustard galaxy plumber ballet helmet crocodile tavern
+invoice nebula scarecrow parliament espresso lagoon pendulum walrus fresco
+subway archive opera gravel rhubarb canyon diploma jellyfish vaccine orbit
+tapestry monsoon caravan goblet radish skyscraper quarry penguin bakery moth
+census cliff laptop
+""".split()  # noqa: SIM905
+FILLER = "😀🚀🌍🔥🎲🧭🪐🦉🌵🍄"  # four UTF-8 bytes each, unchanged by NFKC
+
+
 def _long_text(rng: random.Random, marker: str) -> str:
-    """About 15,000 characters of two-byte letters (30 KB of JSON), unlike any other."""
-    letters = "éèêëàâäîïôöùûüçœæ"
-    words = ["".join(rng.choice(letters) for _ in range(rng.randrange(4, 9))) for _ in range(2_000)]
-    text = marker
-    while len(text) < 14_900:
-        text += " " + rng.choice(words)
-    return text
+    """Nearly 16,000 characters, ~60 KB: its own sample of words over the model's
+    whole window, then four-byte filler (runs of emoji, 4,000 tokens by the packer's
+    estimate) up to the text limit."""
+    words = rng.sample(VOCABULARY, 20)
+    head = [marker]
+    for _ in range(12):
+        head += rng.sample(words, len(words))
+    text = " ".join(head)
+    while len(text) < 15_900:
+        text += " " + "".join(rng.choice(FILLER) for _ in range(50))
+    return text[:15_950]
 
 
 async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
@@ -194,10 +217,15 @@ async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
     agent = f"big-{uuid.uuid4().hex[:6]}"
     marker = f"m{uuid.uuid4().hex[:8]}"
     rng = random.Random(20261125)
-    count = 40
+    count = 30
     for n in range(count):
         text = _long_text(rng, marker)
-        await client.publish_episode(EpisodeV1(agent_id=agent, ts=BASE_TS + n, text=text))
+        # Alerts the agent rates as important: admitted on their own, whatever
+        # the model makes of the filler.
+        episode = EpisodeV1(
+            agent_id=agent, ts=BASE_TS + n, text=text, episode_type="alert", importance=1.0
+        )
+        await client.publish_episode(episode)
 
     async def all_stored() -> Any:
         answer = await client.recall(
@@ -207,10 +235,16 @@ async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
             budgets=RecallBudgets(canonical_k=100, eidolon_k=100, full_text_items=0),
             record_usage=False,
         )
-        return answer if len(answer.items) == count else None
+        return answer if len(answer.items) == ranked else None
 
+    # A text close to an earlier one reinforces it instead: enough stay their own.
+    events = await _events_of(read_topic, settings, client, agent, count)
+    admitted = sum(1 for e in events if e["action"] == "admit")
+    assert admitted >= 20, [e["action"] for e in events]
+    ranked = min(admitted, settings.rerank_depth)  # what a recall returns at most
     await eventually(all_stored, timeout=60)
-    # Every budget within its documented ceiling; the texts alone are ~1.2 MB.
+    # Every budget within its documented ceiling; the 20 items recall ranks (its
+    # rerank depth) carry ~1.2 MB of text: more than a Kafka record may hold.
     budgets = RecallBudgets(
         canonical_k=100, eidolon_k=100, bm25_k=100, token_budget=200_000, full_text_items=100
     )
@@ -221,9 +255,9 @@ async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
     limit = settings.recall_limits.max_reply_bytes
     assert answer.budget["max_reply_bytes"] == limit
     kept = len(answer.items)
-    assert 0 < kept < count
+    assert 0 < kept < ranked
     assert answer.budget["items"] == kept
-    assert answer.budget["dropped_items"] == count - kept
+    assert answer.budget["dropped_items"] == ranked - kept
     assert answer.items[0].text
 
     records = await read_topic(

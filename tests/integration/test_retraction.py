@@ -253,7 +253,7 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
     first, group = await aggregated(world)
     sources, summary = await compacted(world)
     episodes, insight, heuristic = await curated(world)
-    assert set(await world.recalled(REPEAT)) <= {first, group}
+    assert {first, group} & set(await world.recalled(REPEAT))  # one copy of a repeated text
     assert summary in await world.recalled(OOM)
     assert heuristic in (await world.curator.get_playbook(A) or "")
 

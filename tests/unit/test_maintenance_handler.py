@@ -16,7 +16,6 @@ from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.maintenance.schedule import (
     MaintenancePlan,
     MaintenancePolicy,
-    PressureSignals,
     Task,
 )
 from grimoire.streams.model.field_state import FieldState
@@ -40,14 +39,6 @@ class Recording:
             self.fail_times -= 1
             raise RuntimeError("injected failure")
         return {"entries": len(self.calls)}
-
-
-class Pressure:
-    def __init__(self) -> None:
-        self.lag = 0
-
-    def signals(self) -> PressureSignals:
-        return PressureSignals(consumer_lag=self.lag)
 
 
 def _message(agent_id: str, **extra: Any) -> InputMessage:
@@ -144,21 +135,22 @@ async def test_a_held_lease_means_another_worker_is_on_it() -> None:
     assert plan is not None and set(plan.tasks) == set(Task)
 
 
-async def test_a_failed_task_stays_due_and_pressure_postpones() -> None:
+async def test_a_failed_task_stays_due_and_the_commands_pressure_postpones() -> None:
+    # The pressure is the one the command was issued under (in the journal), never
+    # the applying worker's load now: a replay decides the same.
     world = World()
     agent = "golem-3"
     world.fields.set_tick(agent, 5)
     runners = {Task.DECAY: Recording(Task.DECAY), Task.CURATOR: Recording(Task.CURATOR, 1)}
-    pressure = Pressure()
-    handler, _ = _handler(world, runners, "w1", pressure=pressure)
+    handler, _ = _handler(world, runners, "w1")
     await handler.handle(_message(agent))
     ledger = await world.ledgers.ledger(agent)
     assert (ledger.decay, ledger.curator) == (5, None)
-    pressure.lag = POLICY.throttle_lag
-    throttled = await handler.handle(_message(agent))
+    throttled = await handler.handle(_message(agent, pressure="throttled"))
     assert throttled is not None and throttled.postponed == (Task.CURATOR,)
     assert len(runners[Task.CURATOR].calls) == 1
-    pressure.lag = 0
+    paused = await handler.handle(_message(agent, pressure="paused"))
+    assert paused is not None and paused.tasks == ()
     await handler.handle(_message(agent))
     ledger = await world.ledgers.ledger(agent)
     assert ledger.curator == 5

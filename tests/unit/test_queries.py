@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from grimoire.streams.inbound.validators import InputLimits, is_agent_id
 from grimoire.streams.model.records import (
     EventType,
     Kind,
@@ -14,6 +15,7 @@ from grimoire.streams.model.records import (
     Provenance,
 )
 from grimoire.tables.codec.memory_hash import hash_fields
+from grimoire.tables.memory.store import schema_differences
 from grimoire.tables.queries import (
     FullTextQuery,
     KnnQuery,
@@ -168,6 +170,11 @@ def test_memory_schema_tenant_and_text_fields() -> None:
     assert fields["text"].type == "text"
     assert fields["ts"].type == "numeric"
     assert fields["tags"].attrs.separator == "|"
+    # The tenant boundary is exact: no case folding, and split only on a character
+    # that no valid agent id holds (streams/inbound/validators.py).
+    assert fields["agent_id"].attrs.case_sensitive is True
+    assert fields["agent_id"].attrs.separator == "|"
+    assert not is_agent_id("a|b", InputLimits())
 
 
 def test_memory_schema_dict_is_fresh_per_call() -> None:
@@ -258,3 +265,53 @@ def test_knn_and_full_text_queries_carry_the_filters() -> None:
     )
     text = FullTextQuery("a", ("disk", "full"), 5, only).query_string()
     assert text.endswith("@kind:{insight}) @text:(disk|full)")
+
+
+def _live_attributes(prefix: str = "p") -> list[list[object]]:
+    """FT.INFO `attributes` as Redis 8.2 reports the index memory_index.yaml creates."""
+    rows: list[list[object]] = []
+    for name, field in memory_schema(prefix, 8).fields.items():
+        kind = str(getattr(field.type, "value", field.type)).upper()
+        row: list[object] = ["identifier", name, "attribute", name, "type", kind]
+        if kind == "TAG":
+            row += ["SEPARATOR", field.attrs.separator]
+            if field.attrs.case_sensitive:
+                row.append("CASESENSITIVE")
+        rows.append(row)
+    return rows
+
+
+def test_an_index_like_the_schema_has_no_differences() -> None:
+    assert schema_differences(memory_schema("p", 8), _live_attributes()) == []
+    as_bytes = [
+        [v.encode() if isinstance(v, str) else v for v in row] for row in _live_attributes()
+    ]
+    assert schema_differences(memory_schema("p", 8), as_bytes) == []
+
+
+def test_an_index_from_before_the_exact_tenant_tag_differs() -> None:
+    # As FT.INFO reported an index created by the previous memory_index.yaml.
+    old = [
+        ["identifier", "agent_id", "attribute", "agent_id", "type", "TAG", "SEPARATOR", ","]
+        if row[1] == "agent_id"
+        else row
+        for row in _live_attributes()
+    ]
+    assert schema_differences(memory_schema("p", 8), old) == [
+        "agent_id splits on ',', not '|'",
+        "agent_id is not case-sensitive",
+    ]
+
+
+def test_missing_extra_and_retyped_fields_differ() -> None:
+    rows = [row for row in _live_attributes() if row[1] != "tick"]
+    rows.append(["identifier", "extra", "attribute", "extra", "type", "TAG", "SEPARATOR", ","])
+    rows = [
+        ["identifier", "ts", "attribute", "ts", "type", "TAG"] if row[1] == "ts" else row
+        for row in rows
+    ]
+    assert schema_differences(memory_schema("p", 8), rows) == [
+        "extra is not in the schema",
+        "ts is tag, not numeric",
+        "tick is missing",
+    ]

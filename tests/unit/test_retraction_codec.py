@@ -93,6 +93,13 @@ def test_a_curated_entry_reads_with_its_bookkeeping() -> None:
         ("e1", "e2"),
     )
     assert node.entry.last_accessed_ms == 9
+    unset = derived_node(  # an HMGET row: None for what the hash lacks
+        {"memory_id": "i", "kind": "insight", "decay_class": None, "provenance": None},
+        None,
+        bookkeeping_from_json(None),
+    )
+    assert unset.entry is not None
+    assert (unset.entry.decay_class, unset.entry.provenance) == ("", "self")
     plain = derived_node({"memory_id": "e", "kind": "episode"}, None, bookkeeping_from_json(None))
     assert plain.entry is None
 

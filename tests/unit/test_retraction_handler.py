@@ -368,7 +368,18 @@ async def test_an_insight_is_demoted_then_retracted_with_its_heuristic() -> None
 
     report = await world.retraction.retract(A, "ep-2", at_ms=NOW)
     assert report.retracted == (episodes[1], insight, heuristic)
+    assert report.memory_ids == report.retracted
     assert report.playbook_regenerated
+    assert report.details() == {
+        "source_event_id": "ep-2",
+        "retracted": [episodes[1], insight, heuristic],
+        "aggregate_shares": [],
+        "summaries_rebuilt": [],
+        "insights_demoted": [],
+        "reinforcements": [],
+        "edges_dropped": 3,  # ep-2 -> e2 -> insight -> heuristic
+        "playbook_regenerated": True,
+    }
     assert world.witness.ops() == [
         ("retract.memory", (episodes[1],)),
         ("retract.memory", (insight,)),

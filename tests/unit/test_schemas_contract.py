@@ -211,14 +211,16 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "importance", "regime", "tags", "run_id", "session_id", "actor_id", "kind", "error",
         "paths", "urls", "channel", "entities", "affect", "schema",
     ),
-    "MaintenanceCommandV1": ("agent_id", "reason", "force_compaction", "issued_by", "schema"),
+    "MaintenanceCommandV1": (
+        "agent_id", "reason", "force_compaction", "issued_by", "pressure", "schema",
+    ),
     "WitnessEventV1": (
         "agent_id", "seq", "journal_partition", "journal_offset", "op", "ids",
         "fields_digest", "prev_hash", "hash", "type", "schema",
-    ),  # fmt: skip
+    ),
     "CommandV1": (
         "agent_id", "command", "source_event_id", "memory_id", "ts", "event_id", "schema",
-    ),  # fmt: skip
+    ),
     "MaintenanceEventV1": (
         "type", "agent_id", "tick", "ts", "worker", "tasks", "postponed", "pressure", "report",
         "schema",

@@ -136,14 +136,28 @@ async def journal_a_mixed_history(rig: JournalRig) -> None:
     await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES[2:], first_offset=2))
 
 
+async def journal_an_early_outcome_and_near_duplicates(rig: JournalRig) -> None:
+    # The outcome waits for a1; a1's near-duplicates come right after it in one run,
+    # and must be decided against a1 as the outcome left it, whatever the batching.
+    early = outcome("positive", [mid("agent-1", "a1", TS)], TS - 10, event_id="early")
+    await rig.sequencer.append(EntryKind.OUTCOME, [early])
+    again = [
+        episode("agent-1", "disk full on node seven", TS + 10 * n, f"dup-{n}") for n in range(1, 4)
+    ]
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0], *again, EPISODES[1]))
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 3, 100])
-async def test_the_fold_does_not_depend_on_batch_boundaries(chunk: int) -> None:
+@pytest.mark.parametrize(
+    "history", [journal_a_mixed_history, journal_an_early_outcome_and_near_duplicates]
+)
+async def test_the_fold_does_not_depend_on_batch_boundaries(chunk: int, history: Any) -> None:
     reference = JournalRig()
-    await journal_a_mixed_history(reference)
+    await history(reference)
     await reference.fold(reference.journal(), chunk=100)
 
     other = JournalRig()
-    await journal_a_mixed_history(other)
+    await history(other)
     await other.fold(other.journal(), chunk=chunk)
 
     assert state_of(other) == state_of(reference)

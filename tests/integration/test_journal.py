@@ -1,0 +1,373 @@
+"""The journal through the real broker, worker and Redis (issue "the log is the truth").
+
+One worker of its own (maintenance on, a prefix of its own, so the wipe and the
+replay touch nothing of the other tests):
+
+- one agent's episodes, tool events, transcripts, outcomes, recalls and maintenance
+  commands, sent all at once, leave exactly the field state an in-process fold of the
+  journal gives (inputs of every kind interleave in one order, and one loop writes);
+- an outcome published before the memory it names takes effect once it is written;
+- wipe the memory state (not the key store), replay the journal: every agent's digest
+  is the same, and 50 recall requests get byte-identical item lists;
+- every agent's witness chain verifies, before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis.asyncio import Redis
+
+from grimoire.agents.handlers.ingest import IngestHandler
+from grimoire.agents.handlers.outcomes import OutcomeHandler
+from grimoire.agents.handlers.usage import StoreUsage
+from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.witness import PublishedWitness
+from grimoire.agents.maintenance.handler import MaintenanceHandler
+from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.replay import read_partition, replay
+from grimoire.infra.settings import Settings
+from grimoire.streams.journal.entry import decode_entry
+from grimoire.streams.model.field_state import FieldState
+from grimoire.tables.journal.keystore import RedisKeyStore
+from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.memory.wipe import wipe_memory_state
+from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
+from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
+from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from grimoire.tables.testing.witness_log import InMemoryWitnessLog
+from grimoire.tables.trust.digest import agent_digest
+from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness, audit
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
+from tests.support.embedders import FakeEmbedder
+from tests.support.handlers import mid
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_TS = 1_790_000_000_000
+READY_S = 120.0
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def journal_settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={
+            "topic_prefix": f"jr{uuid.uuid4().hex[:8]}",
+            "maintenance_enabled": True,
+            "block_interval_s": 3_600.0,  # the timer stays out of it: commands are sent
+        }
+    )
+
+
+async def _start(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    process = start_worker(settings, log, cwd=ROOT)
+    try:
+        async with GrimoireClient(
+            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        ) as probe:
+            await probe.wait_until_ready(timeout=READY_S)
+    except BaseException:
+        process.kill()
+        sys.stderr.write(log.read_text(errors="replace")[-8000:])
+        raise
+    return process
+
+
+@pytest.fixture(scope="module")
+async def journal_worker(
+    journal_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[dict[str, Any]]:
+    logs = tmp_path_factory.mktemp("journal-worker")
+    holder: dict[str, Any] = {
+        "logs": logs,
+        "process": await _start(journal_settings, logs / "1.log"),
+    }
+    yield holder
+    stop_worker(holder["process"])
+
+
+@pytest.fixture
+async def jclient(
+    journal_settings: Settings, journal_worker: dict[str, Any]
+) -> AsyncIterator[GrimoireClient]:
+    async with GrimoireClient(
+        journal_settings.bootstrap_servers,
+        journal_settings.topic_prefix,
+        partitions=journal_settings.partitions,
+    ) as client:
+        yield client
+
+
+async def _journal(settings: Settings) -> list[InputMessage]:
+    """Every journal record, partition by partition, in offset order."""
+    topic = TopicNames(settings.topic_prefix).journal
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
+    await consumer.start()
+    out: list[InputMessage] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(tps)
+        for tp in tps:
+            async for batch in read_partition(consumer, tp, at_least=0, idle_ms=600):
+                out.extend(batch)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> FieldState:
+    """The agent's field state as an in-process fold of the journal gives it: the
+    reference stores in memory, the deployment's key store to open the entries."""
+    store = InMemoryMemoryStore(dims=FakeEmbedder.dims)
+    sink = MemorySink()
+    topics = TopicNames(settings.topic_prefix)
+
+    async def live(_: str) -> int:
+        return 0
+
+    class NoCommands:
+        async def apply_command(self, message: InputMessage) -> Sequence[Any]:
+            return []
+
+    applier = JournalApplier(
+        keys=RedisKeyStore(redis, settings.topic_prefix),
+        marks=InMemoryAppliedMarks(),
+        ingest=IngestHandler(store, FakeEmbedder(), sink, topics),
+        outcomes=OutcomeHandler(store, sink, topics),
+        maintenance=MaintenanceHandler(
+            ledgers=InMemoryMaintenanceLedger(),
+            field_states=store,
+            runners={},
+            sink=sink,
+            topics=topics,
+            worker_id="reference",
+            block_interval_ms=int(settings.block_interval_s * 1000),
+            live_count=live,
+        ),
+        usage=StoreUsage(store),
+        commands=NoCommands(),
+        witness=PublishedWitness(Witness(InMemoryWitnessLog()), sink, topics),
+        sink=sink,
+        topics=topics,
+    )
+    journal = await _journal(settings)
+    by_partition: dict[int, list[InputMessage]] = {}
+    for message in journal:
+        by_partition.setdefault(message.partition or 0, []).append(message)
+    for partition in sorted(by_partition):
+        await applier.apply(by_partition[partition])
+    return (await store.load_fields([agent_id]))[agent_id]
+
+
+def _agent_entries(journal: Sequence[InputMessage], agent_id: str) -> int:
+    return sum(1 for m in journal if decode_entry(m.value).agent_id == agent_id)
+
+
+async def _send_everything_at_once(client: GrimoireClient, agent: str) -> int:
+    """Inputs of every kind for `agent`, concurrently; how many were published."""
+    episodes = [
+        EpisodeV1(
+            agent_id=agent,
+            ts=BASE_TS + i * 12_000,
+            tick=i,
+            event_id=f"ep-{i}",
+            text=f"pool depth {i} stable on venue {i % 3}, gas {20 + i} gwei",
+            tags=[f"venue/{i % 3}"],
+            affect={"pleasure": (i % 5 - 2) / 4, "arousal": 0.3},
+        )
+        for i in range(24)
+    ]
+    tools = [
+        ToolEventV1(
+            agent_id=agent,
+            ts=BASE_TS + 6_000 + i * 12_000,
+            tool="swap",
+            event_id=f"tool-{i}",
+            error=f"execution reverted: slippage {i}" if i % 2 else None,
+            result=None if i % 2 else f"filled {i}",
+            paths=[f"/venues/{i % 3}.json"],
+        )
+        for i in range(10)
+    ]
+    lines = [
+        TranscriptV1(
+            agent_id=agent,
+            ts=BASE_TS + 3_000 + i * 12_000,
+            session_id="s-1",
+            event_id=f"line-{i}",
+            turn_id=f"t-{i // 2}",
+            line={
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": f"should we rebalance venue {i % 3} now, step {i}",
+            },
+        )
+        for i in range(8)
+    ]
+    outcomes = [
+        OutcomeV1(
+            agent_id=agent,
+            ts=BASE_TS + 200_000 + i,
+            outcome="positive" if i % 2 else "negative",
+            memory_ids=[mid(agent, f"ep-{i * 3}", BASE_TS + i * 36_000)],
+            event_id=f"out-{i}",
+        )
+        for i in range(5)
+    ]
+    jobs: list[Any] = [client.publish_episode(e) for e in episodes]
+    jobs += [client.publish_tool_event(t) for t in tools]
+    jobs += [client.publish_transcript(line) for line in lines]
+    jobs += [client.publish_outcome(o) for o in outcomes]
+    jobs += [client.request_maintenance(agent) for _ in range(3)]
+    jobs += [client.recall(agent, f"venue {i} slippage", k=3, timeout=30) for i in range(6)]
+    await asyncio.gather(*jobs)
+    return len(episodes) + len(tools) + len(lines) + len(outcomes) + 3
+
+
+async def test_one_writer_folds_every_kind_of_input_in_journal_order(
+    jclient: GrimoireClient, journal_settings: Settings, eventually: Any
+) -> None:
+    agent = f"fold-{uuid.uuid4().hex[:6]}"
+    published = await _send_everything_at_once(jclient, agent)
+    redis = Redis.from_url(journal_settings.redis_url)
+    try:
+
+        async def journaled() -> bool:
+            return _agent_entries(await _journal(journal_settings), agent) >= published
+
+        await eventually(journaled, timeout=60, interval=0.5)
+        expected = await _fold_in_process(journal_settings, redis, agent)
+        assert expected.tick is not None and expected.focus
+        state = AgentStateStore(redis, journal_settings.topic_prefix)
+
+        async def folded() -> bool:
+            return await state.field(agent) == await _fold_in_process(
+                journal_settings, redis, agent
+            )
+
+        await eventually(folded, timeout=60, interval=1.0)
+        verdict = await audit(RedisWitnessLog(redis, journal_settings.topic_prefix), agent)
+        assert verdict.ok and verdict.count > published // 2
+    finally:
+        await redis.aclose()
+
+
+async def test_an_outcome_before_its_memory_takes_effect_once_it_is_written(
+    jclient: GrimoireClient, journal_settings: Settings, eventually: Any
+) -> None:
+    agent = f"early-{uuid.uuid4().hex[:6]}"
+    memory = mid(agent, "late-1", BASE_TS)
+    redis = Redis.from_url(journal_settings.redis_url)
+    store = RedisMemoryStore(redis, journal_settings.topic_prefix, 384)
+    try:
+        await jclient.publish_outcome(
+            OutcomeV1(
+                agent_id=agent,
+                ts=BASE_TS + 10,
+                outcome="positive",
+                memory_ids=[memory],
+                event_id="o-early",
+            )
+        )
+
+        async def held() -> Any:
+            return await redis.hlen(store.keys.pending_outcomes(agent))
+
+        await eventually(held, timeout=30)  # applied first: held for the memory
+        await jclient.publish_episode(
+            EpisodeV1(
+                agent_id=agent,
+                ts=BASE_TS,
+                event_id="late-1",
+                tick=1,
+                text="the bridge relayer stalled for three blocks",
+            )
+        )
+
+        async def written() -> Any:
+            doc = await redis.hgetall(store.key(memory))
+            return (
+                doc if doc and await redis.hlen(store.keys.pending_outcomes(agent)) == 0 else None
+            )
+
+        doc = await eventually(written, timeout=30)
+        assert float(doc[b"strength"]) == 2.0
+        usage = await redis.hgetall(store.keys.usage(memory))
+        assert usage[b"last_accessed"] == str(BASE_TS + 10).encode()
+    finally:
+        await redis.aclose()
+
+
+async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
+    jclient: GrimoireClient,
+    journal_settings: Settings,
+    journal_worker: dict[str, Any],
+    eventually: Any,
+) -> None:
+    agents = [f"replay-{n}-{uuid.uuid4().hex[:4]}" for n in range(3)]
+    for agent in agents:
+        await _send_everything_at_once(jclient, agent)
+    redis = Redis.from_url(journal_settings.redis_url)
+    prefix = journal_settings.topic_prefix
+    questions = [
+        (agents[i % 3], f"{topic} venue {i % 3}", i % 2 == 0)
+        for i, topic in enumerate(["slippage", "gas", "pool depth", "rebalance", "filled"] * 10)
+    ]
+    try:
+        # Quiet: every input applied (digests stop moving).
+        async def settled() -> Any:
+            first = [await agent_digest(redis, prefix, a) for a in agents]
+            await asyncio.sleep(3.0)
+            second = [await agent_digest(redis, prefix, a) for a in agents]
+            return second if [d.sha256 for d in first] == [d.sha256 for d in second] else None
+
+        before = await eventually(settled, timeout=120, interval=0.1)
+
+        async def ask() -> list[bytes]:
+            # RediSearch counts a rewritten document's old version in its BM25
+            # statistics until its garbage collector runs; the lexical lane's
+            # scores are compared on a collected index (a rebuilt one has none).
+            for _ in range(2):  # a cycle may leave blocks it was denied
+                await redis.execute_command(
+                    "FT.DEBUG", "GC_FORCEINVOKE", Keyspace(prefix).index_name
+                )
+            answers = []
+            for agent, query, explain in questions:
+                answer = await jclient.recall(
+                    agent, query, k=5, explain=explain, record_usage=False, timeout=30
+                )
+                answers.append(orjson.dumps([item.asdict() for item in answer.items]))
+            return answers
+
+        answers = await ask()
+        assert len(answers) == 50 and sum(len(a) > 2 for a in answers) > 40
+        stop_worker(journal_worker["process"])
+
+        wiped = await wipe_memory_state(redis, prefix)
+        assert wiped > 0
+        assert [await agent_digest(redis, prefix, a) for a in agents] != before
+        report = await replay(journal_settings, progress=False)
+        assert report.entries > 0 and report.dead_lettered == 0
+        after = [await agent_digest(redis, prefix, a) for a in agents]
+        assert [d.sha256 for d in after] == [d.sha256 for d in before]
+        for agent in agents:
+            assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
+
+        journal_worker["process"] = await _start(journal_settings, journal_worker["logs"] / "2.log")
+        assert await ask() == answers
+    finally:
+        await redis.aclose()
