@@ -17,6 +17,7 @@ its journal position, and the fold goes on (a replay does the same).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from grimoire.tables.journal.marks import AppliedMarks
 from grimoire.topics.declarations import TopicNames
 
 __all__ = [
+    "FORGOTTEN_CHAIN",
     "ApplyReport",
     "CommandApplier",
     "JournalApplier",
@@ -58,6 +60,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "internal_error"
+FORGET_OP = "forget"
+# A chain no agent can own (agent ids are letters, digits and `._-@+=/`).
+FORGOTTEN_CHAIN = "~forgotten"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class WitnessPort(Protocol):
@@ -256,9 +265,14 @@ class JournalApplier:
             return
         if kind is EntryKind.COMMAND:
             for op, ids, fields in await self.commands.apply_command(first.message):
-                await self.witness.record(
-                    first.entry.agent_id, op, sorted(ids), fields, journal=first.journal
-                )
+                owner = first.entry.agent_id
+                if op == FORGET_OP:
+                    # The agent's own chain went with everything else of it: the
+                    # forgetting is recorded in the deployment's chain, by a hash
+                    # of the id, with no content.
+                    fields = {"agent_sha256": _sha256(owner), **dict(fields)}
+                    owner = FORGOTTEN_CHAIN
+                await self.witness.record(owner, op, sorted(ids), fields, journal=first.journal)
             return
         raise InvalidEntry(f"no rule applies {kind!r}")
 

@@ -6,7 +6,8 @@ Both run on 127.0.0.1 under one state directory::
     <state>/bin/               extracted binaries (tansu, redis-server, redisearch.so, rejson.so)
     <state>/run/<prog>-<port>.pid
     <state>/log/<prog>-<port>.log
-    <state>/redis-<port>/      redis working directory (nothing is persisted)
+    <state>/redis-<port>/      redis working directory (nothing is persisted, unless
+                               `redis_appendonly` turns the append-only file on)
 
 Usage: ``python -m grimoire.infra.local.services {up,down,status}``.
 """
@@ -180,6 +181,7 @@ class LocalServices:
         *,
         ready_timeout: float = 30.0,
         stop_timeout: float = 10.0,
+        redis_appendonly: bool = False,
     ) -> None:
         if ports.kafka == ports.redis:
             raise ServiceError(f"kafka and redis cannot share port {ports.kafka}")
@@ -189,6 +191,9 @@ class LocalServices:
         self.bin_dir = self.state_dir / "bin"
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
+        # The append-only file (fsync every second; a clean stop flushes it), so that
+        # a restarted Redis comes back with what it held (`restart_redis`).
+        self.redis_appendonly = redis_appendonly
         self._kafka = _Service("kafka", "tansu", ports.kafka, self.bin_dir / "tansu")
         self._redis = _Service("redis", "redis", ports.redis, self.bin_dir / "redis-server")
 
@@ -278,6 +283,20 @@ class LocalServices:
         for svc in (self._kafka, self._redis):
             self._stop(svc)
 
+    def restart_redis(self, downtime_s: float = 0.0) -> None:
+        """Stop Redis (SIGTERM: a clean shutdown, the append-only file flushed), wait
+        `downtime_s`, and start it again on the same working directory. Only with
+        `redis_appendonly` does it come back holding its data."""
+        self._stop(self._redis)
+        if downtime_s > 0:
+            time.sleep(downtime_s)
+        pid = self._start(self._redis, append_log=True)
+        try:
+            self._wait_ready(self._redis, pid)
+        except BaseException:
+            self._stop(self._redis)
+            raise
+
     def status(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for svc in (self._kafka, self._redis):
@@ -338,13 +357,14 @@ class LocalServices:
         workdir.mkdir(parents=True, exist_ok=True)
         # TIMEOUT 0: RediSearch's default 500 ms query timeout silently truncates results.
         return [str(svc.binary), "--bind", HOST, "--port", str(svc.port),
-                "--protected-mode", "yes", "--save", "", "--appendonly", "no",
+                "--protected-mode", "yes", "--save", "",
+                "--appendonly", "yes" if self.redis_appendonly else "no",
                 "--daemonize", "no", "--dir", str(workdir),
                 "--loadmodule", str(self.bin_dir / "redisearch.so"), "DEFAULT_DIALECT", "2",
                 "MAXSEARCHRESULTS", "10000", "TIMEOUT", "0",
                 "--loadmodule", str(self.bin_dir / "rejson.so")]  # fmt: skip
 
-    def _start(self, svc: _Service) -> int:
+    def _start(self, svc: _Service, *, append_log: bool = False) -> int:
         log_path = self._log_file(svc)
         for directory in (self._pid_file(svc).parent, log_path.parent):
             directory.mkdir(parents=True, exist_ok=True)
@@ -352,8 +372,9 @@ class LocalServices:
         if svc is self._kafka:
             for key in _TANSU_ENV_SCRUB:
                 env.pop(key, None)
-        # Truncate: storage is in-memory, so each start is a fresh instance with a fresh log.
-        with log_path.open("wb") as log:
+        # Truncate: storage is in-memory, so each start is a fresh instance with a fresh log
+        # (a restart of the same instance appends).
+        with log_path.open("ab" if append_log else "wb") as log:
             proc = subprocess.Popen(
                 self._command(svc),
                 stdin=subprocess.DEVNULL,

@@ -88,9 +88,10 @@ class KeyStore(Protocol):
         ...
 
     async def forget(self, agent_id: str) -> int:
-        """Destroy every key of the agent; returns how many. The next `key_for`
-        creates a new key with a new id; entries sealed before stay unreadable.
-        The journal sequence counter is kept, so positions never repeat."""
+        """Destroy every key of the agent and its sequence counter (nothing naming
+        the agent is left); returns how many keys. The next `key_for` creates a new
+        key with a new id, so entries sealed before stay unreadable and a reused id
+        starting again at 1 never repeats a binding (it names the key id)."""
         ...
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
@@ -148,7 +149,8 @@ class RedisKeyStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hkeys(name)
             pipe.delete(name)
-            fields, _ = await pipe.execute()
+            pipe.hdel(self._keys.journal_sequences, agent_id)
+            fields, _, _ = await pipe.execute()
         destroyed = sum(1 for f in fields if _text(f).startswith(_SECRET_FIELD))
         logger.info("forgot agent %s: %d journal key(s) destroyed", agent_id, destroyed)
         return destroyed

@@ -1,6 +1,6 @@
 """The reference `KeyStore`: plain dicts with RedisKeyStore's semantics (one key per
 agent created on first use, forget destroys them all and the next key gets a new id,
-sequence blocks handed out by an ever-growing counter that survives forget), for
+sequence blocks handed out by a counter that forget resets), for
 tests without services. Run by the same contract suite as the Redis one
 (tests/integration/test_keystore_contract.py)."""
 
@@ -33,6 +33,7 @@ class InMemoryKeyStore:
 
     async def forget(self, agent_id: str) -> int:
         self._current.pop(agent_id, None)
+        self._sequences.pop(agent_id, None)
         return len(self._secrets.pop(agent_id, {}))
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:

@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.usage import StoreUsage
-from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.apply import FORGOTTEN_CHAIN, JournalApplier
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
@@ -48,11 +48,12 @@ from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.testing.witness_log import InMemoryWitnessLog
+from grimoire.tables.trust.agent_keys import agent_keys, agent_members
 from grimoire.tables.trust.digest import agent_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
-from grimoire.topics.schemas import EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
+from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.embedders import FakeEmbedder
 from tests.support.handlers import mid
 
@@ -369,5 +370,102 @@ async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
 
         journal_worker["process"] = await _start(journal_settings, journal_worker["logs"] / "2.log")
         assert await ask() == answers
+    finally:
+        await redis.aclose()
+
+
+async def test_forgetting_an_agent_leaves_nothing_of_it(
+    jclient: GrimoireClient, journal_settings: Settings, eventually: Any
+) -> None:
+    forgotten, kept = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("gone", "kept"))
+    prefix = journal_settings.topic_prefix
+    for agent in (forgotten, kept):
+        for i in range(6):
+            await jclient.publish_episode(
+                EpisodeV1(agent_id=agent, ts=BASE_TS + i * 12_000, tick=i, event_id=f"e-{i}",
+                          text=f"confidential ledger line {i} of {agent}")
+            )  # fmt: skip
+    redis = Redis.from_url(journal_settings.redis_url)
+    try:
+        log = RedisWitnessLog(redis, prefix)
+
+        async def both_stored() -> bool:  # each input applied leaves one link
+            return min([await log.length(a) for a in (forgotten, kept)]) >= 6
+
+        await eventually(both_stored, timeout=60, interval=0.5)
+        kept_before = (await agent_digest(redis, prefix, kept)).sha256
+        await jclient.send_command(CommandV1(agent_id=forgotten, command="forget"))
+
+        async def erased() -> bool:
+            keys = await agent_keys(redis, prefix, forgotten)
+            members = await agent_members(redis, prefix, forgotten)
+            return not keys and not members
+
+        await eventually(erased, timeout=60, interval=0.5)
+        keys = Keyspace(prefix)
+        leftovers = [
+            k async for k in redis.scan_iter(match=f"{prefix}:*", count=1000)
+            if forgotten.encode() in k
+        ]  # fmt: skip
+        assert leftovers == []
+        assert not await redis.hexists(keys.journal_sequences, forgotten)
+        assert (await agent_digest(redis, prefix, kept)).sha256 == kept_before
+        # The journal still holds the entries, sealed, and no key opens them.
+        store = RedisKeyStore(redis, prefix)
+        entries = [
+            decode_entry(m.value)
+            for m in await _journal(journal_settings)
+            if decode_entry(m.value).agent_id == forgotten
+        ]
+        assert len(entries) == 7  # six episodes and the forget command
+        for entry in entries:
+            assert b"confidential" not in entry.ciphertext
+            assert await store.key(forgotten, entry.key_id) is None
+        # The deployment's chain records the forgetting, by a hash of the id.
+        chain = await RedisWitnessLog(redis, prefix).records(FORGOTTEN_CHAIN)
+        assert [r.op for r in chain][-1] == "forget"
+        assert forgotten not in str(chain)
+        # A replay into a new prefix rebuilds nothing of it, and the same of the other.
+        fresh = f"{prefix}r"
+        await replay(journal_settings, into_prefix=fresh, progress=False)
+        assert await agent_keys(redis, fresh, forgotten) == []
+        assert (await agent_digest(redis, fresh, kept)).sha256 == kept_before
+    finally:
+        await redis.aclose()
+
+
+async def test_a_retracted_event_is_gone_from_recall_and_witnessed(
+    jclient: GrimoireClient, journal_settings: Settings, eventually: Any
+) -> None:
+    agent = f"retract-{uuid.uuid4().hex[:6]}"
+    prefix = journal_settings.topic_prefix
+    for i, text in enumerate(["the oracle price feed froze at block nine",
+                              "the keeper bot rebalanced the vault"]):  # fmt: skip
+        await jclient.publish_episode(
+            EpisodeV1(agent_id=agent, ts=BASE_TS + i, tick=i, event_id=f"r-{i}", text=text)
+        )
+    redis = Redis.from_url(journal_settings.redis_url)
+    store = RedisMemoryStore(redis, prefix, 384)
+    wrong = mid(agent, "r-0", BASE_TS)
+    try:
+
+        async def recalled() -> Any:
+            answer = await jclient.recall(agent, "oracle price feed froze", k=3, timeout=30)
+            return answer if any(item.id == wrong for item in answer.items) else None
+
+        await eventually(recalled, timeout=60, interval=0.5)
+        await jclient.send_command(
+            CommandV1(agent_id=agent, command="retract", source_event_id="r-0")
+        )
+
+        async def retracted() -> Any:
+            return await redis.hget(store.key(wrong), "retracted") == b"1"
+
+        await eventually(retracted, timeout=60, interval=0.5)
+        answer = await jclient.recall(agent, "oracle price feed froze", k=3, timeout=30)
+        assert wrong not in {item.id for item in answer.items}
+        ops = [r.op for r in await RedisWitnessLog(redis, prefix).records(agent)]
+        assert "retract.memory" in ops and ops[-1] == "retract"
+        assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
     finally:
         await redis.aclose()

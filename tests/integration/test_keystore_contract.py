@@ -109,11 +109,17 @@ async def test_sequence_blocks_never_overlap(store: KeyStore) -> None:
     assert numbers == list(range(1, sum(sizes) + 1))
 
 
-async def test_sequence_numbers_survive_forget(store: KeyStore) -> None:
+async def test_forget_leaves_nothing_of_the_agent_and_it_starts_again(store: KeyStore) -> None:
+    # Nothing naming the agent is left, its counter included. A reused id starts
+    # again at 1 under a new key: what a sealed entry is bound to names the key id,
+    # so no old entry's binding can recur.
     await store.next_sequence("a", 3)
-    await store.key_for("a")
+    await store.next_sequence("b", 2)
+    old = await store.key_for("a")
     await store.forget("a")
-    assert await store.next_sequence("a") == 4  # positions never repeat
+    assert await store.next_sequence("a") == 1
+    assert (await store.key_for("a")).key_id != old.key_id
+    assert await store.next_sequence("b") == 3
 
 
 async def test_a_sequence_block_holds_at_least_one_number(store: KeyStore) -> None:
