@@ -54,6 +54,11 @@ class HandlerSource(Protocol):
         maintenance commands its block timer issues."""
         ...
 
+    async def recover(self, failure: BaseException, journal_partitions: list[int]) -> None:
+        """After a failed apply: when the store was lost (Redis came back empty),
+        recreate it and fold `journal_partitions` again from their start."""
+        ...
+
     def known_agents(self) -> AsyncIterator[str]: ...
 
 
@@ -91,7 +96,12 @@ def _message(event: Any) -> InputMessage:
 
 
 async def _with_retry(
-    what: str, action: Callable[[], Awaitable[Any]], *, attempts: int | None = None
+    what: str,
+    action: Callable[[], Awaitable[Any]],
+    *,
+    attempts: int | None = None,
+    stopping: Callable[[], bool] = lambda: False,
+    on_failure: Callable[[BaseException], Awaitable[None]] | None = None,
 ) -> bool:
     """Retry infrastructure failures: skipping would lose events, crashing would stall
     the partition. Bad input never reaches here (it is dead-lettered inside the
@@ -104,18 +114,29 @@ async def _with_retry(
             return True
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             tried += 1
             if attempts is not None and tried >= attempts:
                 logger.exception("%s failed %d times; giving up", what, tried)
                 return False
+            if stopping():
+                # Shutting down: what failed stays uncommitted and is read again
+                # by whoever owns the partition next; waiting here would hold up
+                # the worker's exit for as long as the outage lasts.
+                logger.warning("%s failed while stopping; left for the next owner", what)
+                raise asyncio.CancelledError() from exc
             logger.exception("%s failed; retrying in %.1fs", what, backoff)
+            if on_failure is not None:
+                await on_failure(exc)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
 
 def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopology) -> None:
     names = TopicNames(settings.topic_prefix)
+
+    def stopping() -> bool:
+        return bool(app.should_stop)
 
     def raw_topic(name: str) -> Any:
         return app.topic(
@@ -136,7 +157,9 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
                     handlers = await runtime.handlers()
                     await handlers.sequencer.append(kind, batch)
 
-                await _with_retry(f"journaling {len(batch)} {kind} inputs", process)
+                await _with_retry(
+                    f"journaling {len(batch)} {kind} inputs", process, stopping=stopping
+                )
                 yield None
 
         app.agent(raw_topic(topic_name), name=f"grimoire.sequence.{kind.value}")(sequence)
@@ -166,7 +189,15 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
                 for partition in sorted(by_partition):
                     await handlers.applier.apply(by_partition[partition])
 
-            await _with_retry(f"applying {len(batch)} journal entries", process)
+            async def recover(failure: BaseException) -> None:
+                await runtime.recover(failure, _assigned(app, names.journal))
+
+            await _with_retry(
+                f"applying {len(batch)} journal entries",
+                process,
+                stopping=stopping,
+                on_failure=recover,
+            )
             yield None
 
     app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)
@@ -202,6 +233,11 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
         name="grimoire.recall",
         concurrency=settings.recall_concurrency,
     )(recall)
+
+
+def _assigned(app: faust.App, topic: str) -> list[int]:
+    """The partitions of `topic` this worker owns now."""
+    return sorted(tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topic)
 
 
 def register_block_timer(app: faust.App, runtime: HandlerSource, settings: WorkerTopology) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from grimoire.agents.journal.apply import ApplyReport
+from grimoire.agents.journal.apply import ApplyReport, JournalApplier
 from grimoire.agents.ports import Embedder, InputMessage, MemorySink
 from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransformerEmbedder
 from grimoire.infra.runtime import compose, worker_id
@@ -26,7 +26,7 @@ from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
 
-__all__ = ["ReplayReport", "read_partition", "replay"]
+__all__ = ["ReplayReport", "read_partition", "refold", "replay"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,33 @@ async def replay(
         await redis.aclose()
         if keystore_redis is not None:
             await keystore_redis.aclose()
+
+
+async def refold(
+    settings: Settings, applier: JournalApplier, partitions: list[int]
+) -> ReplayReport:
+    """Fold `partitions` of the deployment's journal again, from their start to
+    their end now, through `applier` (a worker rebuilding a lost store)."""
+    report = ReplayReport(settings.topic_prefix)
+    journal = TopicNames(settings.topic_prefix).journal
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(journal, p) for p in partitions]
+        ends = await consumer.end_offsets(tps) if tps else {}
+        consumer.assign(tps)
+        report.partitions = len(tps)
+        for tp in tps:
+            async for batch in read_partition(consumer, tp, at_least=ends[tp]):
+                report.add(await applier.apply(batch))
+                report.per_partition[tp.partition] = (batch[-1].offset or 0) + 1
+    finally:
+        await consumer.stop()
+    return report
 
 
 async def read_partition(

@@ -38,7 +38,7 @@ from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransform
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import Task, assess_pressure
-from grimoire.tables.exceptions import is_outage
+from grimoire.tables.exceptions import is_outage, is_store_lost
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
@@ -91,6 +91,8 @@ class Runtime:
         self._lock = asyncio.Lock()
         self._redis: Redis | None = None
         self._keystore_redis: Redis | None = None
+        self._composed: Composed | None = None
+        self._embedder_in_use: Embedder | None = None
 
     async def handlers(self) -> Handlers:
         if self._handlers is None:
@@ -127,8 +129,38 @@ class Runtime:
             worker_id=self.worker_id,
         )
         self._witness = composed.witness
+        self._composed = composed
+        self._embedder_in_use = embedder
         logger.info("runtime ready (prefix %s)", settings.topic_prefix)
         return composed.handlers
+
+    async def recover(self, failure: BaseException, journal_partitions: list[int]) -> None:
+        """A lost store (Redis came back empty: the index is gone) is recreated and
+        this worker's journal partitions folded again from their start, so the
+        store is whole again before the batch that failed is retried. Any other
+        failure is left to the retry."""
+        if not is_store_lost(failure) or self._composed is None:
+            return
+        from grimoire.infra.replay import refold
+
+        settings = self._settings
+        logger.error(
+            "the store was lost (%s): recreating it and folding journal partitions %s again",
+            failure,
+            journal_partitions,
+        )
+        store = self._composed.store
+        await store.ensure_schema()
+        assert self._redis is not None and self._embedder_in_use is not None
+        await claim_vector_space(
+            self._redis,
+            settings.topic_prefix,
+            self._embedder_in_use.vector_space,
+            has_memories=await index_holds_documents(self._redis, store.index_name),
+        )
+        self._composed.witness.invalidate()
+        report = await refold(settings, self._composed.handlers.applier, journal_partitions)
+        logger.error("store rebuilt from the journal: %s", report)
 
     def pressure(self) -> str:
         """This worker's load now, as a maintenance command records it."""

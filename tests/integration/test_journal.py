@@ -48,7 +48,7 @@ from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.testing.witness_log import InMemoryWitnessLog
-from grimoire.tables.trust.agent_keys import agent_keys, agent_members
+from grimoire.tables.trust.agent_keys import agent_keys, agent_members, agent_memory_ids
 from grimoire.tables.trust.digest import agent_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness, audit
 from grimoire.topics.client import GrimoireClient
@@ -467,5 +467,45 @@ async def test_a_retracted_event_is_gone_from_recall_and_witnessed(
         ops = [r.op for r in await RedisWitnessLog(redis, prefix).records(agent)]
         assert "retract.memory" in ops and ops[-1] == "retract"
         assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
+    finally:
+        await redis.aclose()
+
+
+async def test_a_worker_rebuilds_a_lost_store_from_the_journal(
+    jclient: GrimoireClient, journal_settings: Settings, eventually: Any
+) -> None:
+    agent = f"lost-{uuid.uuid4().hex[:6]}"
+    prefix = journal_settings.topic_prefix
+    redis = Redis.from_url(journal_settings.redis_url)
+    log = RedisWitnessLog(redis, prefix)
+    texts = [f"the sequencer {word} at height {i}" for i, word in
+             enumerate(["stalled", "recovered", "forked", "rejoined", "halted"])]  # fmt: skip
+    try:
+        for i, text in enumerate(texts[:4]):
+            await jclient.publish_episode(
+                EpisodeV1(agent_id=agent, ts=BASE_TS + i * 12_000, tick=i, event_id=f"l-{i}",
+                          text=text)
+            )  # fmt: skip
+
+        async def applied(n: int) -> Any:
+            return await log.length(agent) >= n
+
+        await eventually(lambda: applied(4), timeout=60, interval=0.5)
+        before = await agent_memory_ids(redis, prefix, agent)
+        # Redis came back without the memory state (the key store is elsewhere).
+        await wipe_memory_state(redis, prefix)
+        await jclient.publish_episode(
+            EpisodeV1(agent_id=agent, ts=BASE_TS + 60_000, tick=5, event_id="l-4", text=texts[4])
+        )
+
+        async def rebuilt() -> Any:
+            ids = await agent_memory_ids(redis, prefix, agent)
+            return ids if set(before) <= set(ids) and await log.length(agent) >= 5 else None
+
+        await eventually(rebuilt, timeout=120, interval=1.0)
+        verdict = await audit(log, agent)
+        assert verdict.ok and verdict.count == 5
+        answer = await jclient.recall(agent, "sequencer halted", k=3, timeout=30)
+        assert answer.items
     finally:
         await redis.aclose()
