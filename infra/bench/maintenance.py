@@ -95,7 +95,7 @@ async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[
     report: dict[str, Any] = {}
     serial = 0
     try:
-        handler = (await runtime.handlers()).maintenance
+        handler = (await runtime.handlers()).applier.maintenance
         for size in sizes:
             started = time.perf_counter()
             await loader.load_until(size - REPEATS * fresh)

@@ -49,7 +49,7 @@ from grimoire.topics.schemas import RecallRequestV1
 logger = logging.getLogger(__name__)
 
 AGENT = "golem-recall"
-REPLY_TOPIC = "bench-recall-replies"
+REPLY_CLIENT = "bench-recall"  # the reply topic is `{prefix}.replies.bench-recall`
 WARMUP = 5
 DEFAULT_SIZES = (10_000, 100_000)
 DEFAULT_QUERIES = 200
@@ -117,21 +117,22 @@ class Measured:
         }
 
 
-def _request(query: str, index: int) -> bytes:
+def _request(query: str, index: int, reply_to: str) -> bytes:
     return RecallRequestV1(
-        agent_id=AGENT, query=query, reply_to=REPLY_TOPIC, correlation_id=f"bench-{index}"
+        agent_id=AGENT, query=query, reply_to=reply_to, correlation_id=f"bench-{index}"
     ).dumps_json()
 
 
 class ReplyClock(MemorySink):
     """A sink that notes when the reply left: the caller's wait ends there."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply_to: str) -> None:
         super().__init__()
+        self.reply_to = reply_to
         self.replied_at: float | None = None
 
     async def send(self, topic: str, key: str, value: bytes) -> None:
-        if topic == REPLY_TOPIC:
+        if topic == self.reply_to:
             self.replied_at = time.perf_counter()
         await super().send(topic, key, value)
 
@@ -143,7 +144,7 @@ async def _handle(
     sink.sent.clear()
     sink.replied_at = None
     await handler.handle(InputMessage(value=raw, topic=topic))
-    replies = sink.on(REPLY_TOPIC)
+    replies = sink.on(sink.reply_to)
     if len(replies) != 1 or sink.replied_at is None:
         raise RuntimeError(f"expected one reply, got {len(replies)}: {sink.sent[:3]}")
     payload = orjson.loads(replies[0])
@@ -161,11 +162,11 @@ async def measure_in_process(
     timed: Sequence[str],
 ) -> Measured:
     for index, query in enumerate(warmup):
-        await _handle(handler, sink, _request(query, -1 - index), topic)
+        await _handle(handler, sink, _request(query, -1 - index, sink.reply_to), topic)
     latencies: list[float] = []
     answers: list[Answer] = []
     for index, query in enumerate(timed):
-        raw = _request(query, index)
+        raw = _request(query, index, sink.reply_to)
         started = time.perf_counter()
         answer, replied = await _handle(handler, sink, raw, topic)
         latencies.append((replied - started) * 1000)
@@ -283,7 +284,7 @@ async def _run(
         eidolon_weight=settings.eidolon_state_weight,
         limits=settings.input_limits,
     )
-    sink = ReplyClock()
+    sink = ReplyClock(TopicNames(settings.topic_prefix).reply_topic(REPLY_CLIENT))
     runtime = Runtime(settings, sink, embedder)
     topic = TopicNames(settings.topic_prefix).recall_requests
     report: dict[str, Any] = {
