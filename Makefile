@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance services-up services-down services-status clean
+.PHONY: help setup qemu-user demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -55,7 +55,7 @@ typecheck: setup ## mypy --strict on the pure core
 	mkdir -p $(TYPECHECK_PATH) && ln -sfn "$(CURDIR)" $(TYPECHECK_PATH)/grimoire
 	MYPYPATH=$(TYPECHECK_PATH) $(VENV)/bin/mypy -p grimoire.streams
 
-bench: bench-ingest bench-recall bench-locomo bench-maintenance ## every benchmark (each prints one JSON object as its last line)
+bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults ## every benchmark (each prints one JSON object as its last line)
 
 bench-ingest: setup ## the real write path on 20,000 generated events (repetitive and all-distinct)
 	mkdir -p bench-results
@@ -68,6 +68,10 @@ bench-recall: setup ## recall latency (in process and over Kafka) at 10,000 and 
 bench-maintenance: setup ## one due maintenance pass (decay, curator, compaction) at 10,000 and 100,000 memories
 	mkdir -p bench-results
 	$(PY) -m grimoire.infra.cli bench maintenance | tee bench-results/maintenance.json
+
+bench-faults: setup ## worker SIGKILLs, a Redis restart and 10,000 hostile messages on 20,000 events, against a clean run
+	mkdir -p bench-results
+	$(PY) -m grimoire.infra.cli bench faults --events $${EVENTS:-20000} | tee bench-results/faults.json
 
 bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline (LOCOMO_ARGS="--data F --conversations a,b")
 	mkdir -p bench-results

@@ -213,6 +213,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     maint_bench.add_argument("--sizes", default="10000,100000", help="comma-separated sizes")
     maint_bench.add_argument("--fresh", type=int, default=500, help="new memories per pass")
+    faults = bench_kind.add_parser(
+        "faults", help="worker kills, a Redis restart and hostile input against a clean run"
+    )
+    faults.add_argument("--events", type=int, default=20_000)
+    faults.add_argument("--agents", type=int, default=20)
+    faults.add_argument("--kills", type=int, default=3, help="worker SIGKILLs")
+    faults.add_argument("--fuzz", type=int, default=10_000, help="hostile messages")
+    faults.add_argument("--seed", type=int, default=21)
+    faults.add_argument(
+        "--without", action="append", default=[], help="leave a fuzz kind out (repeatable)"
+    )
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
     locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
@@ -295,6 +306,20 @@ def main(argv: list[str] | None = None) -> int:
 
         sizes = tuple(int(size) for size in args.sizes.split(","))
         result = run_maintenance_bench(settings, sizes=sizes, fresh=args.fresh)
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
+    if args.command == "bench" and args.bench == "faults":
+        from grimoire.infra.bench.faults import run_faults_bench
+
+        result = run_faults_bench(
+            settings,
+            events=args.events,
+            agents=args.agents,
+            kills=args.kills,
+            fuzz=args.fuzz,
+            seed=args.seed,
+            without=tuple(args.without),
+        )
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     if args.command == "bench" and args.bench == "locomo":

@@ -93,8 +93,8 @@ class Keyspace:
 
     @property
     def applied_sources(self) -> str:
-        """HASH "topic|partition" -> the highest source offset the fold applied
-        (a re-journaled input is applied once)."""
+        """HASH "journal partition|topic|partition" -> the highest source offset the
+        fold applied (a re-journaled input is applied once)."""
         return f"{self.prefix}:applied-sources"
 
     def pending_outcomes(self, agent_id: str) -> str:

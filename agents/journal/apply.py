@@ -139,21 +139,21 @@ class JournalApplier:
         """Fold `messages` (journal records of one partition, in offset order)."""
         report = ApplyReport(entries=len(messages))
         opened = [item for item in [await self._open(m, report) for m in messages] if item]
-        sources = sorted({mark_key(o.entry.source) for o in opened if o.entry.source})
+        sources = sorted({mark_key(o.entry.source, o.journal[0]) for o in opened if o.entry.source})
         marks = SourceMarks(dict(await self.marks.load(sources)))
         fresh: list[tuple[EntryKind, Opened]] = []
         for item in opened:
-            if marks.is_applied(item.entry.kind, item.entry.source):
+            if marks.is_applied(item.entry.kind, item.entry.source, item.journal[0]):
                 report.skipped += 1
                 continue
             # Two copies of one input in the same batch: the first is applied.
-            marks.advance(item.entry.kind, item.entry.source)
+            marks.advance(item.entry.kind, item.entry.source, item.journal[0])
             fresh.append((item.entry.kind, item))
         for run in runs(fresh, max_run=self.max_run):
             await self._apply_run(run, report)
             moved = SourceMarks({})
             for item in run.items:
-                moved.advance(item.entry.kind, item.entry.source)
+                moved.advance(item.entry.kind, item.entry.source, item.journal[0])
             await self.marks.advance(moved.marks)
         return report
 

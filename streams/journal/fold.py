@@ -24,34 +24,38 @@ __all__ = ["Marks", "Run", "SourceMarks", "mark_key", "runs"]
 
 E = TypeVar("E")
 
-# (source topic, source partition) -> the highest source offset applied.
-Marks = Mapping[tuple[str, int], int]
+# (journal partition, source topic, source partition) -> the highest source offset
+# applied. Keyed by the journal partition too: a source partition's inputs reach one
+# journal partition in offset order, but may feed several (a producer keying by
+# something else than the payload's agent), and one journal partition's progress
+# says nothing of another's.
+Marks = Mapping[tuple[int, str, int], int]
 
 
-def mark_key(source: SourceRef) -> tuple[str, int]:
-    return (source.topic, source.partition)
+def mark_key(source: SourceRef, lane: int) -> tuple[int, str, int]:
+    return (lane, source.topic, source.partition)
 
 
 @dataclass
 class SourceMarks:
     """The high-water marks one apply pass reads, checks and moves forward."""
 
-    marks: dict[tuple[str, int], int]
+    marks: dict[tuple[int, str, int], int]
 
-    def is_applied(self, kind: EntryKind, source: SourceRef | None) -> bool:
+    def is_applied(self, kind: EntryKind, source: SourceRef | None, lane: int) -> bool:
         if source is None or kind is EntryKind.USAGE:
             return False
-        mark = self.marks.get(mark_key(source))
+        mark = self.marks.get(mark_key(source, lane))
         return mark is not None and source.offset <= mark
 
-    def advance(self, kind: EntryKind, source: SourceRef | None) -> None:
+    def advance(self, kind: EntryKind, source: SourceRef | None, lane: int) -> None:
         if source is None or kind is EntryKind.USAGE:
             return
-        key = mark_key(source)
+        key = mark_key(source, lane)
         if source.offset > self.marks.get(key, -1):
             self.marks[key] = source.offset
 
-    def moved(self, before: Marks) -> dict[tuple[str, int], int]:
+    def moved(self, before: Marks) -> dict[tuple[int, str, int], int]:
         return {k: v for k, v in self.marks.items() if before.get(k) != v}
 
 

@@ -32,17 +32,19 @@ return 1
 """
 
 
-def mark_field(source: tuple[str, int]) -> str:
-    topic, partition = source
-    return f"{topic}{_SEPARATOR}{partition}"
+def mark_field(source: tuple[int, str, int]) -> str:
+    lane, topic, partition = source
+    return f"{lane}{_SEPARATOR}{topic}{_SEPARATOR}{partition}"
 
 
 class AppliedMarks(Protocol):
-    async def load(self, sources: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    async def load(
+        self, sources: Sequence[tuple[int, str, int]]
+    ) -> dict[tuple[int, str, int], int]:
         """The marks of `sources` that exist."""
         ...
 
-    async def advance(self, marks: Mapping[tuple[str, int], int]) -> None:
+    async def advance(self, marks: Mapping[tuple[int, str, int], int]) -> None:
         """Move each mark forward to its offset (never back)."""
         ...
 
@@ -53,7 +55,9 @@ class RedisAppliedMarks:
         self._key = Keyspace(prefix).applied_sources
         self._advance = redis.register_script(_ADVANCE)
 
-    async def load(self, sources: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    async def load(
+        self, sources: Sequence[tuple[int, str, int]]
+    ) -> dict[tuple[int, str, int], int]:
         if not sources:
             return {}
         values = await self._redis.hmget(self._key, [mark_field(s) for s in sources])
@@ -63,7 +67,7 @@ class RedisAppliedMarks:
             if value is not None
         }
 
-    async def advance(self, marks: Mapping[tuple[str, int], int]) -> None:
+    async def advance(self, marks: Mapping[tuple[int, str, int], int]) -> None:
         if not marks:
             return
         args: list[str | int] = []

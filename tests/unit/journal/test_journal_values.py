@@ -87,17 +87,20 @@ def test_ingest_entries_run_together_and_nothing_jumps_a_command() -> None:
     ]
 
 
-def test_marks_skip_what_a_source_partition_already_gave() -> None:
-    marks = SourceMarks({("t", 0): 10})
-    assert marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 10))
-    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 11))
-    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 1, 3))
+def test_marks_skip_what_a_source_partition_already_gave_this_journal_partition() -> None:
+    marks = SourceMarks({(5, "t", 0): 10})
+    assert marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 10), 5)
+    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 11), 5)
+    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 1, 3), 5)
+    # One source partition may feed several journal partitions (a producer keying
+    # by something else than the agent): another one's progress skips nothing here.
+    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 3), 6)
     # Usage entries of concurrent recalls may come out of order: never skipped.
-    assert not marks.is_applied(EntryKind.USAGE, SourceRef("t", 0, 2))
-    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 12))
-    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 11))
-    assert marks.marks[("t", 0)] == 12
-    assert marks.moved({("t", 0): 10}) == {("t", 0): 12}
+    assert not marks.is_applied(EntryKind.USAGE, SourceRef("t", 0, 2), 5)
+    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 12), 5)
+    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 11), 5)
+    assert marks.marks[(5, "t", 0)] == 12
+    assert marks.moved({(5, "t", 0): 10}) == {(5, "t", 0): 12}
 
 
 def test_usage_entries_round_trip_and_refuse_garbage() -> None:

@@ -1,0 +1,203 @@
+"""The pure parts of the fault benchmark: its streams, the fuzz, the fault plan, and
+how lost, duplicated and unaccounted inputs are counted."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+
+import pytest
+
+from grimoire.infra.bench.faults import (
+    DEAD_LETTER,
+    DECISION,
+    FUZZ_KINDS,
+    INTERNAL_ERROR,
+    Expected,
+    FuzzMessage,
+    account_fuzz,
+    account_valid,
+    agent_kind,
+    expected_outcome,
+    fault_plan,
+    fuzz_messages,
+    valid_events,
+)
+from grimoire.infra.settings import Settings
+from grimoire.topics.declarations import TopicNames
+
+TOPICS = TopicNames("fa0000")
+# The fuzz the issue names, each a kind of its own (or more).
+REQUIRED_KINDS = {
+    "invalid_json",
+    "invalid_utf8",
+    "deep_nesting_over_limit",
+    "huge_text",
+    "nan_infinity",
+    "wrong_types",
+    "unknown_schema_version",
+    "forbidden_agent_id",
+    "recall_hostile_reply_to",
+    "outcome_bad_fields",
+    "command_bad_fields",
+}
+# Valid-looking kinds: what the worker must decide, not dead-letter.
+VALID_LOOKING = {"edge_valid", "deep_nesting_with_event_id", "mismatched_key"}
+
+
+@pytest.fixture(scope="module")
+def settings() -> Settings:
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="module")
+def fuzz() -> list[FuzzMessage]:
+    return fuzz_messages(TOPICS, count=2_300, seed=21)
+
+
+def test_the_fuzz_covers_every_required_kind_in_turn(fuzz: list[FuzzMessage]) -> None:
+    assert set(FUZZ_KINDS) >= REQUIRED_KINDS
+    counts = Counter(message.kind for message in fuzz)
+    assert set(counts) == set(FUZZ_KINDS)
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert {m.topic_kind for m in fuzz} == {
+        "episodes",
+        "tool_events",
+        "transcripts",
+        "recall_requests",
+        "outcomes",
+        "commands",
+    }
+
+
+def test_every_fuzz_message_is_unique_and_the_fuzz_is_seeded(fuzz: list[FuzzMessage]) -> None:
+    assert len({m.value for m in fuzz}) == len(fuzz)  # so each is found on its topic again
+    assert fuzz_messages(TOPICS, count=2_300, seed=21) == fuzz
+    assert fuzz_messages(TOPICS, count=2_300, seed=22) != fuzz
+
+
+def test_hostile_fuzz_is_dead_lettered_and_valid_looking_fuzz_decided(
+    fuzz: list[FuzzMessage], settings: Settings
+) -> None:
+    for message in fuzz:
+        expected = expected_outcome(TOPICS, message.topic_kind, message.value, settings)
+        if message.kind in VALID_LOOKING:
+            assert expected.outcome == DECISION and expected.candidates, message
+        else:
+            assert expected.outcome == DEAD_LETTER, message
+
+
+def test_the_fuzz_is_as_hostile_as_named(fuzz: list[FuzzMessage], settings: Settings) -> None:
+    reasons: dict[str, set[str | None]] = {}
+    for message in fuzz:
+        expected = expected_outcome(TOPICS, message.topic_kind, message.value, settings)
+        reasons.setdefault(message.kind, set()).add(expected.reason)
+    assert reasons["invalid_utf8"] == {"invalid_json"}
+    assert reasons["nan_infinity"] == {"invalid_json"}
+    assert reasons["deep_nesting_over_limit"] == {"invalid_json"}
+    assert reasons["huge_text"] == {"oversize"}
+    assert reasons["unknown_schema_version"] == {"unsupported_schema"}
+    huge = [m for m in fuzz if m.kind == "huge_text"]
+    assert all(len(m.value) > settings.max_text_chars for m in huge)
+    replies = [m for m in fuzz if m.kind == "recall_hostile_reply_to"]
+    named = b"".join(m.value for m in replies)
+    assert TOPICS.memory_events.encode() in named and b"other" in named
+
+
+def test_a_parser_that_raises_is_expected_as_an_internal_error(settings: Settings) -> None:
+    # Nesting orjson parses (< 1,024 levels) but cannot serialise again (> 254): the
+    # event id of a payload without one is a hash of the re-serialised payload.
+    deep = b"[" * 300 + b"]" * 300
+    raw = b'{"agent_id":"a-1","ts":1790000000000,"text":"deep","meta":' + deep + b"}"
+    expected = expected_outcome(TOPICS, "episodes", raw, settings)
+    assert expected.outcome == DEAD_LETTER
+    if expected.raised is not None:  # until the normaliser rejects it by name
+        assert expected.reason == INTERNAL_ERROR
+
+
+def test_valid_events_are_seeded_valid_and_one_topic_per_agent(settings: Settings) -> None:
+    events = valid_events(events=300, agents=7, seed=5)
+    assert events == valid_events(events=300, agents=7, seed=5)
+    assert len({e.event_id for e in events}) == 300
+    kinds: dict[str, set[str]] = {}
+    for event in events:
+        kinds.setdefault(event.agent_id, set()).add(event.topic_kind)
+        expected = expected_outcome(TOPICS, event.topic_kind, event.value, settings)
+        assert expected.outcome == DECISION
+    assert len(kinds) == 7 and all(len(k) == 1 for k in kinds.values())
+    assert {agent_kind(i) for i in range(3)} == {"episodes", "tool_events", "transcripts"}
+
+
+def test_lost_duplicated_and_missing_events_are_counted_per_source_event() -> None:
+    expected = {
+        "e1": (("a", "c1"),),
+        "e2": (("a", "c2"), ("a", "c3")),  # two candidates of one event
+        "e3": (("b", "c4"),),
+        "e4": (("b", "c5"),),
+    }
+    decided = {"a": ["c1", "c2"], "b": ["c4", "c5"]}  # c3 never decided: e2 lost
+    events = {"c1": 1, "c2": 1, "c4": 2}  # c4 twice: e3 duplicated; c5 none: missing
+    records = {("a", "e1"): 1, ("b", "e4"): 2}  # e4: two records for one candidate
+    account = account_valid(expected, decided, events, records)
+    assert account.events == 4 and account.candidates == 5
+    assert account.lost == 1 and account.lost_examples == ("e2",)
+    assert account.duplicated == 2 and account.duplicated_examples == ("e3", "e4")
+    assert account.decision_events_missing == 1
+
+
+def test_a_clean_fold_has_nothing_lost_or_duplicated() -> None:
+    expected = {"e1": (("a", "c1"),), "e2": (("a", "c2"), ("a", "c3"))}
+    account = account_valid(
+        expected,
+        {"a": ["c1", "c2", "c3"]},
+        {"c1": 1, "c2": 1, "c3": 1},
+        {("a", "e1"): 1, ("a", "e2"): 2},
+    )
+    assert (account.lost, account.duplicated, account.decision_events_missing) == (0, 0, 0)
+
+
+def test_fuzz_is_accounted_by_dead_letter_or_by_decision() -> None:
+    messages = [
+        FuzzMessage("invalid_json", "episodes", "k", b"{"),
+        FuzzMessage("edge_valid", "episodes", "k", b"{}"),
+        FuzzMessage("wrong_types", "episodes", "k", b"[]"),
+        FuzzMessage("edge_valid", "episodes", "k", b"{ }"),
+        FuzzMessage("huge_text", "episodes", "k", b"{  }"),  # never found on its topic
+        FuzzMessage("edge_valid", "episodes", "k", b"{   }"),  # decided, but dead-lettered
+    ]
+    expected = [
+        Expected(DEAD_LETTER, "invalid_json"),
+        Expected(DECISION, None, (("f", "c1"),)),
+        Expected(DEAD_LETTER, "wrong_type"),
+        Expected(DECISION, None, (("f", "c2"),)),
+        Expected(DEAD_LETTER, "oversize"),
+        Expected(DECISION, None, (("f", "c3"),)),
+    ]
+    where = {
+        0: [("t", 0, 1)],
+        1: [("t", 0, 2)],
+        2: [("t", 1, 1), ("t", 1, 2)],  # published twice: one dead letter is enough
+        3: [("t", 0, 3)],
+        5: [("t", 0, 4)],
+    }
+    letters = {("t", 0, 1): "invalid_json", ("t", 1, 2): "wrong_type", ("t", 0, 4): "x"}
+    account = account_fuzz(messages, expected, where, letters, {"f": ["c1"]})
+    assert account.sent == 6 and account.found == 5
+    assert account.dead_lettered == 3 and account.decided == 1
+    assert account.unaccounted == 2  # c2 undecided; the one never found
+    assert account.unaccounted_kinds == {"edge_valid": 1, "huge_text": 1}
+    assert account.unexpected == 1
+    assert account.by_reason == {"invalid_json": 1, "wrong_type": 1, "x": 1}
+
+
+def test_the_fault_plan_spreads_seeded_faults_over_the_run() -> None:
+    plan = fault_plan(kills=3, redis_restarts=1, workers=2, seed=21)
+    assert plan == fault_plan(kills=3, redis_restarts=1, workers=2, seed=21)
+    assert plan != fault_plan(kills=3, redis_restarts=1, workers=2, seed=22)
+    actions = Counter(f.action for f in plan.faults)
+    assert actions == {"kill": 3, "redis_restart": 1}
+    points = [f.at for f in plan.faults]
+    assert points == sorted(points) and points[0] >= 0.1 and points[-1] <= 0.85
+    assert all(b - a > 0 for a, b in pairwise(points))
+    assert all(f.worker in (0, 1) for f in plan.faults)
+    assert all(f.downtime_s >= 1.0 for f in plan.faults if f.action == "redis_restart")
