@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ __all__ = ["FaustSink", "HandlerSource", "Handlers", "WorkerTopology", "register
 logger = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 5.0
+_SLOW_APPLY_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,9 @@ class FaustSink:
 
     async def send(self, topic: str, key: str, value: bytes) -> None:
         await self._app.producer.send(topic, key.encode(), value, None, None, None)
+
+    async def flush(self) -> None:
+        await self._app.producer.flush()
 
 
 def _message(event: Any) -> InputMessage:
@@ -186,18 +191,38 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
 
             async def process(by_partition: dict[int, list[InputMessage]] = by_partition) -> None:
                 handlers = await runtime.handlers()
-                for partition in sorted(by_partition):
-                    await handlers.applier.apply(by_partition[partition])
+                # Partitions hold disjoint agents, so their folds run side by side
+                # (each in its own order): their embedding requests meet in the
+                # embedder's queue and share model calls, as one batch would.
+                outcomes = await asyncio.gather(
+                    *(handlers.applier.apply(by_partition[p]) for p in sorted(by_partition)),
+                    return_exceptions=True,
+                )
+                # Every fold has stopped before a failure is retried: a retry
+                # beside a fold still running would be a second writer.
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
 
             async def recover(failure: BaseException) -> None:
                 await runtime.recover(failure, _assigned(app, names.journal))
 
+            started = time.perf_counter()
             await _with_retry(
                 f"applying {len(batch)} journal entries",
                 process,
                 stopping=stopping,
                 on_failure=recover,
             )
+            took = time.perf_counter() - started
+            if took > _SLOW_APPLY_S:
+                # Everything behind this batch on its partitions waited this long.
+                logger.warning(
+                    "applying %d journal entries (%s) took %.2fs",
+                    len(batch),
+                    ", ".join(f"p{p}: {len(m)}" for p, m in sorted(by_partition.items())),
+                    took,
+                )
             yield None
 
     app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)

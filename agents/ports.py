@@ -65,7 +65,13 @@ class UsageRecorder(Protocol):
 
 
 class EventSink(Protocol):
-    async def send(self, topic: str, key: str, value: bytes) -> None: ...
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        """Hand a message to the producer (it may still be buffered)."""
+        ...
+
+    async def flush(self) -> None:
+        """Return once everything sent so far is acknowledged by the broker."""
+        ...
 
 
 @dataclass
@@ -73,9 +79,13 @@ class MemorySink:
     """The in-memory `EventSink`: records what was sent, for tests and benchmarks."""
 
     sent: list[tuple[str, str, bytes]] = field(default_factory=list)
+    flushes: int = 0
 
     async def send(self, topic: str, key: str, value: bytes) -> None:
         self.sent.append((topic, key, value))
+
+    async def flush(self) -> None:
+        self.flushes += 1
 
     def on(self, topic: str) -> list[bytes]:
         return [value for name, _, value in self.sent if name == topic]

@@ -23,6 +23,7 @@ from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.handlers.retraction import RetractionHandler
 from grimoire.agents.handlers.usage import StoreUsage
 from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.publication import Publication
 from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.compaction_task import CompactionRunner, CompactionTask
@@ -41,6 +42,7 @@ from grimoire.streams.maintenance.schedule import Task, assess_pressure
 from grimoire.tables.exceptions import is_outage, is_store_lost
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
+from grimoire.tables.journal.outbox import RedisOutbox
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
@@ -307,6 +309,7 @@ async def compose(
             steps=steps,
         ),
         witness=PublishedWitness(witness, sink, topics),
+        publication=Publication(witness, RedisOutbox(redis, prefix), sink, topics),
         sink=sink,
         topics=topics,
         max_run=settings.embed_batch_size,

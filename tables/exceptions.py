@@ -21,6 +21,10 @@ class VectorSpaceMismatch(StorageError):
     """The prefix holds vectors from another model or precision than this worker's."""
 
 
+class CorruptRecord(StorageError, ValueError):
+    """Stored bytes that are not the shape their key holds."""
+
+
 class StoreLost(StorageError):
     """The store no longer holds what this worker wrote (Redis came back empty: the
     index is gone). The fold must be rebuilt from the journal."""

@@ -93,9 +93,15 @@ class Keyspace:
 
     @property
     def applied_sources(self) -> str:
-        """HASH "journal partition|topic|partition" -> the highest source offset the
-        fold applied (a re-journaled input is applied once)."""
+        """HASH "agent id|topic|partition" -> the highest source offset the fold
+        applied of that agent's inputs (a re-journaled input is applied once)."""
         return f"{self.prefix}:applied-sources"
+
+    def outbox(self, journal_partition: int) -> str:
+        """LIST of events a journal partition's fold committed and has not yet seen
+        the broker acknowledge (written in the transaction of the state they
+        describe; published, then trimmed)."""
+        return f"{self.prefix}:outbox:{journal_partition}"
 
     def pending_outcomes(self, agent_id: str) -> str:
         """HASH memory id -> outcomes that named it before it was written."""

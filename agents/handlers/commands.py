@@ -8,6 +8,7 @@ What each did is returned for the witness.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,8 +68,17 @@ class CommandHandler:
     limits: InputLimits = field(default_factory=InputLimits)
     # Where the retractor reports its steps (wired to it by the composition root).
     steps: StepLog = field(default_factory=StepLog)
+    # The step log is one per handler, and journal partitions fold side by side:
+    # one command at a time, or two commands' steps would mix.
+    _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def apply_command(
+        self, message: InputMessage
+    ) -> Sequence[tuple[str, Sequence[str], Any]]:
+        async with self._one_at_a_time:
+            return await self._apply_command(message)
+
+    async def _apply_command(
         self, message: InputMessage
     ) -> Sequence[tuple[str, Sequence[str], Any]]:
         command = parse_command(message.value, self.limits)

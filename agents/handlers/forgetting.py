@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from grimoire.tables.journal.keystore import KeyStore
+from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.trust.erasure import erase_agent
 from grimoire.tables.trust.witness_store import Witness
 
@@ -32,6 +33,8 @@ class Forgetting:
 
     async def forget(self, agent_id: str) -> int:
         erased = await erase_agent(self.redis, self.prefix, agent_id)
+        # Its applied-input marks name it (no content, but nothing of it stays).
+        await RedisAppliedMarks(self.redis, self.prefix).forget(agent_id)
         destroyed = await self.keys.forget(agent_id)
         self.witness.invalidate(agent_id)
         logger.info("forgot %s: %d keys erased, %d journal keys destroyed",

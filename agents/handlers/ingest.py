@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from grimoire.streams.write.plan import (
 )
 from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.transaction import TransactionPart
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
@@ -78,6 +80,32 @@ class IngestReport:
     by_message: tuple[tuple[Decided, ...], ...] = field(default=(), compare=False)
 
 
+class Staged(Protocol):
+    """A batch's effects, ready to ride in its commit."""
+
+    @property
+    def parts(self) -> Sequence[TransactionPart]: ...
+
+    async def committed(self) -> None:
+        """The transaction went through: publish what it stored."""
+        ...
+
+    def abandoned(self) -> None:
+        """The transaction failed: forget what was staged (heads, queues)."""
+        ...
+
+
+class CommitEffects(Protocol):
+    """Turns a batch's decisions (per input message, in order) into the writes
+    that must be stored with them."""
+
+    async def stage(self, decided: Sequence[Sequence[Decided]]) -> Staged: ...
+
+    def sliced(self, start: int, stop: int) -> CommitEffects:
+        """The effects of the batch's messages[start:stop] (a batch split in two)."""
+        ...
+
+
 @dataclass
 class IngestHandler:
     store: MemoryStore
@@ -99,16 +127,26 @@ class IngestHandler:
         return await self.handle_mixed([(event_type, message) for message in messages])
 
     async def handle_mixed(
-        self, messages: Sequence[tuple[EventType, InputMessage]]
+        self,
+        messages: Sequence[tuple[EventType, InputMessage]],
+        effects: CommitEffects | None = None,
     ) -> IngestReport:
-        """One batch of inputs of any ingest kind, decided in the order given."""
+        """One batch of inputs of any ingest kind, decided in the order given.
+
+        With `effects`, what the decisions tell the world (events, witness records)
+        is staged by it into the decisions' own transaction and published by it;
+        without, the memory-events are sent after the commit."""
         split = await self._held_split(messages)
         if split is not None:
             # An outcome waits for a memory this batch writes: it must take effect
             # right after that input, before anything later is decided against the
             # memory (as when the input ends a batch), so the batch ends there.
-            first = await self.handle_mixed(messages[:split])
-            rest = await self.handle_mixed(messages[split:])
+            first = await self.handle_mixed(
+                messages[:split], effects.sliced(0, split) if effects else None
+            )
+            rest = await self.handle_mixed(
+                messages[split:], effects.sliced(split, len(messages)) if effects else None
+            )
             return _joined(first, rest)
         candidates: list[MemoryCandidate] = []
         origin: dict[str, int] = {}  # candidate id -> the message it came from (first)
@@ -147,13 +185,9 @@ class IngestHandler:
             "ingest_candidates": float(len(fresh)),
         }
         batch = replace(batch, metrics=tuple(sorted(counters.items())))
-        await self.store.commit(batch)
-        await self._apply_held_outcomes(batch.records)
         by_message: list[list[Decided]] = [[] for _ in messages]
         records = {record.id: record for record in batch.records}
         for result in outcomes:
-            event = _event(result)
-            await self.sink.send(self.topics.memory_events, result.candidate.agent_id, event)
             cand = result.candidate
             by_message[origin[cand.id]].append(
                 Decided(
@@ -161,19 +195,36 @@ class IngestHandler:
                     candidate_id=cand.id,
                     memory_id=result.memory_id or cand.id,
                     action=result.decision.action.value,
-                    event=event,
+                    event=_event(result),
                     # Only the candidate's own record: a merge or fold names a target
                     # that may have been written earlier in the same batch.
                     written=_written(records.get(cand.id)),
                 )
             )
+        decided_by_message = tuple(tuple(decided) for decided in by_message)
+        if effects is None:
+            await self.store.commit(batch)
+        else:
+            # The decisions' witness and events go in the decisions' transaction.
+            staged = await effects.stage(decided_by_message)
+            try:
+                await self.store.commit(batch, staged.parts)
+            except BaseException:
+                staged.abandoned()
+                raise
+            await staged.committed()
+        await self._apply_held_outcomes(batch.records)
+        if effects is None:
+            for decided in decided_by_message:
+                for one in decided:
+                    await self.sink.send(self.topics.memory_events, one.agent_id, one.event)
         written = len(batch.records)
         return IngestReport(
             len(candidates),
             written,
             len(candidates) - len(fresh),
             dead,
-            tuple(tuple(decided) for decided in by_message),
+            decided_by_message,
         )
 
     async def _held_split(self, messages: Sequence[tuple[EventType, InputMessage]]) -> int | None:

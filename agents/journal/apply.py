@@ -3,9 +3,12 @@
 Each journal partition is read by one loop. A batch of entries is opened (each with
 its agent's key; an entry whose key was destroyed by forgetting is skipped, its
 content gone), entries already applied are skipped (a re-journaled input, by its
-source partition's high-water mark), and the rest are applied in journal order:
-consecutive ingest entries as one run (one embedding batch), every other entry
-alone, in its place. Every entry that changed something leaves a witness record.
+agent's high-water mark for its source partition), and the rest are applied each
+agent's in journal order, agents side by side: the ingest entries of every agent
+that is free go to the write path together (one embedding batch, one transaction
+that also stores their witness records and outbox events), every other entry runs
+alone, in its agent's place. Every entry that changed something leaves a witness
+record.
 
 Failures are told apart: an outage (Redis unreachable, loading, a timeout) is
 raised, so the caller retries the batch with backoff, and everything the batch
@@ -17,9 +20,12 @@ its journal position, and the fold goes on (a replay does the same).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +36,7 @@ from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.journal.cipher import SealedPayload, open_sealed
+from grimoire.agents.journal.publication import Publication
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.inbound.events import Rejection
@@ -60,6 +67,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "internal_error"
+# A run that holds up its partition this long is worth a line in the log.
+SLOW_RUN_S = 0.25
 FORGET_OP = "forget"
 # A chain no agent can own (agent ids are letters, digits and `._-@+=/`).
 FORGOTTEN_CHAIN = "~forgotten"
@@ -134,28 +143,129 @@ class JournalApplier:
     topics: TopicNames
     max_run: int = 64
     is_outage: Callable[[BaseException], bool] = field(default=_is_never_an_outage)
+    # Ingest runs store their witness records and events with their decisions (an
+    # outbox); without it they are recorded and sent after the commit.
+    publication: Publication | None = None
 
     async def apply(self, messages: Sequence[InputMessage]) -> ApplyReport:
         """Fold `messages` (journal records of one partition, in offset order)."""
         report = ApplyReport(entries=len(messages))
+        if not messages:
+            return report
+        partition = messages[0].partition or 0
+        if self.publication is not None:
+            await self.publication.drain(partition)
         opened = [item for item in [await self._open(m, report) for m in messages] if item]
-        sources = sorted({mark_key(o.entry.source, o.journal[0]) for o in opened if o.entry.source})
+        sources = sorted(
+            {mark_key(o.entry.source, o.entry.agent_id) for o in opened if o.entry.source}
+        )
         marks = SourceMarks(dict(await self.marks.load(sources)))
-        fresh: list[tuple[EntryKind, Opened]] = []
+        lanes: dict[str, list[Opened]] = {}
         for item in opened:
-            if marks.is_applied(item.entry.kind, item.entry.source, item.journal[0]):
+            entry = item.entry
+            if marks.is_applied(entry.kind, entry.source, entry.agent_id):
                 report.skipped += 1
                 continue
             # Two copies of one input in the same batch: the first is applied.
-            marks.advance(item.entry.kind, item.entry.source, item.journal[0])
-            fresh.append((item.entry.kind, item))
-        for run in runs(fresh, max_run=self.max_run):
-            await self._apply_run(run, report)
-            moved = SourceMarks({})
-            for item in run.items:
-                moved.advance(item.entry.kind, item.entry.source, item.journal[0])
-            await self.marks.advance(moved.marks)
+            marks.advance(entry.kind, entry.source, entry.agent_id)
+            lanes.setdefault(entry.agent_id, []).append(item)
+        try:
+            await self._fold_lanes(partition, lanes, report)
+        except BaseException:
+            if self.publication is not None:
+                # Other agents' runs may have committed: what they handed to the
+                # producer is trimmed if the store still answers, or else sent
+                # again (byte for byte) by the retry's drain.
+                try:
+                    await self.publication.settle(partition)
+                except Exception:
+                    logger.warning(
+                        "journal partition %d: outbox left for the next drain", partition
+                    )
+            raise
+        if self.publication is not None:
+            await self.publication.settle(partition)
         return report
+
+    async def _fold_lanes(
+        self, partition: int, lanes: Mapping[str, Sequence[Opened]], report: ApplyReport
+    ) -> None:
+        """Apply each agent's entries in journal order, agents side by side.
+
+        An agent's state depends on its own entries alone, so only their order
+        matters: a slow maintenance pass holds up its own agent, not the partition.
+        Whenever agents are free and next in line with ingest entries, those go to
+        the write path together (one embedding batch, one transaction); any other
+        entry runs alone, beside them. Every run moves its agent's marks when it is
+        done, so a failure leaves each agent's progress exact. On a failure the
+        runs in flight finish, and the first failure is raised."""
+        queues = {
+            agent: deque(runs([(item.entry.kind, item) for item in items], max_run=self.max_run))
+            for agent, items in lanes.items()
+        }
+        busy: dict[asyncio.Task[None], tuple[str, ...]] = {}
+        failure: BaseException | None = None
+        try:
+            while failure is None:
+                taken = {agent for agents in busy.values() for agent in agents}
+                free = [agent for agent, queue in queues.items() if queue and agent not in taken]
+                writers = [agent for agent in free if queues[agent][0].is_ingest]
+                if writers:
+                    items = sorted(
+                        (item for agent in writers for item in queues[agent].popleft().items),
+                        key=lambda item: item.journal[1],
+                    )
+                    task = asyncio.create_task(self._fold_ingest(partition, items, report))
+                    busy[task] = tuple(writers)
+                for agent in free:
+                    if agent not in writers:
+                        run = queues[agent].popleft()
+                        busy[asyncio.create_task(self._fold_run(partition, run, report))] = (agent,)
+                if not busy:
+                    return
+                done, _ = await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    del busy[task]
+                    if task.exception() is not None and failure is None:
+                        failure = task.exception()
+        finally:
+            if busy:
+                if failure is None:  # cancelled: nothing may go on writing behind us
+                    for task in busy:
+                        task.cancel()
+                await asyncio.gather(*busy, return_exceptions=True)
+        if failure is not None:
+            raise failure
+
+    async def _fold_ingest(
+        self, partition: int, items: Sequence[Opened], report: ApplyReport
+    ) -> None:
+        for start in range(0, len(items), self.max_run):
+            chunk = tuple(items[start : start + self.max_run])
+            await self._fold_run(partition, Run(chunk[0].entry.kind, chunk), report)
+
+    async def _fold_run(self, partition: int, run: Run[Opened], report: ApplyReport) -> None:
+        started = time.perf_counter()
+        sent = await self._apply_run(run, report)
+        took = time.perf_counter() - started
+        if took > SLOW_RUN_S:
+            logger.info(
+                "journal partition %d: %d %s entries (first of %s) took %.2fs",
+                partition,
+                len(run.items),
+                run.kind.value,
+                run.items[0].entry.agent_id,
+                took,
+            )
+        if sent:
+            # What went straight to the producer (dead letters, events of other
+            # entries than ingest) must be on the broker before the marks say the
+            # entries are done, or a crash would drop it unnoticed.
+            await self.sink.flush()
+        moved = SourceMarks({})
+        for item in run.items:
+            moved.advance(item.entry.kind, item.entry.source, item.entry.agent_id)
+        await self.marks.advance(moved.marks)
 
     # ---- opening ------------------------------------------------------------------
 
@@ -191,31 +301,39 @@ class JournalApplier:
 
     # ---- applying -----------------------------------------------------------------
 
-    async def _apply_run(self, run: Run[Opened], report: ApplyReport) -> None:
+    async def _apply_run(self, run: Run[Opened], report: ApplyReport) -> bool:
+        """Apply a run; whether it sent anything straight to the producer."""
         try:
-            await self._dispatch(run)
+            sent = await self._dispatch(run)
             report.applied += len(run.items)
-            return
+            return sent
         except Exception as exc:
             if self.is_outage(exc):
                 raise
             if len(run.items) == 1:
                 await self._poison(run.items[0], exc)
                 report.dead_lettered += 1
-                return
+                return True
             logger.warning("a run of %d entries failed; applying them one by one", len(run.items))
         # Find the poison entry: the others are applied as if alone (the handlers
         # recognise what the failed attempt already decided).
+        sent = False
         for item in run.items:
-            await self._apply_run(Run(item.entry.kind, (item,)), report)
+            sent = await self._apply_run(Run(item.entry.kind, (item,)), report) or sent
+        return sent
 
-    async def _dispatch(self, run: Run[Opened]) -> None:
+    async def _dispatch(self, run: Run[Opened]) -> bool:
         first = run.items[0]
         kind = run.kind
         if kind in INGEST_KINDS:
-            report = await self.ingest.handle_mixed(
-                [(INGEST_KINDS[item.entry.kind], item.message) for item in run.items]
-            )
+            messages = [(INGEST_KINDS[item.entry.kind], item.message) for item in run.items]
+            if self.publication is not None:
+                effects = self.publication.for_run(
+                    first.journal[0], [(item.entry.agent_id, item.journal[1]) for item in run.items]
+                )
+                ingested = await self.ingest.handle_mixed(messages, effects)
+                return ingested.dead_lettered > 0
+            report = await self.ingest.handle_mixed(messages)
             for item, decided in zip(run.items, report.by_message, strict=True):
                 if decided:
                     await self.witness.record(
@@ -225,7 +343,7 @@ class JournalApplier:
                         [d.summary() for d in decided],
                         journal=item.journal,
                     )
-            return
+            return True
         if kind is EntryKind.OUTCOME:
             changed = await self.outcomes.handle(first.message)
             if changed >= 0:
@@ -236,7 +354,7 @@ class JournalApplier:
                     {"changed": changed, "payload": _json_or_text(first.message.value)},
                     journal=first.journal,
                 )
-            return
+            return True
         if kind is EntryKind.MAINTENANCE:
             plan = await self.maintenance.handle(first.message)
             if plan is not None and (plan.tasks or plan.postponed):
@@ -251,7 +369,7 @@ class JournalApplier:
                     },
                     journal=first.journal,
                 )
-            return
+            return True
         if kind is EntryKind.USAGE:
             usage = decode_usage(first.message.value)
             await self.usage.apply_usage(first.entry.agent_id, usage)
@@ -262,7 +380,7 @@ class JournalApplier:
                 {"as_of": usage.as_of_ms, "contrarian_window": usage.contrarian_window},
                 journal=first.journal,
             )
-            return
+            return True
         if kind is EntryKind.COMMAND:
             for op, ids, fields in await self.commands.apply_command(first.message):
                 owner = first.entry.agent_id
@@ -273,7 +391,7 @@ class JournalApplier:
                     fields = {"agent_sha256": _sha256(owner), **dict(fields)}
                     owner = FORGOTTEN_CHAIN
                 await self.witness.record(owner, op, sorted(ids), fields, journal=first.journal)
-            return
+            return True
         raise InvalidEntry(f"no rule applies {kind!r}")
 
     async def _poison(self, item: Opened, exc: BaseException) -> None:

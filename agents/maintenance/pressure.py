@@ -47,6 +47,9 @@ class CountingSink:
             self._written += 1
         await self._inner.send(topic, key, value)
 
+    async def flush(self) -> None:
+        await self._inner.flush()
+
     def _roll(self) -> None:
         now = self._clock()
         if now - self._window_started >= self._window_s:

@@ -19,8 +19,11 @@ What is counted:
 - `lost`: valid source events with a candidate not in its agent's `decided` hash.
   The hash is the authoritative check: it is written in the same transaction as
   the decision, and it is what makes a redelivery a no-op. Memory-events are
-  published after that transaction, so a SIGKILL can lose one without losing the
-  decision: those are counted apart (`decision_events_missing`).
+  stored in that transaction too (the outbox) and published after it: a decision
+  with no event on memory-events is counted apart (`decision_events_missing`), and
+  should be 0; an event published twice, byte for byte (a worker killed after the
+  broker had it and before the outbox was trimmed), is a redelivery
+  (`events_redelivered`), not a second decision.
 - `duplicated`: valid source events with more than one decision event
   (GrimoireWrite/Quarantine/Reject/Merge/Aggregate) for one of their candidates,
   or more memory records (aggregates aside) than candidates.
@@ -385,9 +388,9 @@ def _deep_bytes(data: dict[str, Any], depth: int) -> bytes:
 
 def _fz_deep_no_event_id(c: _Ctx) -> tuple[str, bytes]:
     """Parsable (under orjson's 1,024 levels) but deeper than orjson.dumps goes (254),
-    with no event id: the event id is a hash of the re-serialised payload. Every
-    fourth is an outcome (with a timestamp out of range besides, so that it is
-    refused even once the id no longer fails)."""
+    with no event id (which would be a hash of the re-serialised payload): refused
+    as `too_deeply_nested` before anything re-serialises it. Every fourth is an
+    outcome (with a timestamp out of range besides)."""
     depth = c.rng.randint(260, 1_000)
     if c.nth % 4 == 3:
         outcome = {"agent_id": c.agent, "ts": -c.serial, "outcome": "positive", "fz": c.serial}
@@ -397,7 +400,8 @@ def _fz_deep_no_event_id(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_deep_with_event_id(c: _Ctx) -> tuple[str, bytes]:
-    """The same nesting in a field nothing reads, with an event id: valid."""
+    """The same nesting in a field nothing reads, with an event id: refused at the
+    edge all the same (`too_deeply_nested`: no schema nests past a few levels)."""
     kind = c.ingest_kind()
     return kind, _deep_bytes(c.base(kind), c.rng.randint(260, 1_000))
 
@@ -1457,11 +1461,20 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
             for partition, offset, value in topic_records[topic]
             if value in valid_values and (topic, partition, offset) in letters
         )
+        # Events are published at least once (the outbox sends again what a killed
+        # worker may have sent already), byte for byte: a copy is a redelivery of
+        # one decision, counted apart; two different events for a candidate are
+        # two decisions.
         decision_events: Counter[str] = Counter()
+        copies: Counter[bytes] = Counter()
         for _, _, value in topic_records[topics.memory_events]:
+            copies[value] += 1
+            if copies[value] > 1:
+                continue
             event = orjson.loads(value)
             if event.get("type") in DECISION_EVENTS and event.get("candidate_id"):
                 decision_events[event["candidate_id"]] += 1
+        redelivered = sum(count - 1 for count in copies.values())
         decided = await _decided_sets(redis, prefix, env.agents + fuzz_agents)
         records = await _records_per_event(redis, prefix)
         valid_account = account_valid(env.expected_valid, decided, decision_events, records)
@@ -1485,6 +1498,7 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
             "dead_letter_reasons": dict(sorted(reasons.items())),
             "poison_dead_letters": len(journal_letters),
             "decision_events": sum(decision_events.values()),
+            "events_redelivered": redelivered,
             "digests": digests,
             "full_digests": full_digests,
             "audit": audit_report,
@@ -1781,6 +1795,7 @@ def run_faults_bench(
             "valid_found_on_topics": faulty["valid_found_on_topics"],
             "valid_dead_lettered": faulty["valid_dead_lettered"],
             "decision_events": faulty["decision_events"],
+            "events_redelivered": faulty["events_redelivered"],
             "decision_events_missing": valid_account.decision_events_missing,
             "lost_examples": list(valid_account.lost_examples),
             "duplicated_examples": list(valid_account.duplicated_examples),

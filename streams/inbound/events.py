@@ -38,6 +38,10 @@ from grimoire.streams.write.quality import score_importance
 
 INVALID_JSON = "invalid_json"
 NOT_AN_OBJECT = "not_an_object"
+TOO_DEEP = "too_deeply_nested"
+# No wire schema nests past a few levels (an object of lists of objects); the
+# content id hashes the payload re-encoded, and orjson encodes 254 levels at most.
+MAX_NESTING = 32
 UNSUPPORTED_SCHEMA = "unsupported_schema"
 
 SCHEMAS: Mapping[EventType, str] = {
@@ -80,7 +84,30 @@ def decode_object(raw: bytes) -> dict[str, Any]:
         raise InvalidEvent(INVALID_JSON, str(exc)) from exc
     if not isinstance(value, dict):
         raise InvalidEvent(NOT_AN_OBJECT, f"payload is a JSON {type(value).__name__}")
+    depth = nesting_depth(value, MAX_NESTING)
+    if depth > MAX_NESTING:
+        raise InvalidEvent(TOO_DEEP, f"payload nests deeper than {MAX_NESTING} levels")
     return value
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deep `value` nests (a scalar is 0), counted up to `limit + 1`; iterative,
+    so no payload can exhaust the stack."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def normalize_event(event_type: EventType, raw: bytes, limits: InputLimits) -> Accepted | Rejection:

@@ -3,7 +3,8 @@
 - An input re-appended to the journal (the sequencing stage crashed after writing
   it and before committing its source offset) is applied once: every source
   partition's inputs reach the journal in offset order, so an entry whose source
-  offset is at or below the partition's high-water mark was applied already.
+  offset is at or below the agent's high-water mark for that source partition was
+  applied already.
   Recall usage entries are the exception: several recalls of one partition may be
   served at once, so their entries can arrive out of source order; they are
   applied as they come (a counter, never a decision).
@@ -24,38 +25,39 @@ __all__ = ["Marks", "Run", "SourceMarks", "mark_key", "runs"]
 
 E = TypeVar("E")
 
-# (journal partition, source topic, source partition) -> the highest source offset
-# applied. Keyed by the journal partition too: a source partition's inputs reach one
-# journal partition in offset order, but may feed several (a producer keying by
-# something else than the payload's agent), and one journal partition's progress
-# says nothing of another's.
-Marks = Mapping[tuple[int, str, int], int]
+# (agent id, source topic, source partition) -> the highest source offset applied.
+# Keyed by agent: one agent's inputs from a source partition reach its journal
+# partition in offset order, whatever else that source partition feeds, and the
+# fold may apply different agents' entries side by side, each agent's in order
+# (a slow maintenance pass of one agent holds up no other), so each agent's
+# progress is its own.
+Marks = Mapping[tuple[str, str, int], int]
 
 
-def mark_key(source: SourceRef, lane: int) -> tuple[int, str, int]:
-    return (lane, source.topic, source.partition)
+def mark_key(source: SourceRef, agent_id: str) -> tuple[str, str, int]:
+    return (agent_id, source.topic, source.partition)
 
 
 @dataclass
 class SourceMarks:
     """The high-water marks one apply pass reads, checks and moves forward."""
 
-    marks: dict[tuple[int, str, int], int]
+    marks: dict[tuple[str, str, int], int]
 
-    def is_applied(self, kind: EntryKind, source: SourceRef | None, lane: int) -> bool:
+    def is_applied(self, kind: EntryKind, source: SourceRef | None, agent_id: str) -> bool:
         if source is None or kind is EntryKind.USAGE:
             return False
-        mark = self.marks.get(mark_key(source, lane))
+        mark = self.marks.get(mark_key(source, agent_id))
         return mark is not None and source.offset <= mark
 
-    def advance(self, kind: EntryKind, source: SourceRef | None, lane: int) -> None:
+    def advance(self, kind: EntryKind, source: SourceRef | None, agent_id: str) -> None:
         if source is None or kind is EntryKind.USAGE:
             return
-        key = mark_key(source, lane)
+        key = mark_key(source, agent_id)
         if source.offset > self.marks.get(key, -1):
             self.marks[key] = source.offset
 
-    def moved(self, before: Marks) -> dict[tuple[int, str, int], int]:
+    def moved(self, before: Marks) -> dict[tuple[str, str, int], int]:
         return {k: v for k, v in self.marks.items() if before.get(k) != v}
 
 

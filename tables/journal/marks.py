@@ -1,4 +1,5 @@
-"""How far the fold got in each source partition (`Keyspace.applied_sources`).
+"""How far the fold got in each agent's inputs from each source partition
+(`Keyspace.applied_sources`).
 
 Part of the fold itself: a replay into an empty store rebuilds the marks as it goes,
 and skips the same re-journaled inputs the live run skipped. Marks only move
@@ -14,7 +15,7 @@ from typing import Protocol
 from redis.asyncio import Redis
 
 from grimoire.tables.codec.hash_values import text_of
-from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.keyspace import Keyspace, glob_escape
 
 __all__ = ["AppliedMarks", "RedisAppliedMarks", "mark_field"]
 
@@ -32,20 +33,24 @@ return 1
 """
 
 
-def mark_field(source: tuple[int, str, int]) -> str:
-    lane, topic, partition = source
-    return f"{lane}{_SEPARATOR}{topic}{_SEPARATOR}{partition}"
+def mark_field(source: tuple[str, str, int]) -> str:
+    agent_id, topic, partition = source
+    return f"{agent_id}{_SEPARATOR}{topic}{_SEPARATOR}{partition}"
 
 
 class AppliedMarks(Protocol):
     async def load(
-        self, sources: Sequence[tuple[int, str, int]]
-    ) -> dict[tuple[int, str, int], int]:
+        self, sources: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], int]:
         """The marks of `sources` that exist."""
         ...
 
-    async def advance(self, marks: Mapping[tuple[int, str, int], int]) -> None:
+    async def advance(self, marks: Mapping[tuple[str, str, int], int]) -> None:
         """Move each mark forward to its offset (never back)."""
+        ...
+
+    async def forget(self, agent_id: str) -> int:
+        """Drop every mark of the agent (it is being forgotten); how many."""
         ...
 
 
@@ -56,8 +61,8 @@ class RedisAppliedMarks:
         self._advance = redis.register_script(_ADVANCE)
 
     async def load(
-        self, sources: Sequence[tuple[int, str, int]]
-    ) -> dict[tuple[int, str, int], int]:
+        self, sources: Sequence[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], int]:
         if not sources:
             return {}
         values = await self._redis.hmget(self._key, [mark_field(s) for s in sources])
@@ -67,10 +72,23 @@ class RedisAppliedMarks:
             if value is not None
         }
 
-    async def advance(self, marks: Mapping[tuple[int, str, int], int]) -> None:
+    async def advance(self, marks: Mapping[tuple[str, str, int], int]) -> None:
         if not marks:
             return
         args: list[str | int] = []
         for source, offset in sorted(marks.items()):
             args += [mark_field(source), offset]
         await self._advance(keys=[self._key], args=args)
+
+    async def forget(self, agent_id: str) -> int:
+        fields = [
+            field
+            async for field, _ in self._redis.hscan_iter(
+                self._key, match=f"{glob_escape(agent_id)}{_SEPARATOR}*", count=1000
+            )
+        ]
+        # The pattern's `*` may cross a separator: keep the fields naming the agent.
+        mine = [f for f in fields if text_of(f).split(_SEPARATOR, 1)[0] == agent_id]
+        if mine:
+            await self._redis.hdel(self._key, *mine)
+        return len(mine)

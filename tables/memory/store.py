@@ -43,6 +43,7 @@ from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, 
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
 from grimoire.tables.schema.memory_index import memory_schema
+from grimoire.tables.transaction import TransactionPart
 from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,9 @@ class MemoryStore(Protocol):
     async def nearest(
         self, queries: Sequence[tuple[str, bytes]]
     ) -> list[StoredNeighbour | None]: ...
-    async def commit(self, batch: WriteBatch) -> None: ...
+    async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
+        """Write the batch, and `also` in the same transaction."""
+        ...
 
     # read path
     async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
@@ -264,9 +267,11 @@ class RedisMemoryStore:
             found.append(best)
         return found
 
-    async def commit(self, batch: WriteBatch) -> None:
+    async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
         now_ms = self._clock_ms() if self._clock_ms else 0
-        async with self._redis.pipeline(transaction=False) as pipe:
+        # One MULTI/EXEC: the decisions, and with them (`also`) their witness records
+        # and outbox events, are stored together or not at all.
+        async with self._redis.pipeline(transaction=True) as pipe:
             for record in batch.records:
                 cand = record.candidate
                 fields = hash_fields(record, now_ms)
@@ -320,6 +325,8 @@ class RedisMemoryStore:
             # follows these edges), in the same round trip as the writes.
             for agent_id, edge in batch_edges(batch):
                 queue_edges(pipe, self.keys, agent_id, (edge,))
+            for part in also:
+                part.queue(pipe)
             await pipe.execute()
 
     # ---- read path --------------------------------------------------------------

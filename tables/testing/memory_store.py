@@ -32,6 +32,7 @@ from grimoire.tables.memory.store import ScoredHit
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.recall_source import InMemoryRecallSource
+from grimoire.tables.transaction import TransactionPart
 from grimoire.tables.trust.derivations import batch_edges
 
 Hash = dict[str, str | bytes]
@@ -115,7 +116,7 @@ class InMemoryMemoryStore:
             found.append(best)
         return found
 
-    async def commit(self, batch: WriteBatch) -> None:
+    async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
         """Apply a batch in the order RedisMemoryStore pipelines it."""
         now_ms = self._clock_ms() if self._clock_ms else 0
         for record in batch.records:
@@ -161,6 +162,8 @@ class InMemoryMemoryStore:
         edges = edge_index(self)  # the derivation index kept beside this store
         for agent_id, edge in batch_edges(batch):
             edges.add(agent_id, (edge,))
+        for part in also:
+            await part.apply_alone()
 
     def _link(
         self,

@@ -24,7 +24,7 @@ contract suite is tests/integration/test_witness_contract.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol
 
 from redis.asyncio import Redis
@@ -48,6 +48,7 @@ __all__ = [
     "RedisWitnessLog",
     "Witness",
     "WitnessLog",
+    "WitnessPart",
     "audit",
     "is_chain_conflict",
 ]
@@ -192,6 +193,26 @@ def _decoded(rows: Any) -> list[WitnessRecord]:
         except CorruptWitness as exc:
             raise CorruptWitness(str(exc), seq) from exc
     return records
+
+
+class WitnessPart:
+    """Records appended inside another store's transaction (`TransactionPart`):
+    on a `RedisWitnessLog` pipeline they land with the mutation they witness, or
+    not at all."""
+
+    def __init__(self, log: WitnessLog, records: Sequence[WitnessRecord]) -> None:
+        self._log = log
+        self.records = tuple(records)
+
+    def queue(self, pipe: Any) -> None:
+        if not isinstance(self._log, RedisWitnessLog):
+            raise TypeError(f"{type(self._log).__name__} joins no Redis pipeline")
+        for record in self.records:
+            self._log.append_in(pipe, record)
+
+    async def apply_alone(self) -> None:
+        for record in self.records:
+            await self._log.append(record)
 
 
 class Witness:

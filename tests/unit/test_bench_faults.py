@@ -12,7 +12,6 @@ from grimoire.infra.bench.faults import (
     DEAD_LETTER,
     DECISION,
     FUZZ_KINDS,
-    INTERNAL_ERROR,
     Expected,
     FuzzMessage,
     account_fuzz,
@@ -42,7 +41,7 @@ REQUIRED_KINDS = {
     "command_bad_fields",
 }
 # Valid-looking kinds: what the worker must decide, not dead-letter.
-VALID_LOOKING = {"edge_valid", "deep_nesting_with_event_id", "mismatched_key"}
+VALID_LOOKING = {"edge_valid", "mismatched_key"}
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +94,8 @@ def test_the_fuzz_is_as_hostile_as_named(fuzz: list[FuzzMessage], settings: Sett
     assert reasons["invalid_utf8"] == {"invalid_json"}
     assert reasons["nan_infinity"] == {"invalid_json"}
     assert reasons["deep_nesting_over_limit"] == {"invalid_json"}
+    assert reasons["deep_nesting_no_event_id"] == {"too_deeply_nested"}
+    assert reasons["deep_nesting_with_event_id"] == {"too_deeply_nested"}
     assert reasons["huge_text"] == {"oversize"}
     assert reasons["unknown_schema_version"] == {"unsupported_schema"}
     huge = [m for m in fuzz if m.kind == "huge_text"]
@@ -104,15 +105,19 @@ def test_the_fuzz_is_as_hostile_as_named(fuzz: list[FuzzMessage], settings: Sett
     assert TOPICS.memory_events.encode() in named and b"other" in named
 
 
-def test_a_parser_that_raises_is_expected_as_an_internal_error(settings: Settings) -> None:
-    # Nesting orjson parses (< 1,024 levels) but cannot serialise again (> 254): the
-    # event id of a payload without one is a hash of the re-serialised payload.
+def test_nesting_that_could_not_be_hashed_is_refused_by_name(settings: Settings) -> None:
+    # Nesting orjson parses (< 1,024 levels) but cannot serialise again (> 254), and
+    # the event id of a payload without one hashes the re-serialised payload: it
+    # once failed as an internal error; now the edge refuses it before that.
     deep = b"[" * 300 + b"]" * 300
     raw = b'{"agent_id":"a-1","ts":1790000000000,"text":"deep","meta":' + deep + b"}"
-    expected = expected_outcome(TOPICS, "episodes", raw, settings)
-    assert expected.outcome == DEAD_LETTER
-    if expected.raised is not None:  # until the normaliser rejects it by name
-        assert expected.reason == INTERNAL_ERROR
+    for kind in ("episodes", "outcomes", "commands"):
+        expected = expected_outcome(TOPICS, kind, raw, settings)
+        assert (expected.outcome, expected.reason, expected.raised) == (
+            DEAD_LETTER,
+            "too_deeply_nested",
+            None,
+        )
 
 
 def test_valid_events_are_seeded_valid_and_one_topic_per_agent(settings: Settings) -> None:

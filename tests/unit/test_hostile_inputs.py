@@ -21,7 +21,14 @@ import pytest
 
 from grimoire.agents.handlers.dead_letters import MAX_DETAIL_CHARS
 from grimoire.agents.handlers.recall import bounded_reply
-from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
+from grimoire.streams.inbound.events import (
+    MAX_NESTING,
+    TOO_DEEP,
+    Accepted,
+    Rejection,
+    nesting_depth,
+    normalize_event,
+)
 from grimoire.streams.inbound.maintenance_command import (
     MaintenanceCommand,
     parse_maintenance_command,
@@ -447,3 +454,24 @@ async def test_the_handler_bounds_an_answer_of_long_memories() -> None:
     assert reply["budget"]["truncated"] == 1
     assert reply["budget"]["dropped_items"] == len(whole_items) - len(reply["items"])
     assert not rig.on(TOPICS.dead_letters)
+
+
+@pytest.mark.parametrize("depth", [33, 300, 1_000])
+def test_a_payload_nested_past_the_limit_is_refused_by_name_on_every_input(depth: int) -> None:
+    # Between 255 and 1,023 levels orjson parses a payload it cannot encode again,
+    # and the event id of a payload without one hashes the re-encoded payload.
+    deep = b"[" * depth + b"1" + b"]" * depth
+    raw = b'{"agent_id":"a-1","ts":1790000000000,"text":"deep","meta":' + deep + b"}"
+    episode_outcome = normalize_event(EventType.EPISODE, raw, InputLimits())
+    assert isinstance(episode_outcome, Rejection) and episode_outcome.reason == TOO_DEEP
+    outcome = parse_outcome(raw, InputLimits())
+    assert isinstance(outcome, Rejection) and outcome.reason == TOO_DEEP
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    data: Any = "leaf"
+    for _ in range(MAX_NESTING - 1):  # the payload object itself is a level
+        data = [data]
+    raw = orjson.dumps({"agent_id": "a-1", "ts": 1_790_000_000_000, "text": "t", "meta": data})
+    assert isinstance(normalize_event(EventType.EPISODE, raw, InputLimits()), Accepted)
+    assert nesting_depth({"a": [{"b": [1]}]}, 10) == 4 and nesting_depth(7, 10) == 0

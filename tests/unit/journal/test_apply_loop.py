@@ -10,6 +10,7 @@ journal position and the fold goes on; an outage is raised for the caller to ret
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,15 +19,17 @@ import pytest
 
 from grimoire.agents.handlers.usage import StoreUsage
 from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.publication import Publication
 from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
-from grimoire.agents.ports import InputMessage
+from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.journal.entry import EntryKind, decode_entry, encode_entry
 from grimoire.streams.trust.witness import verify_chain
 from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
 from grimoire.tables.testing.keystore import InMemoryKeyStore
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
+from grimoire.tables.testing.outbox import InMemoryOutbox
 from grimoire.tables.testing.witness_log import InMemoryWitnessLog
 from grimoire.tables.trust.witness_store import Witness
 from tests.support.handlers import (
@@ -59,13 +62,28 @@ class Commands:
 
 
 class JournalRig:
-    def __init__(self, *, is_outage: Any = None) -> None:
-        self.rig = Rig()
+    """`published`: the worker's way (ingest decisions stored with their witness
+    records and outbox events); without, they are recorded and sent after."""
+
+    def __init__(
+        self,
+        *,
+        is_outage: Any = None,
+        published: bool = True,
+        log: InMemoryWitnessLog | None = None,
+        outbox: InMemoryOutbox | None = None,
+        rig: Rig | None = None,
+        keys: InMemoryKeyStore | None = None,
+        marks: InMemoryAppliedMarks | None = None,
+    ) -> None:
+        self.rig = rig or Rig()
         self.sink = self.rig.sink
-        self.keys = InMemoryKeyStore()
-        self.marks = InMemoryAppliedMarks()
-        self.log = InMemoryWitnessLog()
+        self.keys = keys or InMemoryKeyStore()
+        self.marks = marks or InMemoryAppliedMarks()
+        self.log = log or InMemoryWitnessLog()
+        self.outbox = outbox or InMemoryOutbox()
         self.commands = Commands()
+        witness = Witness(self.log)
 
         async def live(_: str) -> int:
             return 0
@@ -90,9 +108,10 @@ class JournalRig:
             maintenance=maintenance,
             usage=StoreUsage(self.rig.store),
             commands=self.commands,
-            witness=PublishedWitness(Witness(self.log), self.sink, TOPICS),
+            witness=PublishedWitness(witness, self.sink, TOPICS),
             sink=self.sink,
             topics=TOPICS,
+            publication=Publication(witness, self.outbox, self.sink, TOPICS) if published else None,
             **extra,
         )
 
@@ -147,16 +166,19 @@ async def journal_an_early_outcome_and_near_duplicates(rig: JournalRig) -> None:
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0], *again, EPISODES[1]))
 
 
+@pytest.mark.parametrize("published", [True, False])
 @pytest.mark.parametrize("chunk", [1, 2, 3, 100])
 @pytest.mark.parametrize(
     "history", [journal_a_mixed_history, journal_an_early_outcome_and_near_duplicates]
 )
-async def test_the_fold_does_not_depend_on_batch_boundaries(chunk: int, history: Any) -> None:
+async def test_the_fold_does_not_depend_on_batch_boundaries(
+    chunk: int, history: Any, published: bool
+) -> None:
     reference = JournalRig()
     await history(reference)
     await reference.fold(reference.journal(), chunk=100)
 
-    other = JournalRig()
+    other = JournalRig(published=published)
     await history(other)
     await other.fold(other.journal(), chunk=chunk)
 
@@ -309,3 +331,135 @@ async def test_usage_entries_apply_the_uses_a_recall_served() -> None:
     await rig.fold(rig.journal()[1:])
     assert rig.rig.store.usage(memory)["last_accessed"] == str(TS + 500)
     assert [r.op for r in await rig.log.records("agent-1")] == ["ingest", "usage"]
+
+
+class BrokerGone(MemorySink):
+    """A producer that takes nothing once `gone` (the worker dies at that point)."""
+
+    gone = False
+
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        if self.gone and topic == TOPICS.memory_events:
+            raise ConnectionError("killed")
+        await super().send(topic, key, value)
+
+
+async def test_decisions_stored_but_not_published_are_published_by_the_next_owner() -> None:
+    # The worker is killed right after its transaction: the decisions, their
+    # witness records and their events are stored; nothing reached the broker.
+    rig = Rig()
+    rig.sink = rig.ingest.sink = BrokerGone()
+    first = JournalRig(rig=rig, is_outage=lambda exc: isinstance(exc, ConnectionError))
+    await first.sequencer.append(EntryKind.EPISODE, messages(*EPISODES))
+    journal = first.journal()
+    rig.sink.gone = True
+    with pytest.raises(ConnectionError):
+        await first.applier.apply(journal)
+    assert rig.events() == []
+    assert len(await first.outbox.pending(0)) == 2 * len(EPISODES)  # decision + witness each
+    assert len(await first.log.records("agent-1")) == 3  # stored with the decisions
+
+    # The partition's next owner: same stores, a live producer. It publishes what
+    # was left before anything else, and the re-read entries change nothing.
+    rig.sink.gone = False
+    second = JournalRig(
+        rig=rig, log=first.log, outbox=first.outbox, keys=first.keys, marks=first.marks
+    )
+    report = await second.applier.apply(journal)
+    decisions = [e for e in rig.events() if e.get("candidate_id")]
+    assert sorted(e["source_event_id"] for e in decisions) == ["a1", "a2", "a3", "b1"]
+    witnessed = [e for e in rig.events() if "fields_digest" in e]
+    assert [(e["agent_id"], e["seq"]) for e in witnessed] == [
+        ("agent-1", 1), ("agent-1", 2), ("agent-2", 1), ("agent-1", 3)
+    ]  # fmt: skip
+    assert await second.outbox.pending(0) == []
+    assert report.applied == len(EPISODES)  # recognised as decided: no second decision
+    chain = await second.log.records("agent-1")
+    assert len(chain) == 3 and verify_chain(chain).ok
+
+
+async def test_events_are_trimmed_only_after_the_broker_has_them() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES[:2]))
+    flushes = rig.sink.flushes
+    await rig.applier.apply(rig.journal())
+    assert rig.sink.flushes > flushes
+    assert await rig.outbox.pending(0) == []
+    assert len([e for e in rig.rig.events() if e.get("candidate_id")]) == 2
+
+
+async def test_a_dead_letter_is_flushed_before_its_entry_is_marked_applied() -> None:
+    rig = JournalRig()
+    bad = InputMessage(b'{"agent_id": "agent-1", "text": 7}', TOPICS.episodes, 0, 0)
+    await rig.sequencer.append(EntryKind.EPISODE, [bad])
+    marked_after: list[int] = []
+    advance = rig.marks.advance
+
+    async def watched(marks: Any) -> None:
+        marked_after.append(rig.sink.flushes)
+        await advance(marks)
+
+    rig.applier.marks.advance = watched  # type: ignore[method-assign]
+    flushes = rig.sink.flushes
+    await rig.applier.apply(rig.journal())
+    assert len(rig.on(TOPICS.dead_letters)) == 1
+    assert marked_after == [flushes + 1]
+
+
+class HeldMaintenance:
+    """A maintenance pass that takes until it is let go (a slow pass)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle(self, message: InputMessage) -> None:
+        self.started.set()
+        await self.release.wait()
+
+
+async def test_a_slow_maintenance_pass_holds_up_its_own_agent_and_no_other() -> None:
+    rig = JournalRig()
+    held = HeldMaintenance()
+    rig.applier.maintenance = held  # type: ignore[assignment]
+    command = InputMessage(orjson.dumps({"agent_id": "agent-1"}), TOPICS.maintenance, 0, 0)
+    await rig.sequencer.append(EntryKind.MAINTENANCE, [command])
+    await rig.sequencer.append(
+        EntryKind.EPISODE,
+        messages(EPISODES[0], EPISODES[2]),  # agent-1's after its pass, then agent-2's
+    )
+    folding = asyncio.create_task(rig.applier.apply(rig.journal()))
+    await held.started.wait()
+    for _ in range(50):  # agent-2's episode goes through while agent-1's pass runs
+        if rig.rig.store.record(mid("agent-2", "b1", TS + 2_000)) is not None:
+            break
+        await asyncio.sleep(0)
+    assert rig.rig.store.record(mid("agent-2", "b1", TS + 2_000)) is not None
+    assert rig.rig.store.record(mid("agent-1", "a1", TS)) is None  # waits its turn
+    assert not folding.done()
+    held.release.set()
+    report = await folding
+    assert report.applied == 3
+    assert rig.rig.store.record(mid("agent-1", "a1", TS)) is not None
+
+
+async def test_a_failing_agent_leaves_the_others_applied_and_their_marks_moved() -> None:
+    rig = JournalRig(is_outage=lambda exc: isinstance(exc, ConnectionError))
+    rig.commands.fail_with = ConnectionError("redis gone")
+    command = InputMessage(
+        orjson.dumps({"agent_id": "agent-1", "command": "pin", "memory_id": "m-1"}),
+        TOPICS.commands,
+        partition=0,
+        offset=0,
+    )
+    await rig.sequencer.append(EntryKind.COMMAND, [command])
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0], EPISODES[2]))
+    with pytest.raises(ConnectionError):
+        await rig.applier.apply(rig.journal())
+    # agent-1 stopped at its command; agent-2's episode went through and is marked.
+    assert rig.rig.store.record(mid("agent-1", "a1", TS)) is None
+    assert rig.rig.store.record(mid("agent-2", "b1", TS + 2_000)) is not None
+    rig.commands.fail_with = None
+    report = await rig.applier.apply(rig.journal())
+    assert (report.skipped, report.applied) == (1, 2)
+    assert len([e for e in rig.rig.events() if e.get("candidate_id")]) == 2

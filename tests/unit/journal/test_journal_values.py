@@ -87,20 +87,20 @@ def test_ingest_entries_run_together_and_nothing_jumps_a_command() -> None:
     ]
 
 
-def test_marks_skip_what_a_source_partition_already_gave_this_journal_partition() -> None:
-    marks = SourceMarks({(5, "t", 0): 10})
-    assert marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 10), 5)
-    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 11), 5)
-    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 1, 3), 5)
-    # One source partition may feed several journal partitions (a producer keying
-    # by something else than the agent): another one's progress skips nothing here.
-    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 3), 6)
+def test_marks_skip_what_a_source_partition_already_gave_this_agent() -> None:
+    marks = SourceMarks({("a", "t", 0): 10})
+    assert marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 10), "a")
+    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 11), "a")
+    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 1, 3), "a")
+    # One source partition feeds many agents, applied side by side: another
+    # agent's progress skips nothing here.
+    assert not marks.is_applied(EntryKind.EPISODE, SourceRef("t", 0, 3), "b")
     # Usage entries of concurrent recalls may come out of order: never skipped.
-    assert not marks.is_applied(EntryKind.USAGE, SourceRef("t", 0, 2), 5)
-    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 12), 5)
-    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 11), 5)
-    assert marks.marks[(5, "t", 0)] == 12
-    assert marks.moved({(5, "t", 0): 10}) == {(5, "t", 0): 12}
+    assert not marks.is_applied(EntryKind.USAGE, SourceRef("t", 0, 2), "a")
+    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 12), "a")
+    marks.advance(EntryKind.EPISODE, SourceRef("t", 0, 11), "a")
+    assert marks.marks[("a", "t", 0)] == 12
+    assert marks.moved({("a", "t", 0): 10}) == {("a", "t", 0): 12}
 
 
 def test_usage_entries_round_trip_and_refuse_garbage() -> None:
