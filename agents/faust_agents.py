@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 5.0
 _SLOW_APPLY_S = 0.5
+# The block timer issues its maintenance commands over this share of the block.
+_FANOUT_SHARE = 0.5
+_MIN_FANOUT_PAUSE_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class WorkerTopology:
     partitions: int
     embed_batch_size: int
     embed_batch_within_s: float
+    journal_batch_size: int
     recall_concurrency: int
     maintenance_enabled: bool
     block_interval_s: float
@@ -182,7 +186,7 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
         # One loop for the worker's journal partitions: per partition, entries are
         # applied in order, and nothing else writes an agent's state.
         async for events in stream.take_events(
-            settings.embed_batch_size, within=settings.embed_batch_within_s
+            settings.journal_batch_size, within=settings.embed_batch_within_s
         ):
             batch = [_message(event) for event in events]
             by_partition: dict[int, list[InputMessage]] = {}
@@ -272,15 +276,22 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
     names = TopicNames(settings.topic_prefix)
 
     async def block_timer() -> None:
-        sent = 0
-        async for agent_id in runtime.known_agents():
+        agents = [agent_id async for agent_id in runtime.known_agents()]
+        pressure = runtime.pressure()
+        # Spread over the first part of the block: all at once, every agent's pass
+        # would land on the apply loops together and hold up ingest behind them.
+        # When a command is issued decides nothing (what runs is decided at its
+        # place in the journal, from the agent's tick).
+        pause = settings.block_interval_s * _FANOUT_SHARE / max(1, len(agents))
+        for index, agent_id in enumerate(agents):
             command = MaintenanceCommandV1(
-                agent_id=agent_id, issued_by=runtime.worker_id, pressure=runtime.pressure()
+                agent_id=agent_id, issued_by=runtime.worker_id, pressure=pressure
             )
             await app.producer.send(
                 names.maintenance, agent_id.encode(), command.dumps_json(), None, None, None
             )
-            sent += 1
-        logger.debug("block timer: %d maintenance commands", sent)
+            if index + 1 < len(agents) and pause >= _MIN_FANOUT_PAUSE_S:
+                await asyncio.sleep(pause)
+        logger.debug("block timer: %d maintenance commands", len(agents))
 
     app.timer(interval=settings.block_interval_s, on_leader=True)(block_timer)

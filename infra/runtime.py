@@ -217,6 +217,7 @@ def worker_topology(settings: Settings) -> WorkerTopology:
         partitions=settings.partitions,
         embed_batch_size=settings.embed_batch_size,
         embed_batch_within_s=settings.embed_batch_within_s,
+        journal_batch_size=settings.journal_batch_size,
         recall_concurrency=settings.recall_concurrency,
         maintenance_enabled=settings.maintenance_enabled,
         block_interval_s=settings.block_interval_s,

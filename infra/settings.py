@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     model_cache_dir: Path = Path(".grimoire/models")  # ONNX exports, one per set of weights
     embed_batch_size: int = Field(64, ge=1)
     embed_batch_within_s: float = Field(0.05, gt=0)
+    # Journal entries the apply loop takes at once, across its partitions: each
+    # partition's share is folded beside the others', so a few embedding batches
+    # are queued while earlier ones commit and the model is never left waiting.
+    journal_batch_size: int = Field(256, ge=1)
     # Parallel single-threaded model lanes; 0 = one per CPU core (at most 4).
     embed_lanes: int = Field(0, ge=0)
     embed_cache_size: int = Field(50_000, ge=0)

@@ -14,7 +14,24 @@ it. What derives from what is the derivation index, a set of edges
 
 Every role but `reinforce` sustains the derived memory: it exists because of its
 sources, and a memory left without any is retracted. `reinforce` is a share of a
-counter only: losing it lowers the counter, never the memory.
+counter only: losing it lowers the counter, never the memory, and a memory
+reinforced by nothing but retracted events stands on its own sources as before.
+What a reinforcement wrote is `reinforced_count` + 1 and `last_seen` moved up to
+its event time; the edge's weight counts the first exactly (one share per
+reinforcement by that event), so the share is taken back. `last_seen` is a
+maximum over every event that touched the memory and the index keeps no times,
+so the one before cannot be told: it stays (an event time, read by no ranking,
+decay or decision). A reinforcement never touches `strength` (outcomes do).
+
+An aggregate shows the text, keys, tags and time of its seed: the fold that
+created it, whose event its hash names (`DerivedNode.source_event_id`). While
+the seed's fold stands, that event is what its text stands on; once the seed is
+retracted the text is re-derived from its origin (the group's original memory,
+the only member whose text is stored: folded events keep none), and from then
+on the origin is what it stands on. When the member its text stands on is lost
+and no readable member is left, the aggregate is retracted whatever shares it
+keeps: those shares have no text of their own to show. An aggregate read
+without its seed's event cannot tell which fold gave its text and keeps it.
 
 The planner walks the affected memories in dependency order (a memory after
 every affected memory it derives from; ties by id), so each decision sees the
@@ -26,7 +43,9 @@ fate of all its sources, and decides per memory:
   reduce    an aggregate keeps some shares: `count` less the lost shares
   rebuild   a summary keeps sources: text, keys, tags, time and `source_ids`
             re-derived from the sources left with the compaction functions
-            (`compaction_summary`); a summary of it is rebuilt in turn
+            (`compaction_summary`); a summary of it is rebuilt in turn.
+            An aggregate whose text stood on a lost member: text, keys, tags
+            and time taken from the member left (see above)
   demote    a curated entry keeps some evidence: see `demoted`
   (reinforcement) a lost `reinforce` share lowers `reinforced_count`
 
@@ -126,7 +145,9 @@ class DerivedNode:
     """A stored memory as the planner sees it.
 
     `content` is what a summary keeps of it as a source; `summary` is set for a
-    compaction summary, `entry` for a curated entry (with its bookkeeping)."""
+    compaction summary, `entry` for a curated entry (with its bookkeeping).
+    `source_event_id` is the input event its hash names: for an aggregate, its
+    seed's (empty when the store did not read it)."""
 
     memory_id: str
     kind: str
@@ -136,6 +157,7 @@ class DerivedNode:
     content: SummarySource | None = None
     summary: SummaryShape | None = None
     entry: CuratedEntry | None = None
+    source_event_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +185,9 @@ DEFAULT_RETRACTION_POLICY: Final = RetractionPolicy()
 
 
 class Op(StrEnum):
-    """A step's operation, as the witness records it."""
+    """A step's operation, as the witness records it. `REBUILD` re-derives a
+    summary or an aggregate (the step's `kind` says which); its value predates
+    aggregates and stays, as witnessed records and the stores key on it."""
 
     RETRACT = "retract.memory"
     REDUCE = "retract.aggregate_share"
@@ -355,8 +379,8 @@ class _Cascade:
         if lost and not kept:
             self._retract(node, lost, edges)
             return
-        if lost or changed:
-            self._keep(node, lost, kept, changed)
+        if (lost or changed) and not self._keep(node, lost, kept, changed):
+            return  # retracted after all: its counters go with it
         if reinforcements:
             weight = sum(e.weight for e in reinforcements)
             self.steps.append(
@@ -389,28 +413,20 @@ class _Cascade:
         lost: Sequence[Edge],
         kept: Sequence[Edge],
         changed: Sequence[Edge],
-    ) -> None:
-        """A memory that keeps some sources: what it keeps depends on its kind."""
+    ) -> bool:
+        """A memory that keeps some sources: what it keeps depends on its kind.
+        False when it is retracted after all (nothing readable is left of it)."""
         lost_ids, kept_ids = _ids(lost), _ids(kept)
         if node.summary is not None and node.kind == Kind.SUMMARY.value:
             summary = self._rebuilt(node, node.summary, kept)
             if summary is None:  # none of the sources left is readable
                 self._retract(node, lost, self.incoming.get(node.memory_id, []))
-                return
-            self.steps.append(
-                Step(Op.REBUILD, node.memory_id, node.kind, lost_ids, kept_ids, summary=summary)
-            )
-            self.rebuilt[node.memory_id] = SummarySource(
-                node.memory_id, summary.text, summary.ts_ms, summary.keys, summary.tags
-            )
-        elif not lost:
-            return  # only a source's content changed: nothing else to redo
+                return False
+            self._rebuild(node, summary, lost_ids, kept_ids)
         elif node.kind == Kind.AGGREGATE.value:
-            shares = sum(e.weight for e in lost)
-            count = max(node.count - shares, sum(e.weight for e in kept), 1)
-            self.steps.append(
-                Step(Op.REDUCE, node.memory_id, node.kind, lost_ids, kept_ids, count=count)
-            )
+            return self._aggregate(node, lost, kept, changed)
+        elif not lost:
+            return True  # only a source's content changed: nothing else to redo
         elif node.entry is not None and node.kind in _CURATED:
             total = sum(e.weight for e in (*lost, *kept))
             entry = demoted(
@@ -424,6 +440,88 @@ class _Cascade:
                 Step(Op.DEMOTE, node.memory_id, node.kind, lost_ids, kept_ids, entry=entry)
             )
         # Any other memory that keeps a sustaining source stands as it is.
+        return True
+
+    def _rebuild(
+        self,
+        node: DerivedNode,
+        rebuilt: RebuiltSummary,
+        lost_ids: tuple[str, ...],
+        kept_ids: tuple[str, ...],
+    ) -> None:
+        self.steps.append(
+            Step(Op.REBUILD, node.memory_id, node.kind, lost_ids, kept_ids, summary=rebuilt)
+        )
+        # What derives from it (a summary of it) reads its new content.
+        self.rebuilt[node.memory_id] = SummarySource(
+            node.memory_id, rebuilt.text, rebuilt.ts_ms, rebuilt.keys, rebuilt.tags
+        )
+
+    def _aggregate(
+        self,
+        node: DerivedNode,
+        lost: Sequence[Edge],
+        kept: Sequence[Edge],
+        changed: Sequence[Edge],
+    ) -> bool:
+        """An aggregate that keeps some shares: `count` less the lost ones, and its
+        text re-derived when the member it stands on is lost or was rebuilt
+        (see the module docstring); retracted when no readable member is left
+        to take it from. False when retracted."""
+        lost_ids, kept_ids = _ids(lost), _ids(kept)
+        shown = self._shown_member(node)
+        if shown is not None and shown in lost_ids:
+            member = self._readable_member(kept)
+            if member is None:
+                self._retract(node, lost, self.incoming.get(node.memory_id, []))
+                return False
+        elif shown is not None and shown in self.rebuilt:
+            member = self.rebuilt[shown]
+        else:
+            member = None
+        if lost:
+            shares = sum(e.weight for e in lost)
+            count = max(node.count - shares, sum(e.weight for e in kept), 1)
+            self.steps.append(
+                Step(Op.REDUCE, node.memory_id, node.kind, lost_ids, kept_ids, count=count)
+            )
+        if member is not None:
+            rebuilt = RebuiltSummary(
+                text=member.text,
+                ts_ms=member.ts_ms,
+                keys=member.keys,
+                tags=member.tags,
+                source_ids=(member.memory_id,),
+                summary_of=(),
+            )
+            self._rebuild(node, rebuilt, lost_ids, kept_ids)
+        return True
+
+    def _shown_member(self, node: DerivedNode) -> str | None:
+        """The member an aggregate's text stands on: its seed's event while the
+        seed's fold stands, else its origin (a retraction re-derived the text
+        from it); None when the seed is not known or no origin is left."""
+        seed = node.source_event_id
+        if not seed:
+            return None
+        edges = self.incoming.get(node.memory_id, [])
+        if any(e.role is Role.FOLD and e.source_id == seed for e in edges):
+            return seed
+        origins = sorted(e.source_id for e in edges if e.role is Role.ORIGIN)
+        return origins[0] if origins else None
+
+    def _readable_member(self, kept: Sequence[Edge]) -> SummarySource | None:
+        """The earliest kept member whose text is stored (folded events keep none)."""
+        found = []
+        for edge in kept:
+            content = self.rebuilt.get(edge.source_id)
+            if content is None:
+                source = self.view.nodes.get(edge.source_id)
+                if source is not None and not source.retracted:
+                    content = source.content
+            if content is not None:
+                found.append(content)
+        return min(found, key=lambda c: (c.ts_ms, c.memory_id), default=None)
 
     def _rebuilt(
         self, node: DerivedNode, shape: SummaryShape, kept: Sequence[Edge]

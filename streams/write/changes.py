@@ -31,12 +31,18 @@ class AggregateFold:
 
 @dataclass(frozen=True, slots=True)
 class Reinforcement:
-    """A near-duplicate that strengthens the existing memory instead of adding one."""
+    """A near-duplicate that strengthens the existing memory instead of adding one.
+
+    `source_event_id` is the input event of the reinforcing candidate: the
+    derivation index records the target as reinforced by it, so retracting that
+    event takes back the share of `reinforced_count` it added. The planner always
+    sets it; a reinforcement built without one is recorded under `member_id`."""
 
     agent_id: str
     target_id: str
     member_id: str
     ts_ms: int
+    source_event_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,7 +223,13 @@ def plan_batch(
                 )
         elif decision.action is Action.MERGE and decision.target_id is not None:
             reinforcements.append(
-                Reinforcement(cand.agent_id, decision.target_id, cand.id, cand.ts_ms)
+                Reinforcement(
+                    cand.agent_id,
+                    decision.target_id,
+                    cand.id,
+                    cand.ts_ms,
+                    source_event_id=cand.provenance.source_event_id,
+                )
             )
         outcomes.append(Outcome(cand, decision, quality, written))
 

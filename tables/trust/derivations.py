@@ -88,12 +88,10 @@ _UNLINK_FIELDS: Final = ("agent_id", "kind", "text", "nexus_keys", "hyperedge_id
 
 
 def _reinforcing_source(reinforcement: Reinforcement) -> str:
-    """The input event behind a reinforcement. The write plan's `Reinforcement`
-    names the reinforcing candidate (`member_id`); once it also carries the
-    candidate's `source_event_id`, that is the edge's source, so a retraction
-    naming the event finds it."""
-    event = getattr(reinforcement, "source_event_id", "")
-    return str(event) if event else reinforcement.member_id
+    """The input event behind a reinforcement, so a retraction naming the event
+    finds it; one built without its event (by hand) is recorded under the
+    reinforcing candidate's id, the only name it has."""
+    return reinforcement.source_event_id or reinforcement.member_id
 
 
 def batch_edges(batch: WriteBatch) -> list[tuple[str, Edge]]:

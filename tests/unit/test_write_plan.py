@@ -223,7 +223,10 @@ def test_a_near_duplicate_reinforces_the_neighbour() -> None:
     batch, (outcome,) = plan_batch(
         [item(c, stored=stored(OLD_ID, 0.93))], fields(AGENT, watermark=TS + 5)
     )
-    assert batch.reinforcements == (Reinforcement(AGENT, OLD_ID, c.id, TS + 5),)
+    # The reinforcing event is named, so retracting it finds the reinforcement.
+    assert batch.reinforcements == (
+        Reinforcement(AGENT, OLD_ID, c.id, TS + 5, source_event_id="ev-1"),
+    )
     assert (batch.records, batch.folds) == ((), ())
     assert (outcome.decision.action, outcome.decision.reason) == ("merge", "near_duplicate")
     assert (outcome.memory_id, outcome.quality) == (OLD_ID, None)
