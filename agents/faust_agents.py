@@ -252,8 +252,12 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
 
     async def warm_up() -> None:
         # Load the model and check the index before the first event arrives, so
-        # the first recall does not pay for it.
-        await runtime.handlers()
+        # the first recall does not pay for it. A failure here (Redis not up yet)
+        # must not crash the worker: the agents build the handlers on first use.
+        async def build() -> None:
+            await runtime.handlers()
+
+        await _with_retry("warming up", build, stopping=stopping)
 
     app.task(warm_up)
 

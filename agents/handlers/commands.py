@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.handlers.retraction import RetractionReport
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.inbound.command import Command, CommandKind, parse_command
 from grimoire.streams.inbound.events import Rejection
@@ -43,7 +44,7 @@ class StepLog:
 
 
 class Retractor(Protocol):
-    async def retract(self, agent_id: str, source_event_id: str, *, at_ms: int) -> Any:
+    async def retract(self, agent_id: str, source_event_id: str, *, at_ms: int) -> RetractionReport:
         """Retract the source event's memory and everything derived from it."""
         ...
 
@@ -109,8 +110,10 @@ class CommandHandler:
             report = await self.retractor.retract(
                 agent_id, command.target, at_ms=command.ts_ms or 0
             )
-            ids = tuple(getattr(report, "memory_ids", ()))
-            return "retract", ids, {"source_event_id": command.target, "report": repr(report)}
+            # The witness digests these fields, so they hold ids and counts: a repr
+            # would carry rebuilt summaries' and entries' text, and change with
+            # the dataclasses' shape.
+            return "retract", report.memory_ids, report.details()
         if command.kind is CommandKind.PIN:
             changed = await self.retractor.pin(agent_id, command.target)
             return "pin", (command.target,), {"changed": changed}

@@ -85,11 +85,14 @@ class RetractionReport:
 
     def details(self) -> dict[str, object]:
         """The retraction as a whole, for a witness record: ids and counts, no text."""
+        rebuilt = [step for step in self.steps if step.op is Op.REBUILD]
+        aggregate = Kind.AGGREGATE.value
         return {
             "source_event_id": self.source_id,
             "retracted": list(self.ids(Op.RETRACT)),
             "aggregate_shares": list(self.ids(Op.REDUCE)),
-            "summaries_rebuilt": list(self.ids(Op.REBUILD)),
+            "summaries_rebuilt": [s.memory_id for s in rebuilt if s.kind != aggregate],
+            "aggregates_rebuilt": [s.memory_id for s in rebuilt if s.kind == aggregate],
             "insights_demoted": list(self.ids(Op.DEMOTE)),
             "reinforcements": list(self.ids(Op.UNREINFORCE)),
             "edges_dropped": self.dropped_edges,
@@ -154,8 +157,8 @@ class RetractionHandler:
     async def _view(self, agent_id: str, source_id: str) -> DerivationView:
         """Edges out of the source and out of everything derived from it
         (transitively), the edges into those memories, the memories themselves
-        with every source a summary of them keeps, and the degrees of the keys a
-        rebuilt summary may roll up."""
+        with every source a summary of them keeps and every aggregate's origin,
+        and the degrees of the keys a rebuilt summary may roll up."""
         edges: set[Edge] = set()
         seen = {source_id}
         frontier = [source_id]
@@ -166,9 +169,11 @@ class RetractionHandler:
             seen.update(frontier)
         affected = sorted(seen - {source_id})
         edges.update(await self.store.sources_of(agent_id, affected))
-        # The summaries' sources too: a rebuild reads the ones left. (Other sources
-        # are input events, or memories the plan only needs the ids of.)
-        kept = {edge.source_id for edge in edges if edge.role is Role.COMPACTED}
+        # The summaries' sources and the aggregates' origins too: a rebuild reads
+        # the ones left. (Other sources are input events, or memories the plan
+        # only needs the ids of.)
+        readable = (Role.COMPACTED, Role.ORIGIN)
+        kept = {edge.source_id for edge in edges if edge.role in readable}
         nodes = await self.store.nodes(agent_id, sorted({source_id, *affected, *kept}))
         summaries = {i for i in affected if i in nodes and nodes[i].kind == Kind.SUMMARY.value}
         keys: set[str] = set()

@@ -17,11 +17,11 @@ sources, and a memory left without any is retracted. `reinforce` is a share of a
 counter only: losing it lowers the counter, never the memory, and a memory
 reinforced by nothing but retracted events stands on its own sources as before.
 What a reinforcement wrote is `reinforced_count` + 1 and `last_seen` moved up to
-its event time; the edge's weight counts the first exactly (one share per
-reinforcement by that event), so the share is taken back. `last_seen` is a
+its event time. The edge's weight counts the reinforcements by its event, one
+each, so exactly their share of the counter is taken back. `last_seen` is a
 maximum over every event that touched the memory and the index keeps no times,
-so the one before cannot be told: it stays (an event time, read by no ranking,
-decay or decision). A reinforcement never touches `strength` (outcomes do).
+so the value before cannot be told: it stays (an event time that no ranking,
+decay or decision reads). A reinforcement never touches `strength` (outcomes do).
 
 An aggregate shows the text, keys, tags and time of its seed: the fold that
 created it, whose event its hash names (`DerivedNode.source_event_id`). While
@@ -45,7 +45,8 @@ fate of all its sources, and decides per memory:
             re-derived from the sources left with the compaction functions
             (`compaction_summary`); a summary of it is rebuilt in turn.
             An aggregate whose text stood on a lost member: text, keys, tags
-            and time taken from the member left (see above)
+            and time taken from the member left, `source_ids` naming it (see
+            above)
   demote    a curated entry keeps some evidence: see `demoted`
   (reinforcement) a lost `reinforce` share lowers `reinforced_count`
 
@@ -424,7 +425,7 @@ class _Cascade:
                 return False
             self._rebuild(node, summary, lost_ids, kept_ids)
         elif node.kind == Kind.AGGREGATE.value:
-            return self._aggregate(node, lost, kept, changed)
+            return self._aggregate(node, lost, kept)
         elif not lost:
             return True  # only a source's content changed: nothing else to redo
         elif node.entry is not None and node.kind in _CURATED:
@@ -457,13 +458,7 @@ class _Cascade:
             node.memory_id, rebuilt.text, rebuilt.ts_ms, rebuilt.keys, rebuilt.tags
         )
 
-    def _aggregate(
-        self,
-        node: DerivedNode,
-        lost: Sequence[Edge],
-        kept: Sequence[Edge],
-        changed: Sequence[Edge],
-    ) -> bool:
+    def _aggregate(self, node: DerivedNode, lost: Sequence[Edge], kept: Sequence[Edge]) -> bool:
         """An aggregate that keeps some shares: `count` less the lost ones, and its
         text re-derived when the member it stands on is lost or was rebuilt
         (see the module docstring); retracted when no readable member is left

@@ -598,7 +598,8 @@ DERIVATION_FIELDS: Final = tuple(
     dict.fromkeys(
         (
             "memory_id", "agent_id", "kind", "text", "ts", "nexus_keys", "tags", "count",
-            "reinforced_count", "retracted", "cluster_id", "summary_level", *ENTRY_FIELDS,
+            "reinforced_count", "retracted", "cluster_id", "summary_level", "source_event_id",
+            *ENTRY_FIELDS,
         )
     )
 )  # fmt: skip
@@ -638,6 +639,8 @@ def derived_node(
         ),
         summary=shape,
         entry=entry,
+        # For an aggregate: the event whose fold created it, whose text it holds.
+        source_event_id=stored_text(doc.get("source_event_id")),
     )
 
 

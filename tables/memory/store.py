@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 from redis.asyncio import Redis
 from redis.commands.search.query import Query
+from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import VectorQuery
 from redisvl.schema import IndexSchema
@@ -167,10 +168,18 @@ class RedisMemoryStore:
 
     async def ensure_schema(self) -> None:
         if not await self._index.exists():
-            await self._index.create(overwrite=False)
-            logger.info("created index %s", self.index_name)
-            await self._wait_for_initial_scan()
-            return
+            try:
+                await self._index.create(overwrite=False)
+            except RedisSearchError as exc:
+                # Two workers starting together both saw no index: the other one
+                # created it first. Checked against the schema below like any other.
+                if "already exists" not in str(exc).lower():
+                    raise
+                logger.info("index %s was created by another worker", self.index_name)
+            else:
+                logger.info("created index %s", self.index_name)
+                await self._wait_for_initial_scan()
+                return
         info = await self._redis.ft(self.index_name).info()
         attributes = info.get("attributes") if isinstance(info, dict) else None
         if attributes is None:

@@ -375,10 +375,13 @@ async def test_a_retraction_writes_every_step(h: Harness) -> None:
     await h.curate(entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, (gone.id, kept[0].id)))
     report = await h.handler().retract(A, "ev-1", at_ms=NOW)
     # The memory first, then what derives from it; ties by id (time-ordered ids).
+    # ev-1's fold created the aggregate (its seed): the aggregate is rebuilt on
+    # its origin's text.
     assert [(s.op, s.memory_id) for s in report.steps] == [
         (Op.RETRACT, gone.id),
         (Op.REBUILD, summary),
         (Op.REDUCE, group),
+        (Op.REBUILD, group),
         (Op.DEMOTE, "insight-1"),
     ]
 

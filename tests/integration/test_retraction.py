@@ -257,21 +257,23 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
     assert summary in await world.recalled(OOM)
     assert heuristic in (await world.curator.get_playbook(A) or "")
 
-    # -- the aggregate: one share, then every share ------------------------------------
-    report = await world.retraction.retract(A, "agg-1", at_ms=NOW)
+    # -- the aggregate: a folded share, its seed's share (its text), then its origin ---
+    report = await world.retraction.retract(A, "agg-2", at_ms=NOW)
     assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group)]
     assert (await world.doc(group))["count"] == "2"
     assert world.witness.ops() == [("retract.aggregate_share", (group,))]
 
-    await world.retraction.retract(A, "agg-0", at_ms=NOW)
-    assert world.witness.ops() == [
-        ("retract.memory", (first,)),
-        ("retract.aggregate_share", (group,)),
-    ]
+    # agg-1's fold created the aggregate with its text: the aggregate stands on its
+    # origin's text from now on.
+    report = await world.retraction.retract(A, "agg-1", at_ms=NOW)
+    assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group), (Op.REBUILD, group)]
     assert (await world.doc(group))["count"] == "1"
-    assert first not in await world.recalled(REPEAT)
-    await world.retraction.retract(A, "agg-2", at_ms=NOW)
-    assert world.witness.ops() == [("retract.memory", (group,))]
+    assert world.witness.ops() == [
+        ("retract.aggregate_share", (group,)),
+        ("retract.summary_rebuilt", (group,)),
+    ]
+    await world.retraction.retract(A, "agg-0", at_ms=NOW)
+    assert world.witness.ops() == [("retract.memory", (first,)), ("retract.memory", (group,))]
     assert (await world.doc(group))["retracted"] == "1"
     assert not {first, group} & set(await world.recalled(REPEAT))
 

@@ -80,11 +80,13 @@ class Witness:
 class World(Rig):
     """The handlers' rig plus compaction, curator and derivation stores on its memory."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, derivations: type[InMemoryDerivationStore] = InMemoryDerivationStore
+    ) -> None:
         super().__init__()
         self.compaction = InMemoryCompactionStore(self.store, dims=self.fake.dims)
         self.curator = InMemoryCuratorStore(self.store)
-        self.derivations = InMemoryDerivationStore(self.store, self.curator, dims=self.fake.dims)
+        self.derivations = derivations(self.store, self.curator, dims=self.fake.dims)
         _as_protocol: DerivationStore = self.derivations
         self.witness = Witness()
         self.retraction = RetractionHandler(
@@ -160,7 +162,8 @@ async def test_the_write_path_records_what_each_memory_derives_from() -> None:
 async def test_retracting_a_folded_event_takes_its_share_of_the_aggregate() -> None:
     world = World()
     first, group = await aggregated(world)
-    report = await world.retraction.retract(A, "agg-1", at_ms=NOW)
+    # agg-2, not agg-1: the aggregate's text is agg-1's (its seed), see below.
+    report = await world.retraction.retract(A, "agg-2", at_ms=NOW)
     assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group)]
     assert world.doc(group)["count"] == "2"
     assert world.witness.ops() == [("retract.aggregate_share", (group,))]
@@ -171,7 +174,7 @@ async def test_retracting_a_folded_event_takes_its_share_of_the_aggregate() -> N
 async def test_retracting_every_share_retracts_the_aggregate() -> None:
     world = World()
     first, group = await aggregated(world)
-    for event in ("agg-1", "agg-0"):
+    for event in ("agg-2", "agg-0"):  # the seed (agg-1) last: its text stays till then
         await world.retraction.retract(A, event, at_ms=NOW)
     assert world.doc(group)["count"] == "1"
     assert (world.doc(first)["retracted"], world.doc(first)["deleted"]) == ("1", "1")
@@ -179,7 +182,7 @@ async def test_retracting_every_share_retracts_the_aggregate() -> None:
     assert await world.recalled(A, REPEAT) == [group]
     world.witness.ops()
 
-    report = await world.retraction.retract(A, "agg-2", at_ms=NOW)
+    report = await world.retraction.retract(A, "agg-1", at_ms=NOW)
     assert report.retracted == (group,)
     assert world.doc(group)["retracted"] == "1"
     assert world.witness.ops() == [("retract.memory", (group,))]
@@ -226,13 +229,124 @@ def test_a_reinforcement_and_an_origin_edge_from_a_batch() -> None:
     seed = record(World(), A, "e-2", REPEAT, NOW)
     batch = WriteBatch(
         folds=(AggregateFold(A, "agg", "target", seed.id, NOW, seed),),
-        reinforcements=(Reinforcement(A, "target", "member", NOW),),
+        reinforcements=(
+            Reinforcement(A, "target", "member", NOW, source_event_id="e-3"),
+            Reinforcement(A, "other", "by-hand", NOW),  # built without its event
+        ),
     )
     edges = batch_edges(batch)
     assert (A, Edge("agg", "e-2", Role.FOLD)) in edges
     assert (A, Edge("agg", "target", Role.ORIGIN)) in edges
-    (reinforced,) = [edge for _, edge in edges if edge.role is Role.REINFORCE]
-    assert reinforced.derived_id == "target"
+    assert [edge for _, edge in edges if edge.role is Role.REINFORCE] == [
+        Edge("target", "e-3", Role.REINFORCE),  # the event: a retraction naming it finds it
+        Edge("other", "by-hand", Role.REINFORCE),
+    ]
+
+
+# ---- the write path: a reinforcement taken back -------------------------------------
+
+REPLICA = "replica lag grew while compaction ran overnight"
+
+
+async def test_retracting_a_reinforcing_event_takes_its_reinforcement_back() -> None:
+    world = World()
+    # The same seven words and one more (cosine 0.935): merged into r-0's memory.
+    for n, text in enumerate((REPLICA, f"{REPLICA} today", f"{REPLICA} yesterday")):
+        await world.ingest.handle(EventType.EPISODE, messages(episode(A, text, NOW + n, f"r-{n}")))
+    assert [e["action"] for e in world.events()] == ["admit", "merge", "merge"]
+    target = mid(A, "r-0", NOW)
+    assert world.doc(target)["reinforced_count"] == "2"
+    assert await world.derivations.derived_from(A, ["r-1"]) == [Edge(target, "r-1", Role.REINFORCE)]
+
+    report = await world.retraction.retract(A, "r-1", at_ms=NOW + 9)
+    assert [(s.op, s.memory_id, s.reinforced_count) for s in report.steps] == [
+        (Op.UNREINFORCE, target, 1)
+    ]
+    assert report.details()["reinforcements"] == [target]
+    assert world.doc(target)["reinforced_count"] == "1"
+    assert world.doc(target)["deleted"] == "0"  # a reinforcement never sustained it
+    # A maximum over the events that touched it, kept per memory only: it stays.
+    assert world.doc(target)["last_seen"] == str(NOW + 2)
+    assert world.witness.ops() == [("retract.reinforcement", (target,))]
+    assert edge_index(world.store).edges(A) == [
+        Edge(target, "r-0", Role.RECORD),
+        Edge(target, "r-2", Role.REINFORCE),
+    ]
+    again = await world.retraction.retract(A, "r-1", at_ms=NOW + 9)
+    assert again.steps == () and world.doc(target)["reinforced_count"] == "1"
+
+    # The memory's own event: it goes, and the reinforcement left with it.
+    report = await world.retraction.retract(A, "r-0", at_ms=NOW + 9)
+    assert report.retracted == (target,)
+    assert edge_index(world.store).edges(A) == []
+
+
+# ---- the write path: an aggregate whose seed is retracted ---------------------------
+
+
+ORIGIN = "rpc endpoint on node seven timed out after retries during the nightly deploy window"
+SEED = f"{ORIGIN} again"  # cosine 0.976 to ORIGIN: folded, not admitted
+
+
+async def seeded_aggregate(world: World) -> tuple[str, str]:
+    """ORIGIN admitted (s-0), then SEED (s-1) creating the aggregate with its own
+    text, then ORIGIN again (s-2) folded into it. Returns (origin, aggregate)."""
+    for n, text in enumerate((ORIGIN, SEED, ORIGIN)):
+        await world.ingest.handle(EventType.EPISODE, messages(episode(A, text, NOW + n, f"s-{n}")))
+    assert [e["action"] for e in world.events()] == ["admit", "aggregate", "aggregate"]
+    origin = mid(A, "s-0", NOW)
+    group = aggregate_id(A, origin)
+    assert (world.doc(group)["text"], world.doc(group)["count"]) == (SEED, "3")
+    return origin, group
+
+
+async def test_retracting_an_aggregate_s_seed_takes_its_text_too() -> None:
+    world = World()
+    origin, group = await seeded_aggregate(world)
+    world.fake.texts.clear()
+
+    report = await world.retraction.retract(A, "s-1", at_ms=NOW + 9)
+    assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group), (Op.REBUILD, group)]
+    assert report.details()["aggregates_rebuilt"] == [group]
+    assert report.details()["summaries_rebuilt"] == []
+    after, source = world.doc(group), world.doc(origin)
+    assert after["count"] == "2"
+    for name in ("text", "gist", "normalized_hash", "nexus_keys", "tags", "ts"):
+        assert after[name] == source[name], name
+    assert after["kind"] == "aggregate"
+    assert world.fake.texts == [ORIGIN]  # one embedding, of the text it shows now
+    vector = world.store.record(group)["canonical"]  # type: ignore[index]
+    assert vector == world.fake.vector(ORIGIN).astype(np.float32).tobytes()
+    assert world.witness.ops() == [
+        ("retract.aggregate_share", (group,)),
+        ("retract.summary_rebuilt", (group,)),  # the op REBUILD's value; kind: aggregate
+    ]
+    found = await world.recalled(A, SEED)
+    assert found and set(found) <= {origin, group}
+
+    # Its text is the origin's now: when the origin goes, nothing readable is left
+    # (s-2's share has no text of its own), and the aggregate goes too.
+    report = await world.retraction.retract(A, "s-0", at_ms=NOW + 9)
+    assert report.retracted == (origin, group)
+    assert world.doc(group)["retracted"] == "1"
+    assert await world.recalled(A, ORIGIN) == []
+    assert edge_index(world.store).edges(A) == []
+
+
+async def test_an_aggregate_keeps_its_seed_s_text_while_the_seed_stands() -> None:
+    world = World()
+    origin, group = await seeded_aggregate(world)
+    for event in ("s-2", "s-0"):
+        await world.retraction.retract(A, event, at_ms=NOW + 9)
+    assert world.doc(origin)["retracted"] == "1"
+    assert (world.doc(group)["text"], world.doc(group)["count"]) == (SEED, "1")
+    assert [op for op, _ in world.witness.ops()] == [
+        "retract.aggregate_share",
+        "retract.memory",
+        "retract.aggregate_share",
+    ]
+    report = await world.retraction.retract(A, "s-1", at_ms=NOW + 9)
+    assert report.retracted == (group,)
 
 
 # ---- compaction: a summary rebuilt, then retracted -----------------------------------
@@ -375,6 +489,7 @@ async def test_an_insight_is_demoted_then_retracted_with_its_heuristic() -> None
         "retracted": [episodes[1], insight, heuristic],
         "aggregate_shares": [],
         "summaries_rebuilt": [],
+        "aggregates_rebuilt": [],
         "insights_demoted": [],
         "reinforcements": [],
         "edges_dropped": 3,  # ep-2 -> e2 -> insight -> heuristic
