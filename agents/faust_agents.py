@@ -64,7 +64,9 @@ class HandlerSource(Protocol):
         recreate it and fold `journal_partitions` again from their start."""
         ...
 
-    def known_agents(self) -> AsyncIterator[str]: ...
+    def known_agents(self) -> AsyncIterator[tuple[str, int]]:
+        """Every agent with an event ingested, and its watermark (event time, ms)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +281,20 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
     from the agent's tick (a late or duplicate command finds nothing due)."""
     names = TopicNames(settings.topic_prefix)
 
+    # Per agent: the watermark and pressure of the last command sent. An agent
+    # whose watermark has not moved has nothing newly due (its tick is a function
+    # of it), unless its last pass was put off under pressure: it is skipped.
+    last_sent: dict[str, tuple[int, str]] = {}
+
     async def block_timer() -> None:
-        agents = [agent_id async for agent_id in runtime.known_agents()]
         pressure = runtime.pressure()
+        agents: list[str] = []
+        async for agent_id, watermark in runtime.known_agents():
+            previous = last_sent.get(agent_id)
+            if previous is not None and previous == (watermark, "normal"):
+                continue
+            agents.append(agent_id)
+            last_sent[agent_id] = (watermark, pressure)
         # Spread over the first part of the block: all at once, every agent's pass
         # would land on the apply loops together and hold up ingest behind them.
         # When a command is issued decides nothing (what runs is decided at its

@@ -45,7 +45,7 @@ from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.journal.outbox import RedisOutbox
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
-from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
+from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, agent_watermarks
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -169,11 +169,11 @@ class Runtime:
         probe = WorkerPressure(self._counting, self._lag)
         return assess_pressure(probe.signals(), self._settings.maintenance_policy).value
 
-    async def known_agents(self) -> AsyncIterator[str]:
+    async def known_agents(self) -> AsyncIterator[tuple[str, int]]:
         await self.handlers()
         assert self._redis is not None
-        async for agent_id in known_agents(self._redis, self._settings.topic_prefix):
-            yield agent_id
+        async for agent in agent_watermarks(self._redis, self._settings.topic_prefix):
+            yield agent
 
     async def close(self) -> None:
         if self._redis is not None:

@@ -73,6 +73,24 @@ async def _decided(state: AgentStateStore, agents: list[str]) -> float:
     return sum(stats.get("candidates", 0.0) for stats in totals)
 
 
+async def _settle(redis: Redis, prefix: str, agents: list[str], quiet_s: float = 2.0) -> float:
+    """Seconds until no agent's witness chain grows for `quiet_s` (the worker has
+    applied what was journaled during the load), at most a minute."""
+    keys = Keyspace(prefix)
+    started = time.perf_counter()
+    last: list[int] = []
+    quiet_since = started
+    while time.perf_counter() - started < 60:
+        lengths = list(await asyncio.gather(*(redis.xlen(keys.witness(a)) for a in agents)))
+        now = time.perf_counter()
+        if lengths != last:
+            last, quiet_since = lengths, now
+        elif now - quiet_since >= quiet_s:
+            return quiet_since - started
+        await asyncio.sleep(0.2)
+    return time.perf_counter() - started
+
+
 async def _probe_latencies(client: GrimoireClient) -> list[float]:
     """Publish a fresh memory and time until a recall returns it, at a paced rate."""
     latencies: list[float] = []
@@ -136,6 +154,10 @@ async def _run_mix(
             while await _decided(state, agent_ids) < len(texts):
                 await asyncio.sleep(0.1)
             ingest_s = time.perf_counter() - started
+            # Maintenance commands issued during the load sit behind it in the
+            # journal: the probes time a fresh event on a worker that has caught
+            # up, and the catching up is reported on its own.
+            settle_s = await _settle(redis, settings.topic_prefix, agent_ids)
             latencies = await _probe_latencies(client)
             stats = await asyncio.gather(*(state.stats(agent) for agent in agent_ids))
             metrics = {
@@ -162,6 +184,7 @@ async def _run_mix(
             "p99": round(float(np.percentile(latencies, 99)), 1),
             "probes": len(latencies),
         },
+        "settle_s": round(settle_s, 1),
         "admission_rate": round(admitted / len(texts), 4),
         "cache_hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
         "batch_size": settings.embed_batch_size,

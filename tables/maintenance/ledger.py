@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from grimoire.streams.maintenance.schedule import Ledger, Task
 from grimoire.tables.keyspace import Keyspace
 
-__all__ = ["MaintenanceLedger", "MaintenanceLedgerStore", "known_agents"]
+__all__ = ["MaintenanceLedger", "MaintenanceLedgerStore", "agent_watermarks", "known_agents"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +119,14 @@ async def known_agents(redis: Redis, prefix: str, batch: int = 500) -> AsyncIter
     write path keeps: one small member per agent, cheap to scan)."""
     async for name, _ in redis.zscan_iter(Keyspace(prefix).watermarks, count=batch):
         yield _s(name)
+
+
+async def agent_watermarks(
+    redis: Redis, prefix: str, batch: int = 500
+) -> AsyncIterator[tuple[str, int]]:
+    """`known_agents` with each agent's watermark (its latest event time, ms)."""
+    async for name, score in redis.zscan_iter(Keyspace(prefix).watermarks, count=batch):
+        yield _s(name), int(score)
 
 
 def _s(value: Any) -> str:
