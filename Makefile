@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
+.PHONY: help setup qemu-user run demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -35,10 +35,18 @@ qemu-user: ## install qemu-user (x86-64 hosts) for the cross-CPU embedding test
 		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user; }; \
 	fi
 
+# The inspector's browser test (tests/integration/test_inspector.py) drives Debian's
+# chromium through Playwright; Playwright's own browser downloads are never used.
+browser: ## install Debian's chromium (headless) for the inspector's browser test
+	command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
+
+run: setup ## the whole service locally (broker, Redis, worker, HTTP API + inspector, MCP) until Ctrl-C
+	$(PY) -m grimoire.infra.cli up
+
 demo: setup ## start local tansu + Redis, a worker, simulated agents; print recall answers; stop
 	$(PY) -m grimoire.infra.cli demo
 
-test: setup qemu-user lint typecheck ## lint, type-check, then the whole suite against real local services
+test: setup qemu-user browser lint typecheck ## lint, type-check, then the whole suite against real local services
 	$(PY) -m pytest
 
 test-unit: setup ## only the pure tests (no services)

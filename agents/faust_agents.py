@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,7 +103,27 @@ class FaustSink:
 def _message(event: Any) -> InputMessage:
     msg = event.message
     value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-    return InputMessage(value=value, topic=msg.topic, partition=msg.partition, offset=msg.offset)
+    return InputMessage(
+        value=value,
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        headers=_headers(getattr(msg, "headers", None)),
+    )
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    """Faust hands headers as a list of (name, value) pairs, a mapping, or None."""
+    if not raw:
+        return ()
+    pairs = raw.items() if isinstance(raw, Mapping) else raw
+    found: list[tuple[str, bytes]] = []
+    for name, value in pairs:
+        key = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        if isinstance(value, str):
+            value = value.encode()
+        found.append((key, bytes(value or b"")))
+    return tuple(found)
 
 
 async def _with_retry(

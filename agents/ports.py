@@ -43,6 +43,8 @@ class InputMessage:
     topic: str
     partition: int | None = None
     offset: int | None = None
+    # The record's Kafka headers (a tenant key may come as `grimoire-api-key`).
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def payload_preview(raw: bytes) -> str:

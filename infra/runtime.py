@@ -39,6 +39,7 @@ from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransform
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import Task, assess_pressure
+from grimoire.tables.config.store import RedisConfigStore
 from grimoire.tables.exceptions import is_outage, is_store_lost
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
@@ -50,6 +51,7 @@ from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.schema.vector_space import claim_vector_space, index_holds_documents
+from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore, RedisAuthMetrics
 from grimoire.tables.trust.derivations import RedisDerivationStore
 from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness
 from grimoire.topics.declarations import TopicNames
@@ -129,6 +131,7 @@ class Runtime:
             embedder=embedder,
             sink=self._sink,
             worker_id=self.worker_id,
+            keystore_redis=self._keystore_redis,
         )
         self._witness = composed.witness
         self._composed = composed
@@ -240,9 +243,14 @@ async def compose(
     embedder: Embedder,
     sink: EventSink,
     worker_id: str,
+    keystore_redis: Redis | None = None,
 ) -> Composed:
     """Everything that folds the journal into `prefix` and answers recalls from it:
-    the worker's handlers, and a replay's (into the same prefix or a new one)."""
+    the worker's handlers, and a replay's (into the same prefix or a new one).
+
+    Tenant keys live in the key store's Redis (`keystore_redis`, else `redis`)
+    under the deployment's prefix, beside the journal keys: a replay into another
+    prefix checks the same keys."""
     store = RedisMemoryStore(
         redis,
         prefix,
@@ -287,8 +295,21 @@ async def compose(
         limits=settings.input_limits,
         lease_ms=int(settings.maintenance_lease_s * 1000),
     )
-    sequencer = Sequencer(keys, sink, topics, settings.input_limits)
+    authenticator = Authenticator(
+        RedisApiKeyStore(keystore_redis or redis, settings.topic_prefix),
+        enabled=settings.auth_enabled,
+    )
+    auth_metrics = RedisAuthMetrics(redis, prefix)
+    sequencer = Sequencer(
+        keys,
+        sink,
+        topics,
+        settings.input_limits,
+        authenticator=authenticator,
+        auth_metrics=auth_metrics,
+    )
     steps = StepLog()
+    configs = RedisConfigStore(redis, prefix)
     applier = JournalApplier(
         keys=keys,
         marks=RedisAppliedMarks(redis, prefix),
@@ -308,9 +329,11 @@ async def compose(
             topics=topics,
             limits=settings.input_limits,
             steps=steps,
+            configs=configs,
         ),
         witness=PublishedWitness(witness, sink, topics),
         publication=Publication(witness, RedisOutbox(redis, prefix), sink, topics),
+        configs=configs,
         sink=sink,
         topics=topics,
         max_run=settings.embed_batch_size,
@@ -326,5 +349,8 @@ async def compose(
         settings.ranking_policy,
         eidolon_weight=settings.eidolon_state_weight,
         usage=sequencer,
+        configs=configs,
+        authenticator=authenticator,
+        auth_metrics=auth_metrics,
     )
     return Composed(Handlers(sequencer, applier, recall), store, witness)

@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     # The per-agent journal keys and sequence counters (tables/journal/keystore.py);
     # None: the memory Redis. In production a durable, separately backed-up Redis.
     keystore_url: str | None = None
+    # Tenant keys (tables/trust/api_keys.py): every Kafka recall request and command
+    # must carry a key that reaches its agent. Off for local development; on in
+    # docker-compose.yml.
+    auth_enabled: bool = False
     topic_prefix: str = "grimoire"
     partitions: int = Field(4, ge=1)
     replication_factor: int = Field(1, ge=1)
@@ -129,6 +133,23 @@ class Settings(BaseSettings):
     broker_heartbeat_interval_s: float = 0.5
     broker_rebalance_timeout_s: float = 10.0
     broker_commit_interval_s: float = 0.2
+
+    # The HTTP API (`grimoire serve`, infra/http/).
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(8080, ge=1, le=65535)
+    http_recall_timeout_s: float = Field(10.0, gt=0)  # a recall or search over Kafka
+    # The tenant key the API's own Kafka client sends (recall, search, compact) where
+    # workers check keys: an admin key, since the API has checked the caller's already.
+    # Commands also carry the caller's key, which the worker checks again.
+    http_kafka_api_key: str | None = None
+    # A scrape of /metrics reads Redis; scrapes closer together share one reading.
+    http_metrics_cache_s: float = Field(5.0, ge=0)
+    # Agents with series of their own (the most recently active first); 0: none.
+    http_metrics_agents: int = Field(100, ge=0)
+    # The cognitive metrics' window (event time, ending at the agent's watermark)
+    # and how many of an agent's newest memories the retrieval hit rate looks at.
+    http_cognitive_window_h: float = Field(168.0, gt=0)
+    http_hit_rate_sample: int = Field(2_000, ge=1)
 
     data_dir: Path = Path(".grimoire/worker")  # Faust's local state (small; tables live in Redis)
     web_enabled: bool = False

@@ -103,6 +103,11 @@ class Keyspace:
         describe; published, then trimmed)."""
         return f"{self.prefix}:outbox:{journal_partition}"
 
+    def agent_config(self, agent_id: str) -> str:
+        """STRING: the agent's runtime configuration (JSON of its non-default
+        settings), set by `configure` commands at their place in its journal."""
+        return f"{self.prefix}:config:{agent_id}"
+
     def pending_outcomes(self, agent_id: str) -> str:
         """HASH memory id -> outcomes that named it before it was written."""
         return f"{self.prefix}:pending-outcomes:{agent_id}"
@@ -135,6 +140,17 @@ class Keyspace:
     def journal_sequences(self) -> str:
         """HASH agent -> the last journal sequence number handed out."""
         return f"{self.keystore_prefix}:journal-seq"
+
+    # Tenant API keys sit in the key store too: a wipe or replay of memory state
+    # must not lock every tenant out (and they are no decision of the fold).
+    def api_key(self, key_id: str) -> str:
+        """HASH of one API key: its secret's digest, scope, label, revoked flag."""
+        return f"{self.keystore_prefix}:api-key:{key_id}"
+
+    @property
+    def api_key_index(self) -> str:
+        """SET of every API key id."""
+        return f"{self.keystore_prefix}:api-keys"
 
     # -- per agent: write path ----------------------------------------------------
     def decided(self, agent_id: str) -> str:

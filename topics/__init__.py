@@ -10,6 +10,7 @@ from grimoire.topics.client import (
     RecallAnswer,
     RecallFailed,
     RecallTimeout,
+    RecallUnauthorized,
 )
 from grimoire.topics.options import (
     Kind,
@@ -44,6 +45,7 @@ __all__ = [
     "RecallMode",
     "RecallState",
     "RecallTimeout",
+    "RecallUnauthorized",
     "ToolEventV1",
     "TranscriptV1",
 ]

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -40,6 +40,7 @@ __all__ = [
     "RecallAnswer",
     "RecallFailed",
     "RecallTimeout",
+    "RecallUnauthorized",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,15 @@ class RecallTimeout(ClientError):
 
 class RecallFailed(ClientError):
     """The worker rejected the request; `str(exc)` carries its reason."""
+
+
+class RecallUnauthorized(RecallFailed):
+    """The worker refused the request's tenant key (none, wrong, revoked, or one
+    that does not reach the agent)."""
+
+
+# How the worker's error reply names a refused key (streams/inbound/validators.py).
+_UNAUTHORIZED = "unauthorized"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +101,13 @@ class GrimoireClient:
         *,
         client_id: str | None = None,
         partitions: int = 4,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key` is the tenant key (`gmk_…`, from `grimoire keys create`) put on
+        every recall request and command this client sends; needed where the
+        workers check keys (`GRIMOIRE_AUTH_ENABLED`)."""
         self._bootstrap = bootstrap_servers
+        self._api_key = api_key
         self.topics = TopicNames(topic_prefix)
         self.client_id = client_id or uuid.uuid4().hex[:12]
         self.reply_topic = self.topics.reply_topic(self.client_id)
@@ -162,6 +177,8 @@ class GrimoireClient:
             try:
                 await self.recall(probe_agent, "readiness probe", k=1, timeout=min(2.0, remaining))
                 return
+            except RecallUnauthorized:
+                return  # refused, but answered: the pipeline is up
             except RecallTimeout:
                 continue
 
@@ -193,6 +210,8 @@ class GrimoireClient:
     async def send_command(self, command: CommandV1) -> None:
         """Retract a source event, forget an agent, pin or unpin a memory: applied at
         the command's place in the agent's journal (watch memory-events for it)."""
+        if command.api_key is None and self._api_key is not None:
+            command = replace(command, api_key=self._api_key)
         await self.publish_raw(self.topics.commands, command.agent_id, command.dumps_json())
 
     async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
@@ -249,6 +268,7 @@ class GrimoireClient:
             explain=explain,
             expand_episodes=expand_episodes,
             record_usage=record_usage,
+            api_key=self._api_key,
         )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = future
@@ -259,8 +279,11 @@ class GrimoireClient:
             raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
         finally:
             self._pending.pop(correlation_id, None)
-        if payload.get("error"):
-            raise RecallFailed(payload["error"])
+        error = payload.get("error")
+        if error:
+            if str(error).startswith(_UNAUTHORIZED):
+                raise RecallUnauthorized(error)
+            raise RecallFailed(error)
         return _answer(payload)
 
 

@@ -171,14 +171,21 @@ class CommandV1(_Wire):
 
     retract: `source_event_id` and everything derived from it; forget: the whole
     agent (its memory, and its journal entries become unreadable); pin / unpin:
-    `memory_id` (a pinned memory is never compacted or archived)."""
+    `memory_id` (a pinned memory is never compacted or archived); configure:
+    `config`, the agent's runtime settings, effective from its next event."""
 
     agent_id: str
-    command: str  # retract | forget | pin | unpin
+    command: str  # retract | forget | pin | unpin | configure
     source_event_id: str | None = None
     memory_id: str | None = None
+    # configure: the settings to change (memory_enabled, ingest_enabled,
+    # retrieval_enabled, top_k, time_window_ms, layers, lane_weights; null resets one)
+    config: dict[str, Any] | None = None
     ts: int | None = None
     event_id: str | None = None
+    # The tenant key (`gmk_…`) the command is sent with; checked, then stripped
+    # before the command is journaled. A `grimoire-api-key` header does the same.
+    api_key: str | None = None
     schema: str = "grimoire.command/1"
 
 
@@ -230,6 +237,7 @@ class RecallRequestV1(_Wire):
     explain: bool | None = None
     expand_episodes: bool | None = None  # attach hyperedge siblings (with roles)
     record_usage: bool | None = None  # false: a read that leaves usage counters alone
+    api_key: str | None = None  # the tenant key (`gmk_…`); or a `grimoire-api-key` header
     schema: str = "grimoire.recall_request/1"
 
 

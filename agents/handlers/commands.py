@@ -17,9 +17,11 @@ from typing import Any, Protocol
 from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.handlers.retraction import RetractionReport
 from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.streams.config.agent_config import apply_update, config_to_json
 from grimoire.streams.inbound.command import Command, CommandKind, parse_command
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.validators import InputLimits
+from grimoire.tables.config.store import ConfigStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
@@ -69,6 +71,8 @@ class CommandHandler:
     limits: InputLimits = field(default_factory=InputLimits)
     # Where the retractor reports its steps (wired to it by the composition root).
     steps: StepLog = field(default_factory=StepLog)
+    # Where `configure` writes (wired by the composition root; required for it).
+    configs: ConfigStore | None = None
     # The step log is one per handler, and journal partitions fold side by side:
     # one command at a time, or two commands' steps would mix.
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -120,6 +124,16 @@ class CommandHandler:
         if command.kind is CommandKind.UNPIN:
             changed = await self.retractor.unpin(agent_id, command.target)
             return "unpin", (command.target,), {"changed": changed}
+        if command.kind is CommandKind.CONFIGURE:
+            assert command.config is not None  # the parser refuses a configure without
+            if self.configs is None:
+                raise RuntimeError("no configuration store is wired to the command handler")
+            current = (await self.configs.load([agent_id]))[agent_id]
+            updated = apply_update(current, command.config)
+            await self.configs.save(agent_id, updated)
+            # The whole configuration it leaves (its non-default settings), so the
+            # witness shows what held from here on, not only what changed.
+            return "configure", (), {"config": config_to_json(updated)}
         removed = await self.eraser.forget(agent_id)
         # Recorded without content: that the agent was forgotten, and how much went.
         return "forget", (), {"keys_removed": removed}

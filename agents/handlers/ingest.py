@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -17,6 +17,7 @@ from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
 from grimoire.streams.write.admission import Action, AdmissionPolicy
+from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import (
     Outcome,
     PlanItem,
@@ -130,12 +131,18 @@ class IngestHandler:
         self,
         messages: Sequence[tuple[EventType, InputMessage]],
         effects: CommitEffects | None = None,
+        *,
+        ingest_off: Collection[str] = (),
     ) -> IngestReport:
         """One batch of inputs of any ingest kind, decided in the order given.
 
         With `effects`, what the decisions tell the world (events, witness records)
         is staged by it into the decisions' own transaction and published by it;
-        without, the memory-events are sent after the commit."""
+        without, the memory-events are sent after the commit. The candidates of
+        agents in `ingest_off` (their configuration turned ingest off) are skipped:
+        validated as always, announced as `GrimoireSkipped`, never decided."""
+        if ingest_off:
+            return await self._skipping(messages, effects, ingest_off)
         split = await self._held_split(messages)
         if split is not None:
             # An outcome waits for a memory this batch writes: it must take effect
@@ -226,6 +233,63 @@ class IngestHandler:
             dead,
             decided_by_message,
         )
+
+    async def _skipping(
+        self,
+        messages: Sequence[tuple[EventType, InputMessage]],
+        effects: CommitEffects | None,
+        ingest_off: Collection[str],
+    ) -> IngestReport:
+        """The batch with the skipped agents' inputs taken out and announced."""
+        skipped_at = [
+            index
+            for index, (event_type, message) in enumerate(messages)
+            if _owner(self._normalize(event_type, message)) in ingest_off
+        ]
+        kept_at = [index for index in range(len(messages)) if index not in set(skipped_at)]
+        by_message: list[tuple[Decided, ...]] = [() for _ in messages]
+        candidates = 0
+        for index in skipped_at:
+            outcome = self._normalize(*messages[index])
+            assert isinstance(outcome, Accepted)
+            candidates += len(outcome.candidates)
+            by_message[index] = tuple(_skipped(cand) for cand in outcome.candidates)
+        if skipped_at:
+            skipped = tuple(by_message[index] for index in skipped_at)
+            await self._announce(
+                skipped, _pick(effects, skipped_at) if effects is not None else None
+            )
+        rest = IngestReport(0, 0, 0, 0, ())
+        if kept_at:
+            kept = [messages[index] for index in kept_at]
+            rest = await self.handle_mixed(
+                kept, _pick(effects, kept_at) if effects is not None else None
+            )
+            for index, decided in zip(kept_at, rest.by_message, strict=True):
+                by_message[index] = decided
+        return IngestReport(
+            rest.candidates + candidates,
+            rest.written,
+            rest.duplicates,
+            rest.dead_lettered,
+            tuple(by_message),
+        )
+
+    async def _announce(
+        self, decided: Sequence[Sequence[Decided]], effects: CommitEffects | None
+    ) -> None:
+        """Skips write nothing but their witness and events (in one transaction)."""
+        if effects is None:
+            for one in (d for group in decided for d in group):
+                await self.sink.send(self.topics.memory_events, one.agent_id, one.event)
+            return
+        staged = await effects.stage(decided)
+        try:
+            await self.store.commit(WriteBatch(), staged.parts)
+        except BaseException:
+            staged.abandoned()
+            raise
+        await staged.committed()
 
     async def _held_split(self, messages: Sequence[tuple[EventType, InputMessage]]) -> int | None:
         """Where a batch must end (after the first input writing a memory an outcome
@@ -367,3 +431,67 @@ def _event(result: Outcome) -> bytes:
         nexus_keys=list(cand.keys),
         hyperedge_id=cand.hyperedge.edge_id if cand.hyperedge else None,
     ).dumps_json()
+
+
+SKIP_ACTION = "skip"
+SKIP_REASON = "ingest disabled by the agent's configuration"
+
+
+def _owner(outcome: Accepted | Rejection) -> str | None:
+    """The agent a valid input belongs to (an invalid one is dead-lettered as usual,
+    whatever its agent's configuration)."""
+    return outcome.agent_id if isinstance(outcome, Accepted) else None
+
+
+def _skipped(cand: MemoryCandidate) -> Decided:
+    event = MemoryEventV1(
+        type="GrimoireSkipped",
+        agent_id=cand.agent_id,
+        memory_id=cand.id,
+        candidate_id=cand.id,
+        source_event_id=cand.provenance.source_event_id,
+        kind=cand.kind.value,
+        layer=cand.layer.value,
+        ts=cand.ts_ms,
+        action=SKIP_ACTION,
+        reason=SKIP_REASON,
+    ).dumps_json()
+    return Decided(cand.agent_id, cand.id, cand.id, SKIP_ACTION, event)
+
+
+class _Picked:
+    """The effects of some messages of a batch, in their order (a batch whose
+    skipped inputs are announced apart from the ones decided)."""
+
+    def __init__(self, effects: CommitEffects, indexes: Sequence[int]) -> None:
+        self._parts = [effects.sliced(index, index + 1) for index in indexes]
+
+    async def stage(self, decided: Sequence[Sequence[Decided]]) -> Staged:
+        staged = [await part.stage((one,)) for part, one in zip(self._parts, decided, strict=True)]
+        return _StagedTogether(staged)
+
+    def sliced(self, start: int, stop: int) -> CommitEffects:
+        picked = _Picked.__new__(_Picked)
+        picked._parts = self._parts[start:stop]
+        return picked
+
+
+class _StagedTogether:
+    def __init__(self, staged: Sequence[Staged]) -> None:
+        self._staged = list(staged)
+
+    @property
+    def parts(self) -> Sequence[TransactionPart]:
+        return [part for one in self._staged for part in one.parts]
+
+    async def committed(self) -> None:
+        for one in self._staged:
+            await one.committed()
+
+    def abandoned(self) -> None:
+        for one in self._staged:
+            one.abandoned()
+
+
+def _pick(effects: CommitEffects, indexes: Sequence[int]) -> CommitEffects:
+    return _Picked(effects, indexes)

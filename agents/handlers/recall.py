@@ -11,6 +11,7 @@ from itertools import accumulate
 
 import orjson
 
+from grimoire.agents.handlers.auth import authorize, redacted
 from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
 from grimoire.agents.ports import (
     UNKNOWN_AGENT,
@@ -20,6 +21,7 @@ from grimoire.agents.ports import (
     UsageRecorder,
     source_of,
 )
+from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import Rejection, decode_object
 from grimoire.streams.inbound.recall_request import (
@@ -44,7 +46,9 @@ from grimoire.streams.recall.flow import (
 from grimoire.streams.recall.mode_decision import decide_mode
 from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.walk.circuits import circuits_for
+from grimoire.tables.config.store import ConfigStore
 from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallItemV1, RecallResultV1
 
@@ -64,6 +68,12 @@ class RecallHandler:
     # Where a served answer's uses go: the agent's journal (the sequencer) in a
     # worker; applied at once where there is no journal (tests, benchmarks).
     usage: UsageRecorder = field(kw_only=True)
+    # Tenant keys: a request must present a key that reaches its agent (None, or an
+    # authenticator that is switched off, answers everyone: local development).
+    authenticator: Authenticator | None = field(default=None, kw_only=True)
+    auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
+    # Agents' runtime configurations (None: every agent has the defaults).
+    configs: ConfigStore | None = field(default=None, kw_only=True)
     _recently_served: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def _served_windows(self, agent_id: str, window: int | None) -> None:
@@ -80,10 +90,28 @@ class RecallHandler:
             reply_namespace=self.topics.reply_namespace,
         )
         if isinstance(parsed, Rejection):
-            await dead_letter(self.sink, self.topics.dead_letters, message, parsed)
+            await dead_letter(self.sink, self.topics.dead_letters, redacted(message), parsed)
             await self._reply_error(message.value, parsed)
             return
-        result, usage = await self.answer(parsed)
+        if self.authenticator is not None and self.authenticator.enabled:
+            # Checked on a valid request only: its agent id and reply address are
+            # known, so the refusal can be answered where the caller listens.
+            refused = await authorize(
+                self.authenticator,
+                self.auth_metrics,
+                message,
+                decode_object(message.value),
+                parsed.agent_id,
+            )
+            if refused is not None:
+                await dead_letter(self.sink, self.topics.dead_letters, redacted(message), refused)
+                await self._reply_error(message.value, refused)
+                return
+        config = await self._config(parsed.agent_id)
+        if config.top_k is not None:
+            # The agent's default item count, for a request that names none.
+            parsed = self._parse_with_default_k(message.value, config.top_k) or parsed
+        result, usage = await self.answer(parsed, config)
         reply = bounded_reply(result, self.limits.max_reply_bytes)
         await self.sink.send(parsed.reply_to, parsed.agent_id, reply.payload)
         # Only what reached the caller counts as used, and only once it has: a
@@ -101,9 +129,28 @@ class RecallHandler:
         result, _ = await self.answer(query)
         return result
 
-    async def answer(self, query: RecallQuery) -> tuple[RecallResultV1, RecallUsage]:
+    async def _config(self, agent_id: str) -> AgentConfig:
+        if self.configs is None:
+            return AgentConfig()
+        return (await self.configs.load([agent_id]))[agent_id]
+
+    def _parse_with_default_k(self, raw: bytes, top_k: int) -> RecallQuery | None:
+        defaults = replace(self.limits.defaults, max_items=min(top_k, self.limits.max_k))
+        again = parse_recall_request(
+            raw,
+            replace(self.limits, defaults=defaults),
+            self.input_limits,
+            reply_namespace=self.topics.reply_namespace,
+        )
+        return None if isinstance(again, Rejection) else again
+
+    async def answer(
+        self, query: RecallQuery, config: AgentConfig | None = None
+    ) -> tuple[RecallResultV1, RecallUsage]:
         """The answer and what serving it would use (recorded by `handle` once the
-        answer is out: recall itself writes nothing)."""
+        answer is out: recall itself writes nothing). `config`: the agent's runtime
+        configuration (retrieval off answers nothing; its time window, layers and
+        lane weights narrow and weigh the lanes)."""
         started = time.perf_counter()
         fields, watermark = await asyncio.gather(
             self.store.load_fields([query.agent_id]), self.store.watermark(query.agent_id)
@@ -111,6 +158,16 @@ class RecallHandler:
         state = fields[query.agent_id]
         # Recency and decay run on the request's event time, never the wall clock.
         now_ms = query.as_of_ms if query.as_of_ms is not None else (watermark or 0)
+        policy = self.policy
+        if config is not None:
+            if not config.retrieves:
+                empty = _empty(query, watermark, state, now_ms, DISABLED_MODE)
+                return empty, RecallUsage((), now_ms, None)
+            configured = _configured(query, policy, config, now_ms)
+            if configured is None:
+                empty = _empty(query, watermark, state, now_ms, RetrievalMode.NONE.value)
+                return empty, RecallUsage((), now_ms, None)
+            query, policy = configured
         state = _with_overrides(state, query)
         terms = search_terms(query.query)
         mode = decide_mode(query.mode, search_terms=terms, has_memories=watermark is not None)
@@ -135,7 +192,7 @@ class RecallHandler:
             ctx = replace(ctx, pending_vectors=vectors)
         # Anti-rumination: the first recall of each window of ticks carries
         # memories against the mood; which window was served is the agent's state.
-        window = window_of(state.tick, ctx.affect, self.policy.contrarian)
+        window = window_of(state.tick, ctx.affect, policy.contrarian)
         if window is not None:
             served = await self.store.contrarian_served(query.agent_id)
             # A window served moments ago may not be applied yet (it is a journal
@@ -146,9 +203,7 @@ class RecallHandler:
             ctx = replace(ctx, contrarian_due=is_due(window, served))
         prepared = time.perf_counter()
         source = self.store.recall_source(query.agent_id)
-        outcome = await run_recall(
-            query, ctx, source, policy=self.policy, stopwatch=time.perf_counter
-        )
+        outcome = await run_recall(query, ctx, source, policy=policy, stopwatch=time.perf_counter)
         served_window = (
             window
             if window is not None and ctx.contrarian_due and query.record_usage and outcome.items
@@ -214,6 +269,55 @@ class RecallHandler:
             error=f"{rejection.reason}: {bounded_detail(rejection.detail)}",
         )
         await self.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error.dumps_json())
+
+
+DISABLED_MODE = "disabled"
+
+
+def _empty(
+    query: RecallQuery, watermark: int | None, state: FieldState, now_ms: int, mode: str
+) -> RecallResultV1:
+    """An answer with nothing in it: retrieval turned off (`disabled`), or a request
+    for nothing the configuration lets it see (`none`)."""
+    return RecallResultV1(
+        correlation_id=query.correlation_id,
+        agent_id=query.agent_id,
+        items=[],
+        watermark=watermark,
+        watermark_tick=state.tick,
+        watermark_block=state.block,
+        as_of=now_ms,
+        mode=mode,
+        budget={"tokens_used": 0, "token_budget": query.budgets.token_budget, "items": 0,
+                "max_items": query.budgets.max_items},
+    )  # fmt: skip
+
+
+def _configured(
+    query: RecallQuery, policy: RankingPolicy, config: AgentConfig, now_ms: int
+) -> tuple[RecallQuery, RankingPolicy] | None:
+    """The request narrowed by the agent's configuration (never widened: a request
+    may ask for less than the configuration allows, not more); None when it asks
+    only for layers the configuration hides."""
+    filters = query.filters
+    if config.time_window_ms is not None:
+        earliest = now_ms - config.time_window_ms
+        if filters.since_ms is None or filters.since_ms < earliest:
+            filters = replace(filters, since_ms=earliest)
+    if config.layers is not None:
+        allowed = set(config.layers)
+        kept = (
+            tuple(layer for layer in filters.layers if layer in allowed)
+            if filters.layers
+            else config.layers
+        )
+        if not kept:
+            return None
+        filters = replace(filters, layers=kept)
+    if config.lane_weights is not None:
+        weights = dict(policy.lane_weights) | dict(config.lane_weights)
+        policy = replace(policy, lane_weights=tuple(sorted(weights.items())))
+    return replace(query, filters=filters), policy
 
 
 def _with_overrides(state: FieldState, query: RecallQuery) -> FieldState:

@@ -50,6 +50,7 @@ from grimoire.streams.journal.entry import (
 )
 from grimoire.streams.journal.fold import Run, SourceMarks, mark_key, runs
 from grimoire.streams.journal.usage import RecallUsage, decode_usage
+from grimoire.tables.config.store import ConfigStore
 from grimoire.tables.journal.keystore import KeyStore
 from grimoire.tables.journal.marks import AppliedMarks
 from grimoire.topics.declarations import TopicNames
@@ -146,6 +147,8 @@ class JournalApplier:
     # Ingest runs store their witness records and events with their decisions (an
     # outbox); without it they are recorded and sent after the commit.
     publication: Publication | None = None
+    # Agents' configurations (ingest may be turned off); None: every agent ingests.
+    configs: ConfigStore | None = None
 
     async def apply(self, messages: Sequence[InputMessage]) -> ApplyReport:
         """Fold `messages` (journal records of one partition, in offset order)."""
@@ -327,13 +330,16 @@ class JournalApplier:
         kind = run.kind
         if kind in INGEST_KINDS:
             messages = [(INGEST_KINDS[item.entry.kind], item.message) for item in run.items]
+            # Read at the run's place in each agent's line: a `configure` before it
+            # has been applied, one after it has not.
+            off = await self._ingest_off(sorted({item.entry.agent_id for item in run.items}))
             if self.publication is not None:
                 effects = self.publication.for_run(
                     first.journal[0], [(item.entry.agent_id, item.journal[1]) for item in run.items]
                 )
-                ingested = await self.ingest.handle_mixed(messages, effects)
+                ingested = await self.ingest.handle_mixed(messages, effects, ingest_off=off)
                 return ingested.dead_lettered > 0
-            report = await self.ingest.handle_mixed(messages)
+            report = await self.ingest.handle_mixed(messages, ingest_off=off)
             for item, decided in zip(run.items, report.by_message, strict=True):
                 if decided:
                     await self.witness.record(
@@ -393,6 +399,12 @@ class JournalApplier:
                 await self.witness.record(owner, op, sorted(ids), fields, journal=first.journal)
             return True
         raise InvalidEntry(f"no rule applies {kind!r}")
+
+    async def _ingest_off(self, agent_ids: Sequence[str]) -> set[str]:
+        if self.configs is None:
+            return set()
+        configs = await self.configs.load(agent_ids)
+        return {agent_id for agent_id, config in configs.items() if not config.ingests}
 
     async def _poison(self, item: Opened, exc: BaseException) -> None:
         logger.error(

@@ -9,14 +9,20 @@ An input without a usable agent id cannot be keyed: it is dead-lettered here, wi
 the reason the parser gives. Everything else is journaled as it came, malformed or
 not, and judged by the fold (which dead-letters it there), so the journal holds
 every input that had an owner.
+
+Commands are the exception on one point: with tenant keys on, a command whose key
+does not reach its agent is dead-lettered here (`unauthorized`) and never
+journaled, so it cannot act even in a replay. Every command is journaled without
+its `api_key`: the secret does not belong in a log kept for as long as the journal.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from grimoire.agents.handlers.auth import authorize, redacted, without_api_key
 from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.journal.cipher import seal
 from grimoire.agents.ports import EventSink, InputMessage, source_of
@@ -37,6 +43,7 @@ from grimoire.streams.journal.entry import (
 )
 from grimoire.streams.journal.usage import RecallUsage, encode_usage
 from grimoire.tables.journal.keystore import KeyStore
+from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
 from grimoire.topics.declarations import TopicNames
 
 __all__ = ["SequenceReport", "Sequencer", "agent_of"]
@@ -70,6 +77,9 @@ class Sequencer:
     sink: EventSink
     topics: TopicNames
     limits: InputLimits = field(default_factory=InputLimits)
+    # Tenant keys, checked on commands (None, or switched off: every command passes).
+    authenticator: Authenticator | None = field(default=None, kw_only=True)
+    auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
 
     async def append(self, kind: EntryKind, messages: Sequence[InputMessage]) -> SequenceReport:
         """Journal `messages` (one source topic, in offset order), each agent's in order."""
@@ -78,9 +88,15 @@ class Sequencer:
         for message in messages:
             owner = agent_of(message.value, self.limits)
             if isinstance(owner, Rejection):
-                await dead_letter(self.sink, self.topics.dead_letters, message, owner)
+                await dead_letter(self.sink, self.topics.dead_letters, redacted(message), owner)
                 dead += 1
                 continue
+            if kind is EntryKind.COMMAND:
+                admitted = await self._admit_command(owner, message)
+                if admitted is None:
+                    dead += 1
+                    continue
+                message = admitted
             owned.append((owner, message))
         # One block of sequence numbers per agent and batch: a crash leaves a gap,
         # never a number used twice.
@@ -96,6 +112,17 @@ class Sequencer:
             next_seq[agent_id] = seq + 1
             await self._send(agent_id, seq, kind, source_of(message), message.value)
         return SequenceReport(len(owned), dead)
+
+    async def _admit_command(self, agent_id: str, message: InputMessage) -> InputMessage | None:
+        """The command as it is journaled (without its key), or None when its key
+        does not reach its agent (dead-lettered)."""
+        data = decode_object(message.value)  # agent_of decoded it: it decodes
+        refused = await authorize(self.authenticator, self.auth_metrics, message, data, agent_id)
+        if refused is not None:
+            await dead_letter(self.sink, self.topics.dead_letters, redacted(message), refused)
+            return None
+        stripped = without_api_key(message.value, data)
+        return message if stripped is message.value else replace(message, value=stripped)
 
     async def record_usage(
         self, agent_id: str, usage: RecallUsage, source: SourceRef | None

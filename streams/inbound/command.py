@@ -1,5 +1,5 @@
-"""Decoding an operator's command (retract, forget, pin, unpin): a malformed one is
-dead-lettered, never applied.
+"""Decoding an operator's command (retract, forget, pin, unpin, configure): a
+malformed one is dead-lettered, never applied.
 
 Commands are journaled like any input, so what they change replays in place. Who
 may send one is a question for tenant keys (a later concern); the command names
@@ -8,12 +8,14 @@ its agent, so it only ever acts on that agent's memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
+from grimoire.streams.config.agent_config import AgentConfig, apply_update
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import UNSUPPORTED_SCHEMA, Rejection, decode_object
 from grimoire.streams.inbound.validators import (
@@ -35,6 +37,7 @@ class CommandKind(StrEnum):
     FORGET = "forget"  # the whole agent, and its journal's readability
     PIN = "pin"  # a memory: exempt from compaction and archiving
     UNPIN = "unpin"
+    CONFIGURE = "configure"  # the agent's runtime configuration: a partial update
 
 
 _TARGET: Final = {
@@ -51,6 +54,7 @@ class Command:
     kind: CommandKind
     target: str = ""  # source event id (retract) or memory id (pin, unpin)
     ts_ms: int | None = None
+    config: Mapping[str, Any] | None = None  # configure: the settings it changes
 
 
 def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
@@ -75,6 +79,12 @@ def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
             target = data.identifier(field)
             if not target:
                 raise InvalidEvent(MISSING_FIELD, f"'{kind.value}' needs '{field}'", field)
+        config: Mapping[str, Any] | None = None
+        if kind is CommandKind.CONFIGURE:
+            config = data.data.get("config")
+            if config is None:
+                raise InvalidEvent(MISSING_FIELD, "'configure' needs 'config'", "config")
+            apply_update(AgentConfig(), config)  # refused here, never at its place
         ts_ms = data.timestamp_ms("ts") if data.data.get("ts") is not None else None
         event_id = data.identifier("event_id")
         return Command(
@@ -84,6 +94,7 @@ def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
             kind=kind,
             target=target,
             ts_ms=ts_ms,
+            config=config,
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)

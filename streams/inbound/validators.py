@@ -18,6 +18,9 @@ INVALID_VALUE = "invalid_value"
 OVERSIZE = "oversize"
 CONTROL_CHARACTERS = "control_characters"
 TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
+# A recall request or command whose tenant key is missing, wrong, revoked or does
+# not reach its agent (grimoire.streams.trust.tenancy).
+UNAUTHORIZED = "unauthorized"
 
 _PAD = frozenset({"pleasure", "arousal", "dominance"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -78,6 +78,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "maintenance_lease": Keyspace.maintenance_lease,
     "maintenance_log": Keyspace.maintenance_log,
     "witness": Keyspace.witness,
+    "config": Keyspace.agent_config,
 }
 
 # family -> (its SCAN pattern, the Keyspace methods building its keys)

@@ -212,6 +212,7 @@ MUTATIONS: dict[str, Callable[[Deployment, list[MemoryRecord]], Awaitable[object
     "maintenance log": lambda d, r: d.redis.xadd(
         d.keys.maintenance_log(A), {"task": "curator", "tick": 4}
     ),
+    "config": lambda d, r: d.redis.set(d.keys.agent_config(A), b'{"top_k":3}'),
     "witness": lambda d, r: Witness(RedisWitnessLog(d.redis, d.prefix)).append(
         A, journal_partition=0, journal_offset=9, op="retract", ids=[r[0].id], fields={}
     ),

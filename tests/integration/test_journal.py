@@ -511,3 +511,73 @@ async def test_a_worker_rebuilds_a_lost_store_from_the_journal(
         assert answer.items
     finally:
         await redis.aclose()
+
+
+async def test_a_configuration_change_rules_the_next_event_and_replays(
+    jclient: GrimoireClient, journal_settings: Settings, eventually: Any
+) -> None:
+    """Ingest off, an event, ingest on with top_k 1, two events: the first event is
+    skipped, the others are written, a recall answers one item by default, and a
+    replay of the journal into a new prefix reaches the same configuration and the
+    same memories."""
+    agent = f"config-{uuid.uuid4().hex[:6]}"
+    prefix = journal_settings.topic_prefix
+
+    async def configure(update: dict[str, Any]) -> None:
+        await jclient.send_command(CommandV1(agent_id=agent, command="configure", config=update))
+
+    async def episode(n: int, text: str) -> None:
+        await jclient.publish_episode(
+            EpisodeV1(
+                agent_id=agent,
+                ts=BASE_TS + n,
+                tick=n,
+                event_id=f"c-{n}",
+                text=text,
+                episode_type="alert",
+                importance=0.9,
+            )
+        )
+
+    redis = Redis.from_url(journal_settings.redis_url)
+    log = RedisWitnessLog(redis, prefix)
+    try:
+        # Commands and events travel on different topics: the journal orders them
+        # as they arrive, so each step waits for the one before to be applied.
+        async def links(count: int) -> None:
+            async def applied() -> bool:
+                return await log.length(agent) >= count
+
+            await eventually(applied, timeout=120, interval=0.2)
+
+        await configure({"ingest_enabled": False})
+        await links(1)
+        await episode(0, "the bridge relayer stalled at epoch four")
+        await links(2)
+        await configure({"ingest_enabled": True, "top_k": 1})
+        await links(3)
+        await episode(1, "alert: the rollup sequencer posted batch 812 forty minutes late")
+        await episode(2, "alert: the liquidation bot missed a margin call on vault 9")
+        await links(5)
+        ops = [(r.op, r.ids) for r in await log.records(agent)]
+        assert [op for op, _ in ops] == ["configure", "ingest", "configure", "ingest", "ingest"]
+        decided = await redis.hgetall(Keyspace(prefix).decided(agent))
+        assert set(decided) == {
+            mid(agent, "c-1", BASE_TS + 1).encode(),
+            mid(agent, "c-2", BASE_TS + 2).encode(),
+        }  # c-0 was skipped: never decided
+        stored = set(await agent_memory_ids(redis, prefix, agent))
+        assert set(decided.values()) == {b"admit"} and len(stored) == 2
+        answer = await jclient.recall(agent, "sequencer batch posted late", timeout=30)
+        assert len(answer.items) == 1  # top_k
+        wider = await jclient.recall(agent, "sequencer batch posted late", k=5, timeout=30)
+        assert len(wider.items) == 2
+        config = await redis.get(Keyspace(prefix).agent_config(agent))
+        assert orjson.loads(config or b"{}") == {"top_k": 1}
+
+        other = f"{prefix}cfg"
+        await replay(journal_settings, into_prefix=other, progress=False)
+        assert await redis.get(Keyspace(other).agent_config(agent)) == config
+        assert set(await agent_memory_ids(redis, other, agent)) == stored
+    finally:
+        await redis.aclose()

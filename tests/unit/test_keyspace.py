@@ -32,7 +32,7 @@ SEGMENTS = (
     "mem", "use", "tomb", "decayed", "vector-space", "watermarks", "field",
     "contrarian-windows", "metrics", "decided", "stats", "outcomes", "nexus", "hyper",
     "nodes", "terms", "decay", "decay-seeded", "compact", "curator", "playbook", "maint",
-    "keystore", "witness", "deriv",
+    "keystore", "witness", "deriv", "config", "outbox",
 )  # fmt: skip
 
 
@@ -54,6 +54,7 @@ def test_names_are_pinned() -> None:
     assert keys.metrics == "gm:metrics"
     assert keys.applied_sources == "gm:applied-sources"
     assert keys.pending_outcomes("a") == "gm:pending-outcomes:a"
+    assert keys.agent_config("a") == "gm:config:a"
     assert keys.decided("a") == "gm:decided:a"
     assert keys.stats("a") == "gm:stats:a"
     assert keys.applied_outcomes("a") == "gm:outcomes:a"
@@ -81,12 +82,17 @@ def test_keystore_names_are_pinned() -> None:
     assert keys.keystore_pattern == "gm:keystore:*"
     assert keys.agent_keys("a") == "gm:keystore:agent:a"
     assert keys.journal_sequences == "gm:keystore:journal-seq"
+    assert keys.api_key("0123abcd") == "gm:keystore:api-key:0123abcd"
+    assert keys.api_key_index == "gm:keystore:api-keys"
 
 
 def test_a_wipe_can_tell_keystore_keys_from_memory_state() -> None:
     keys = Keyspace("gm")
     assert keys.is_keystore_key(keys.agent_keys("a"))
     assert keys.is_keystore_key(keys.journal_sequences.encode())
+    # Tenant keys too: a wipe or replay must not lock every tenant out.
+    assert keys.is_keystore_key(keys.api_key("0123abcd"))
+    assert keys.is_keystore_key(keys.api_key_index)
     for state in (keys.memory("m1"), keys.decided("a"), keys.watermarks, keys.field_states):
         assert not keys.is_keystore_key(state)
     assert not keys.is_keystore_key("gm:keystore")  # the bare prefix is no key of it

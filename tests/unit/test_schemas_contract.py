@@ -219,7 +219,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "fields_digest", "prev_hash", "hash", "type", "schema",
     ),
     "CommandV1": (
-        "agent_id", "command", "source_event_id", "memory_id", "ts", "event_id", "schema",
+        "agent_id", "command", "source_event_id", "memory_id", "config", "ts", "event_id",
+        "api_key", "schema",
     ),
     "MaintenanceEventV1": (
         "type", "agent_id", "tick", "ts", "worker", "tasks", "postponed", "pressure", "report",
@@ -239,7 +240,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "RecallRequestV1": (
         "agent_id", "query", "reply_to", "correlation_id", "k", "as_of", "filters", "budgets",
-        "state", "mode", "explain", "expand_episodes", "record_usage", "schema",
+        "state", "mode", "explain", "expand_episodes", "record_usage", "api_key", "schema",
     ),
     "RecallResultV1": (
         "correlation_id", "agent_id", "items", "watermark", "watermark_tick",

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from grimoire.agents.handlers.commands import CommandHandler
 from grimoire.agents.handlers.usage import StoreUsage
 from grimoire.agents.journal.apply import JournalApplier
 from grimoire.agents.journal.publication import Publication
@@ -24,9 +25,11 @@ from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.journal.entry import EntryKind, decode_entry, encode_entry
 from grimoire.streams.trust.witness import verify_chain
 from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
+from grimoire.tables.testing.config_store import InMemoryConfigStore
 from grimoire.tables.testing.keystore import InMemoryKeyStore
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
 from grimoire.tables.testing.outbox import InMemoryOutbox
@@ -463,3 +466,40 @@ async def test_a_failing_agent_leaves_the_others_applied_and_their_marks_moved()
     report = await rig.applier.apply(rig.journal())
     assert (report.skipped, report.applied) == (1, 2)
     assert len([e for e in rig.rig.events() if e.get("candidate_id")]) == 2
+
+
+def configure(update: dict[str, Any], offset: int) -> InputMessage:
+    payload = {"agent_id": "agent-1", "command": "configure", "config": update}
+    return InputMessage(orjson.dumps(payload), TOPICS.commands, partition=0, offset=offset)
+
+
+async def test_a_configure_command_turns_ingest_off_and_on_from_the_next_event() -> None:
+    rig = JournalRig()
+    configs = InMemoryConfigStore()
+    rig.applier.commands = CommandHandler(
+        retractor=None,  # type: ignore[arg-type]  # configure needs neither
+        eraser=None,  # type: ignore[arg-type]
+        sink=rig.sink,
+        topics=TOPICS,
+        configs=configs,
+    )
+    rig.applier.configs = configs
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    await rig.sequencer.append(EntryKind.COMMAND, [configure({"ingest_enabled": False}, 0)])
+    await rig.sequencer.append(
+        EntryKind.EPISODE, messages(EPISODES[1], EPISODES[2], first_offset=1)
+    )
+    await rig.sequencer.append(EntryKind.COMMAND, [configure({"ingest_enabled": None}, 1)])
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[3], first_offset=3))
+    await rig.fold(rig.journal(), chunk=100)
+
+    store = rig.rig.store
+    assert store.record(mid("agent-1", "a1", TS)) is not None  # before: decided
+    assert store.record(mid("agent-1", "a2", TS + 1_000)) is None  # while off: skipped
+    assert store.record(mid("agent-2", "b1", TS + 2_000)) is not None  # another agent
+    assert store.record(mid("agent-1", "a3", TS + 3_000)) is not None  # on again
+    events = {(e["source_event_id"], e["type"]) for e in rig.rig.events() if "candidate_id" in e}
+    assert ("a2", "GrimoireSkipped") in events and ("a3", "GrimoireWrite") in events
+    ops = [(r.op, r.fields_digest != "") for r in await rig.log.records("agent-1")]
+    assert [op for op, _ in ops] == ["ingest", "configure", "ingest", "configure", "ingest"]
+    assert (await configs.load(["agent-1"]))["agent-1"] == AgentConfig()

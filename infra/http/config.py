@@ -1,0 +1,69 @@
+"""An agent's runtime configuration: read it, or change part of it.
+
+A change is a `configure` command through the journal (202): it is applied at its
+place in the agent's journal, so the next event after it is the first one handled
+under it, on every worker, and a replay reaches the same configuration. The body
+is validated here as the worker will (merged into the configuration as stored
+now), so a bad one is a 400 and never reaches the journal."""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from grimoire.infra.http.errors import ApiError, json_response
+from grimoire.infra.http.routing import agent_endpoint, bearer_token, deps_of, json_object
+from grimoire.streams.config.agent_config import apply_update
+from grimoire.streams.exceptions import InvalidEvent
+from grimoire.tables.config.store import RedisConfigStore
+from grimoire.topics.schemas import CommandV1
+
+__all__ = ["routes"]
+
+
+@agent_endpoint
+async def get_config(request: Request, agent_id: str) -> Response:
+    deps = deps_of(request)
+    config = (await RedisConfigStore(deps.redis, deps.prefix).load([agent_id]))[agent_id]
+    return json_response({"agent_id": agent_id, "config": config.to_wire()})
+
+
+@agent_endpoint
+async def put_config(request: Request, agent_id: str) -> Response:
+    deps = deps_of(request)
+    update = await json_object(request)
+    current = (await RedisConfigStore(deps.redis, deps.prefix).load([agent_id]))[agent_id]
+    try:
+        expected = apply_update(current, update)
+    except InvalidEvent as bad:
+        raise ApiError(400, bad.reason, bad.detail, field=bad.field) from None
+    event_id = f"http-{uuid.uuid4().hex}"
+    await deps.client.send_command(
+        CommandV1(
+            agent_id=agent_id,
+            command="configure",
+            config=dict(update),
+            event_id=event_id,
+            api_key=bearer_token(request) if deps.authenticator.enabled else None,
+        )
+    )
+    # `expected`: the configuration once applied, unless another change lands first.
+    return json_response(
+        {
+            "accepted": True,
+            "command": "configure",
+            "event_id": event_id,
+            "config": expected.to_wire(),
+        },
+        202,
+    )
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/agents/{agent:path}/config", get_config, methods=["GET"]),
+        Route("/v1/agents/{agent:path}/config", put_config, methods=["PUT"]),
+    ]

@@ -1,0 +1,76 @@
+"""`grimoire serve`: the HTTP API on uvicorn, with the deps it owns built from
+settings (`GRIMOIRE_*`, as the worker reads them)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractAsyncContextManager
+
+from starlette.applications import Starlette
+
+from grimoire.infra.http.app import create_app
+from grimoire.infra.http.deps import HttpDeps, owned_resources
+from grimoire.infra.http.lag import JournalLagProbe
+from grimoire.infra.settings import Settings
+from grimoire.tables.redis_client import create_redis
+from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.declarations import TopicNames
+
+__all__ = ["build_app", "run_server"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_app(settings: Settings) -> Starlette:
+    """The app with deps of its own (started and closed by its lifespan)."""
+    redis = create_redis(settings.redis_url, settings.redis_max_connections)
+    keys_redis = create_redis(settings.keystore_url, 4) if settings.keystore_url else redis
+    client = GrimoireClient(
+        settings.bootstrap_servers,
+        settings.topic_prefix,
+        partitions=settings.partitions,
+        api_key=settings.http_kafka_api_key,
+    )
+    lag = JournalLagProbe(
+        settings.bootstrap_servers,
+        settings.app_id,
+        TopicNames(settings.topic_prefix).journal,
+        settings.partitions,
+    )
+    deps = HttpDeps(
+        redis=redis,
+        prefix=settings.topic_prefix,
+        client=client,
+        authenticator=Authenticator(
+            RedisApiKeyStore(keys_redis, settings.topic_prefix), enabled=settings.auth_enabled
+        ),
+        settings=settings,
+        journal_lag=lag,
+    )
+    closers = [lag.close, redis.aclose]
+    if keys_redis is not redis:
+        closers.append(keys_redis.aclose)
+
+    def lifespan(_app: Starlette) -> AbstractAsyncContextManager[None]:
+        return owned_resources(deps, closers=tuple(closers))
+
+    return create_app(deps, lifespan=lifespan)
+
+
+def run_server(settings: Settings, *, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn's own handling), then close what it opened."""
+    import uvicorn
+
+    if not settings.auth_enabled:
+        logger.warning(
+            "tenant keys are off (GRIMOIRE_AUTH_ENABLED=false): every caller sees every agent"
+        )
+    logger.info("HTTP API on http://%s:%d (OpenAPI at /openapi.yaml)", host, port)
+    uvicorn.run(
+        build_app(settings),
+        host=host,
+        port=port,
+        log_config=None,  # the process's logging (infra/logs.py) stays in charge
+        access_log=False,
+    )

@@ -1,0 +1,179 @@
+"""`grimoire up` (`make run`): the whole memory service on this machine, until Ctrl-C.
+
+Starts what is not running yet: the local broker and Redis (project scripts, loopback
+only), a worker, the HTTP API with the inspector, and the MCP server over streamable
+HTTP; creates an API key for a first tenant; prints where everything is; and on
+Ctrl-C (or SIGTERM) stops exactly what it started, in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.worker_process import settings_env, start_worker, stop_worker
+from grimoire.infra.settings import Settings
+from grimoire.streams.trust.tenancy import TenantScope
+from grimoire.tables.redis_client import create_redis
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
+
+__all__ = ["UpOptions", "run_up"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    state_dir: Path
+    kafka_port: int = 9092
+    redis_port: int = 6379
+    http_port: int = 8080
+    mcp_port: int = 8765
+    # The first tenant's key reaches agent ids with this prefix ("": every agent).
+    tenant_prefix: str = ""
+
+
+@dataclass
+class _Started:
+    services: LocalServices | None = None
+    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for name, process in reversed(self.processes):
+            logger.info("stopping %s (pid %d)", name, process.pid)
+            stop_worker(process)
+        self.processes.clear()
+        if self.services is not None:
+            self.services.down()
+            self.services = None
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def _first_key(settings: Settings, prefix: str) -> str:
+    redis = create_redis(settings.keystore_url or settings.redis_url, 2)
+    try:
+        scope = TenantScope(agent_prefix=prefix) if prefix else TenantScope(admin=True)
+        store = RedisApiKeyStore(redis, settings.topic_prefix)
+        label = f"grimoire up {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        _, token = await store.create(scope, label, now_ms=int(time.time() * 1000))
+        return token
+    finally:
+        await redis.aclose()
+
+
+def _child(
+    name: str, args: list[str], settings: Settings, log: Path, started: _Started
+) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "grimoire.infra.cli", *args],
+            env=settings_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    started.processes.append((name, process))
+    return process
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+def run_up(settings: Settings, options: UpOptions) -> int:
+    started = _Started()
+    stopping = False
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    logs = options.state_dir / "log"
+    try:
+        services = LocalServices(
+            options.state_dir, ServicePorts(kafka=options.kafka_port, redis=options.redis_port)
+        )
+        if services.up():
+            started.services = services
+        settings = settings.model_copy(
+            update={
+                "broker_url": f"kafka://{services.kafka_bootstrap}",
+                "redis_url": services.redis_url,
+                "http_port": options.http_port,
+            }
+        )
+        token = asyncio.run(_first_key(settings, options.tenant_prefix))
+        # The API's own recalls and commands go to the worker with this key.
+        api_settings = settings.model_copy(update={"http_kafka_api_key": token})
+        worker = start_worker(settings, logs / "worker.log")
+        started.processes.append(("worker", worker))
+        api = _child("http api", ["serve", "--port", str(options.http_port)], api_settings,
+                     logs / "http.log", started)  # fmt: skip
+        base = f"http://127.0.0.1:{options.http_port}"
+        if not _wait_http(f"{base}/v1/health", api):
+            _say(f"the HTTP API did not come up: see {logs / 'http.log'}")
+            return 1
+        _child(
+            "mcp server",
+            ["mcp", "--transport", "http", "--port", str(options.mcp_port),
+             "--api", base, "--key", token],
+            settings,
+            logs / "mcp.log",
+            started,
+        )  # fmt: skip
+        scope = (
+            f"agent ids starting {options.tenant_prefix!r}"
+            if options.tenant_prefix
+            else ("every agent (admin)")
+        )
+        _say(
+            "\n".join(
+                [
+                    "Grimoire is up.",
+                    f"  Kafka        {services.kafka_bootstrap}  ({settings.topic_prefix}.*)",
+                    f"  Redis        {services.redis_url}",
+                    f"  HTTP API     {base}/v1  (OpenAPI: {base}/openapi.yaml)",
+                    f"  Inspector    {base}/inspector",
+                    f"  Metrics      {base}/metrics",
+                    f"  MCP          http://127.0.0.1:{options.mcp_port}/mcp",
+                    f"  API key      {token}",
+                    f"               reaches {scope}; shown once, stored hashed",
+                    f"  Logs         {logs}",
+                    f"  Auth         {'on' if settings.auth_enabled else 'off'}",
+                    "The worker loads its model in the background; Ctrl-C stops everything.",
+                ]
+            )
+        )
+        while not stopping:
+            for name, process in started.processes:
+                if process.poll() is not None:
+                    _say(f"{name} exited with {process.returncode}: see {logs}")
+                    return 1
+            time.sleep(0.5)
+        _say("stopping...")
+        return 0
+    finally:
+        started.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

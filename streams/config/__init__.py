@@ -1,0 +1,1 @@
+"""grimoire.streams.config: an agent's runtime configuration, as the journal sets it."""

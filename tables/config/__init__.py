@@ -1,0 +1,1 @@
+"""grimoire.tables.config"""
