@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user run demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
+.PHONY: help setup qemu-user run smoke demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -42,6 +42,10 @@ browser: ## install Debian's chromium (headless) for the inspector's browser tes
 
 run: setup ## the whole service locally (broker, Redis, worker, HTTP API + inspector, MCP) until Ctrl-C
 	$(PY) -m grimoire.infra.cli up
+
+smoke: setup browser ## start the stack as `make run` does, exercise every route, MCP tool and the inspector; JSON last line
+	mkdir -p bench-results
+	$(PY) -m grimoire.infra.cli smoke | tee bench-results/smoke.log | tail -1 > bench-results/smoke.json; cat bench-results/smoke.json
 
 demo: setup ## start local tansu + Redis, a worker, simulated agents; print recall answers; stop
 	$(PY) -m grimoire.infra.cli demo

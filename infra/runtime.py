@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
+from grimoire.agents.handlers.dead_letters import CountedDeadLetters
 from grimoire.agents.handlers.forgetting import Forgetting
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
@@ -47,6 +48,7 @@ from grimoire.tables.journal.outbox import RedisOutbox
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, agent_watermarks
+from grimoire.tables.memory.counters import RedisDeadLetterCounts
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -129,7 +131,11 @@ class Runtime:
             redis=self._redis,
             keys=keys,
             embedder=embedder,
-            sink=self._sink,
+            sink=CountedDeadLetters(
+                self._sink,
+                TopicNames(settings.topic_prefix).dead_letters,
+                RedisDeadLetterCounts(self._redis, settings.topic_prefix),
+            ),
             worker_id=self.worker_id,
             keystore_redis=self._keystore_redis,
         )

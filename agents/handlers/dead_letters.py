@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
+
+import orjson
 
 from grimoire.agents.ports import UNKNOWN_AGENT, EventSink, InputMessage, payload_preview
 from grimoire.streams.inbound.events import Rejection
@@ -44,3 +47,30 @@ async def dead_letter(
         bounded_detail(rejection.detail),
     )
     await sink.send(topic, rejection.agent_id or UNKNOWN_AGENT, record.dumps_json())
+
+
+class DeadLetterTally(Protocol):
+    async def count(self, reason: str) -> None: ...
+
+
+class CountedDeadLetters:
+    """An EventSink that counts what it sends to the dead-letter topic by reason
+    (for metrics); counting never stands in the way of the dead letter itself."""
+
+    def __init__(self, inner: EventSink, dead_letters_topic: str, tally: DeadLetterTally) -> None:
+        self._inner = inner
+        self._topic = dead_letters_topic
+        self._tally = tally
+
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        await self._inner.send(topic, key, value)
+        if topic != self._topic:
+            return
+        try:
+            reason = str(orjson.loads(value).get("reason") or "unknown")
+            await self._tally.count(reason)
+        except Exception:
+            logger.warning("a dead letter could not be counted", exc_info=True)
+
+    async def flush(self) -> None:
+        await self._inner.flush()

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from grimoire.infra.http import agents, commands, config, episodes, events, memories, recall
 from grimoire.infra.http.deps import HttpDeps
 from grimoire.infra.http.errors import http_exception_handler
+from grimoire.infra.http.inspector import inspector_routes
 from grimoire.infra.http.metrics import HttpMetrics, StoreCollector
 from grimoire.infra.http.routing import endpoint, metrics_of
 
@@ -60,6 +61,7 @@ def api_routes() -> list[BaseRoute]:
         *episodes.routes(),
         *commands.routes(),
         *config.routes(),
+        *inspector_routes(),
     ]
 
 

@@ -34,6 +34,7 @@ from grimoire.infra.http.cognitive import RANGES, values
 from grimoire.infra.http.deps import JournalLag
 from grimoire.infra.settings import Settings
 from grimoire.tables.maintenance.ledger import agent_watermarks
+from grimoire.tables.memory.counters import DEAD_LETTER_FIELD
 from grimoire.tables.memory.inspect import (
     agent_counters,
     cognitive_reading,
@@ -67,10 +68,9 @@ _DEPLOYMENT_COUNTERS: Final = {
 }
 # The agents' write-path counters (`AgentStateStore.stats`) that are decisions.
 _ACTIONS: Final = ("admit", "quarantine", "merge", "aggregate", "reject")
-# Where dead letters would be counted by reason (`dead_letters:<reason>` fields of
-# the metrics hash). Nothing writes them yet: the worker sends dead letters to
-# Kafka only, so the series is absent until it does.
-DEAD_LETTER_FIELD_PREFIX: Final = "dead_letters:"
+# Dead letters by reason: `dead_letters:<reason>` fields of the metrics hash, counted
+# by the worker as it sends them (`CountedDeadLetters`, tables/memory/counters.py).
+DEAD_LETTER_FIELD_PREFIX: Final = DEAD_LETTER_FIELD
 _REFUSAL_OUTCOMES: Final = ("unauthenticated", "forbidden")
 _SURFACES: Final = ("http", "kafka")
 _AGENT_READS: Final = 8  # agents read side by side during a scrape

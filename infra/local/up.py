@@ -26,7 +26,7 @@ from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
 
-__all__ = ["UpOptions", "run_up"]
+__all__ = ["Stack", "UpOptions", "run_up", "start_stack"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,15 +100,34 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60
     return False
 
 
-def run_up(settings: Settings, options: UpOptions) -> int:
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """A started service: where everything is, and the first tenant's key."""
+
+    settings: Settings
+    kafka_bootstrap: str
+    redis_url: str
+    api_url: str
+    mcp_url: str
+    token: str
+    logs: Path
+    started: _Started
+
+    def failed(self) -> str | None:
+        """The first child process that exited, if any."""
+        for name, process in self.started.processes:
+            if process.poll() is not None:
+                return f"{name} exited with {process.returncode}"
+        return None
+
+    def stop(self) -> None:
+        self.started.stop()
+
+
+def start_stack(settings: Settings, options: UpOptions) -> Stack:
+    """Start what `grimoire up` runs; the caller stops it (`Stack.stop`), also
+    when this raises (what was started is stopped before raising)."""
     started = _Started()
-    stopping = False
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     logs = options.state_dir / "log"
     try:
         services = LocalServices(
@@ -132,48 +151,79 @@ def run_up(settings: Settings, options: UpOptions) -> int:
                      logs / "http.log", started)  # fmt: skip
         base = f"http://127.0.0.1:{options.http_port}"
         if not _wait_http(f"{base}/v1/health", api):
-            _say(f"the HTTP API did not come up: see {logs / 'http.log'}")
-            return 1
+            raise RuntimeError(f"the HTTP API did not come up: see {logs / 'http.log'}")
         _child(
             "mcp server",
             ["mcp", "--transport", "http", "--port", str(options.mcp_port),
-             "--api", base, "--key", token],
+             "--api", base, "--key", token, "--allow-destructive"],
             settings,
             logs / "mcp.log",
             started,
         )  # fmt: skip
+    except BaseException:
+        started.stop()
+        raise
+    return Stack(
+        settings=settings,
+        kafka_bootstrap=services.kafka_bootstrap,
+        redis_url=services.redis_url,
+        api_url=base,
+        mcp_url=f"http://127.0.0.1:{options.mcp_port}/mcp",
+        token=token,
+        logs=logs,
+        started=started,
+    )
+
+
+def run_up(settings: Settings, options: UpOptions) -> int:
+    stopping = False
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stack: Stack | None = None
+    try:
+        try:
+            stack = start_stack(settings, options)
+        except RuntimeError as exc:
+            _say(str(exc))
+            return 1
         scope = (
             f"agent ids starting {options.tenant_prefix!r}"
             if options.tenant_prefix
             else ("every agent (admin)")
         )
+        base = stack.api_url
         _say(
             "\n".join(
                 [
                     "Grimoire is up.",
-                    f"  Kafka        {services.kafka_bootstrap}  ({settings.topic_prefix}.*)",
-                    f"  Redis        {services.redis_url}",
+                    f"  Kafka        {stack.kafka_bootstrap}  ({settings.topic_prefix}.*)",
+                    f"  Redis        {stack.redis_url}",
                     f"  HTTP API     {base}/v1  (OpenAPI: {base}/openapi.yaml)",
                     f"  Inspector    {base}/inspector",
                     f"  Metrics      {base}/metrics",
-                    f"  MCP          http://127.0.0.1:{options.mcp_port}/mcp",
-                    f"  API key      {token}",
+                    f"  MCP          {stack.mcp_url}",
+                    f"  API key      {stack.token}",
                     f"               reaches {scope}; shown once, stored hashed",
-                    f"  Logs         {logs}",
-                    f"  Auth         {'on' if settings.auth_enabled else 'off'}",
+                    f"  Logs         {stack.logs}",
+                    f"  Auth         {'on' if stack.settings.auth_enabled else 'off'}",
                     "The worker loads its model in the background; Ctrl-C stops everything.",
                 ]
             )
         )
         while not stopping:
-            for name, process in started.processes:
-                if process.poll() is not None:
-                    _say(f"{name} exited with {process.returncode}: see {logs}")
-                    return 1
+            failure = stack.failed()
+            if failure is not None:
+                _say(f"{failure}: see {stack.logs}")
+                return 1
             time.sleep(0.5)
         _say("stopping...")
         return 0
     finally:
-        started.stop()
+        if stack is not None:
+            stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -161,6 +161,8 @@
       if (wanted && agents.includes(wanted)) {
         select.value = wanted;
         pickAgent(wanted, readHash().memory);
+      } else if (state.agent) {
+        pickAgent(""); // the new key does not reach the agent on show
       }
     } catch (failure) {
       select.replaceChildren(el("option", { value: "" }, "(no agents: see the message above)"));

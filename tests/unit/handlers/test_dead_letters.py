@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from grimoire.agents.ports import InputMessage
+from grimoire.agents.handlers.dead_letters import CountedDeadLetters, dead_letter
+from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.model.records import EventType
 from tests.support.handlers import (
     REPLY_TO,
@@ -112,3 +114,26 @@ async def test_bad_outcomes_are_dead_lettered(payload: dict[str, Any], field: st
     assert await rig.outcomes.handle(message) == 0
     (dead,) = rig.on(TOPICS.dead_letters)
     assert dead["field"] == field
+
+
+async def test_dead_letters_are_counted_by_reason_and_counting_never_blocks_them() -> None:
+    class Tally:
+        def __init__(self, fail: bool = False) -> None:
+            self.reasons: list[str] = []
+            self.fail = fail
+
+        async def count(self, reason: str) -> None:
+            if self.fail:
+                raise ConnectionError("redis gone")
+            self.reasons.append(reason)
+
+    inner = MemorySink()
+    tally = Tally()
+    sink = CountedDeadLetters(inner, TOPICS.dead_letters, tally)
+    bad = InputMessage(b"{", TOPICS.episodes, 0, 3)
+    await dead_letter(sink, TOPICS.dead_letters, bad, Rejection("invalid_json", "x", None, None))
+    await sink.send(TOPICS.memory_events, "a", b"{}")
+    assert tally.reasons == ["invalid_json"] and len(inner.sent) == 2
+    failing = CountedDeadLetters(inner, TOPICS.dead_letters, Tally(fail=True))
+    await dead_letter(failing, TOPICS.dead_letters, bad, Rejection("oversize", "x", None, None))
+    assert len(inner.on(TOPICS.dead_letters)) == 2
