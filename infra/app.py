@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import faust
+from faust.types.auth import CredentialsT
 
 from grimoire.agents.faust_agents import FaustSink, register_agents
 from grimoire.agents.maintenance.pressure import faust_consumer_lag
@@ -13,6 +14,7 @@ from grimoire.infra.runtime import Runtime, worker_topology
 from grimoire.infra.settings import Settings
 from grimoire.infra.transport import tuned_transport
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.security import KafkaSecurity
 
 
 class GrimoireApp(faust.App):
@@ -25,10 +27,29 @@ class GrimoireApp(faust.App):
         return transport_cls(self.conf.broker_consumer, self)
 
 
+def faust_credentials(security: KafkaSecurity) -> CredentialsT | None:
+    """What Faust's `broker_credentials` takes for `security` (None: plaintext).
+    Faust hands these to every aiokafka client it makes: consumer, producer and the
+    client that creates its topics."""
+    if security.uses_sasl:
+        # With a context Faust speaks SASL_SSL, without one SASL_PLAINTEXT.
+        return faust.SASLCredentials(
+            username=security.sasl_username,
+            password=security.sasl_password,
+            mechanism=security.sasl_mechanism,
+            ssl_context=security.ssl_context(),
+        )
+    context = security.ssl_context()
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> GrimoireApp:
     app = GrimoireApp(
         settings.app_id,
-        broker=settings.broker_url,
+        broker=settings.broker_url,  # kafka:// whatever the protocol: credentials say it
+        broker_credentials=faust_credentials(settings.kafka_security),
         store="memory://",
         datadir=str(settings.data_dir),
         autodiscover=False,

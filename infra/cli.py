@@ -54,6 +54,7 @@ def run_worker(settings: Settings) -> int:
             settings.bootstrap_servers,
             {name: settings.partitions for name in names.all_partitioned()},
             replication_factor=settings.replication_factor,
+            security=settings.kafka_security,
         )
     )
     app = create_app(settings)
@@ -72,6 +73,7 @@ async def _recall(
         settings.topic_prefix,
         partitions=settings.partitions,
         api_key=api_key,
+        security=settings.kafka_security,
     ) as client:
         answer = await client.recall(agent_id, query, k=k)
         for item in answer.items:
@@ -132,13 +134,22 @@ async def _playbook(settings: Settings, agent_id: str) -> str | None:
 async def _reindex(settings: Settings, agent_id: str) -> dict[str, object]:
     from dataclasses import asdict
 
+    from tqdm import tqdm
+
     from grimoire.tables.memory.rebuild import rebuild_derived
     from grimoire.tables.redis_client import create_redis
 
     redis = create_redis(settings.redis_url, 2)
+    bar = tqdm(unit="memory", desc="reindex", file=sys.stderr)
+
+    def advance(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
     try:
-        return asdict(await rebuild_derived(redis, settings.topic_prefix, agent_id))
+        return asdict(await rebuild_derived(redis, settings.topic_prefix, agent_id, advance))
     finally:
+        bar.close()
         await redis.aclose()
 
 
@@ -179,7 +190,10 @@ async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
     from grimoire.topics.client import GrimoireClient
 
     async with GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        settings.bootstrap_servers,
+        settings.topic_prefix,
+        partitions=settings.partitions,
+        security=settings.kafka_security,
     ) as client:
         await client.request_maintenance(agent_id, compact=compact)
 
@@ -325,6 +339,7 @@ async def _gateway(settings: Settings, api_key: str | None) -> AsyncIterator[Gri
         settings.topic_prefix,
         partitions=settings.partitions,
         api_key=api_key,
+        security=settings.kafka_security,
     ) as client:
         yield client
 

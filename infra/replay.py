@@ -89,6 +89,7 @@ async def replay(
             bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            **settings.kafka_security.aiokafka_kwargs(),
         )
         await consumer.start()
         partitions = sorted(consumer.partitions_for_topic(journal) or ())
@@ -124,6 +125,7 @@ async def refold(
         bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **settings.kafka_security.aiokafka_kwargs(),
     )
     await consumer.start()
     try:

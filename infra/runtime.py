@@ -40,7 +40,7 @@ from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransform
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import Task, assess_pressure
-from grimoire.tables.config.store import RedisConfigStore
+from grimoire.tables.config.store import RedisConfigStore, RedisDefaultConfig
 from grimoire.tables.exceptions import is_outage, is_store_lost
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
@@ -313,6 +313,7 @@ async def compose(
         settings.input_limits,
         authenticator=authenticator,
         auth_metrics=auth_metrics,
+        defaults=RedisDefaultConfig(keystore_redis or redis, prefix),
     )
     steps = StepLog()
     configs = RedisConfigStore(redis, prefix)

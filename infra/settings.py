@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grimoire.streams.inbound.recall_request import RecallLimits
@@ -17,13 +18,57 @@ from grimoire.streams.recall.options import RecallBudgets
 from grimoire.streams.recall.relevance import RelevancePolicy
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.walk.daimoi import WalkBudget
+from grimoire.topics.security import KafkaSecurity, SaslMechanism, SecurityProtocol
+
+__all__ = ["Settings", "redact_url"]
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password masked (redis://user:***@host:6379/0, also a
+    `?password=` query option), for logs and printed addresses; a URL without one
+    comes back as it was."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL urllib can split: show none of it
+        return "<unparseable URL>"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    in_query = any(name == "password" for name, _ in query)
+    if not password and not in_query:
+        return url
+    if password:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    if in_query:
+        masked = [(name, "***" if name == "password" else value) for name, value in query]
+        parts = parts._replace(query=urlencode(masked, safe="*/"))
+    masked_url = urlunsplit(parts)
+    if "://" in url and "://" not in masked_url:  # unix:///path loses its empty host
+        masked_url = masked_url.replace(":", "://", 1)
+    return masked_url
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GRIMOIRE_", env_file=".env", extra="ignore")
+    # Errors name the field and the rule, never the value: the input holds the
+    # Kafka password and Redis URLs that may carry one.
+    model_config = SettingsConfigDict(
+        env_prefix="GRIMOIRE_", env_file=".env", extra="ignore", hide_input_in_errors=True
+    )
 
     app_id: str = "grimoire"
     broker_url: str = "kafka://127.0.0.1:9092"
+    # SASL and TLS for every Kafka client the project makes (topics/security.py); the
+    # broker URL keeps its kafka:// scheme whatever the protocol.
+    kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
+    kafka_sasl_mechanism: SaslMechanism | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = None  # None with SSL: the system's authorities
+    kafka_ssl_certfile: Path | None = None  # client certificate (mutual TLS)
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_check_hostname: bool = True
+    # An ACL user and password go in the URL (redis://user:password@host:6379/0), TLS
+    # by its scheme (rediss://) and redis-py's query options (?ssl_ca_certs=...).
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_max_connections: int = 32
     # The per-agent journal keys and sequence counters (tables/journal/keystore.py);
@@ -155,6 +200,36 @@ class Settings(BaseSettings):
     web_enabled: bool = False
     web_port: int = 6066
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _kafka_security_fits(self) -> Settings:
+        # Fail at startup with the reason, not at the first broker connection.
+        self.kafka_security  # noqa: B018 (built for its validation)
+        return self
+
+    def __repr_args__(self) -> Any:
+        # The Redis URLs may carry a password: a printed or logged Settings masks it
+        # (the SecretStr fields mask themselves).
+        for name, value in super().__repr_args__():
+            if name in ("redis_url", "keystore_url") and isinstance(value, str):
+                value = redact_url(value)
+            yield name, value
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """The SASL/TLS settings every Kafka client gets; raises KafkaSecurityError
+        when they do not fit together."""
+        password = self.kafka_sasl_password
+        return KafkaSecurity(
+            security_protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=password.get_secret_value() if password is not None else None,
+            ssl_cafile=self.kafka_ssl_cafile,
+            ssl_certfile=self.kafka_ssl_certfile,
+            ssl_keyfile=self.kafka_ssl_keyfile,
+            ssl_check_hostname=self.kafka_ssl_check_hostname,
+        )
 
     @property
     def maintenance_policy(self) -> MaintenancePolicy:

@@ -137,6 +137,12 @@ class Keyspace:
         return f"{self.keystore_prefix}:agent:{agent_id}"
 
     @property
+    def default_config(self) -> str:
+        """STRING: the deployment's default agent configuration (JSON of its
+        non-default settings), journaled as a new agent's first entry."""
+        return f"{self.keystore_prefix}:default-config"
+
+    @property
     def journal_sequences(self) -> str:
         """HASH agent -> the last journal sequence number handed out."""
         return f"{self.keystore_prefix}:journal-seq"

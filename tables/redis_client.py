@@ -57,6 +57,10 @@ _PACKED_BY_HIREDIS: dict[type[Any], type[Any]] = {
 
 
 def create_redis(url: str, max_connections: int) -> Redis:
+    """A client for `url`: an ACL user and password in it (redis://user:pw@host:6379/0;
+    percent-encode reserved characters), TLS by the rediss:// scheme, certificate
+    files as query options (?ssl_ca_certs=ca.pem&ssl_certfile=..&ssl_keyfile=..),
+    all read by redis-py itself (tests/unit/test_kafka_security.py pins it)."""
     # The non-blocking default pool raises "Too many connections" under bursts;
     # a blocking pool makes callers wait for a free connection instead.
     pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=10)

@@ -28,11 +28,14 @@ from grimoire.topics.schemas import (
     ToolEventV1,
     TranscriptV1,
 )
+from grimoire.topics.security import KafkaSecurity, KafkaSecurityError
 
 __all__ = [
     "ClientError",
     "EpisodeV1",
     "GrimoireClient",
+    "KafkaSecurity",
+    "KafkaSecurityError",
     "Kind",
     "Layer",
     "OutcomeV1",

@@ -33,6 +33,7 @@ from grimoire.topics.schemas import (
     ToolEventV1,
     TranscriptV1,
 )
+from grimoire.topics.security import KafkaSecurity
 
 __all__ = [
     "ClientError",
@@ -102,12 +103,15 @@ class GrimoireClient:
         client_id: str | None = None,
         partitions: int = 4,
         api_key: str | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         """`api_key` is the tenant key (`gmk_…`, from `grimoire keys create`) put on
         every recall request and command this client sends; needed where the
-        workers check keys (`GRIMOIRE_AUTH_ENABLED`)."""
+        workers check keys (`GRIMOIRE_AUTH_ENABLED`). `security`: SASL and TLS for
+        a broker that wants them (None: plaintext)."""
         self._bootstrap = bootstrap_servers
         self._api_key = api_key
+        self._security = security or KafkaSecurity()
         self.topics = TopicNames(topic_prefix)
         self.client_id = client_id or uuid.uuid4().hex[:12]
         self.reply_topic = self.topics.reply_topic(self.client_id)
@@ -127,11 +131,16 @@ class GrimoireClient:
     async def start(self) -> None:
         topics = {name: self._partitions for name in self.topics.all_partitioned()}
         topics[self.reply_topic] = 1
-        await ensure_topics(self._bootstrap, topics)
-        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, linger_ms=1)
+        await ensure_topics(self._bootstrap, topics, security=self._security)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap, linger_ms=1, **self._security.aiokafka_kwargs()
+        )
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
+            bootstrap_servers=self._bootstrap,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=20,
+            **self._security.aiokafka_kwargs(),
         )
         await self._consumer.start()
         partition = TopicPartition(self.reply_topic, 0)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from grimoire.topics.security import KafkaSecurity
+
 logger = logging.getLogger(__name__)
 
 
@@ -84,14 +86,21 @@ class TopicNames:
 
 
 async def ensure_topics(
-    bootstrap_servers: str, topics: dict[str, int], *, replication_factor: int = 1
+    bootstrap_servers: str,
+    topics: dict[str, int],
+    *,
+    replication_factor: int = 1,
+    security: KafkaSecurity | None = None,
 ) -> None:
     """Create missing topics with an explicit partition count.
 
     Brokers that auto-create topics pick their own partition count (tansu: 4);
     creating them up front keeps partitioning under the deployment's control.
+    `security`: SASL and TLS for a broker that wants them (None: plaintext).
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, **(security or KafkaSecurity()).aiokafka_kwargs()
+    )
     await admin.start()
     try:
         existing = set(await admin.list_topics())

@@ -26,6 +26,7 @@ from grimoire.agents.handlers.auth import authorize, redacted, without_api_key
 from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.journal.cipher import seal
 from grimoire.agents.ports import EventSink, InputMessage, source_of
+from grimoire.streams.config.agent_config import config_to_json
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import Rejection, decode_object
 from grimoire.streams.inbound.validators import (
@@ -42,9 +43,11 @@ from grimoire.streams.journal.entry import (
     encode_entry,
 )
 from grimoire.streams.journal.usage import RecallUsage, encode_usage
+from grimoire.tables.config.store import DefaultConfig
 from grimoire.tables.journal.keystore import KeyStore
 from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import CommandV1
 
 __all__ = ["SequenceReport", "Sequencer", "agent_of"]
 
@@ -80,6 +83,8 @@ class Sequencer:
     # Tenant keys, checked on commands (None, or switched off: every command passes).
     authenticator: Authenticator | None = field(default=None, kw_only=True)
     auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
+    # The deployment's default configuration, journaled as a new agent's first entry.
+    defaults: DefaultConfig | None = field(default=None, kw_only=True)
 
     async def append(self, kind: EntryKind, messages: Sequence[InputMessage]) -> SequenceReport:
         """Journal `messages` (one source topic, in offset order), each agent's in order."""
@@ -103,15 +108,44 @@ class Sequencer:
         counts: dict[str, int] = {}
         for agent_id, _ in owned:
             counts[agent_id] = counts.get(agent_id, 0) + 1
-        next_seq: dict[str, int] = {}
+        numbers: dict[str, list[int]] = {}
         for agent_id, count in counts.items():
             last = await self.keys.next_sequence(agent_id, count)
-            next_seq[agent_id] = last - count + 1
+            numbers[agent_id] = list(range(last - count + 1, last + 1))
+        defaults = await self._defaults_for_new(numbers)
         for agent_id, message in owned:
-            seq = next_seq[agent_id]
-            next_seq[agent_id] = seq + 1
-            await self._send(agent_id, seq, kind, source_of(message), message.value)
+            if agent_id in defaults:
+                # A new agent's first entry: the deployment's defaults, journaled, so
+                # a replay configures it exactly as it was.
+                await self._send(
+                    agent_id, numbers[agent_id].pop(0), EntryKind.COMMAND, None,
+                    defaults.pop(agent_id),
+                )  # fmt: skip
+            await self._send(
+                agent_id, numbers[agent_id].pop(0), kind, source_of(message), message.value
+            )
         return SequenceReport(len(owned), dead)
+
+    async def _defaults_for_new(self, numbers: dict[str, list[int]]) -> dict[str, bytes]:
+        """For each agent whose numbers start at 1 (its first entries ever, or since
+        it was forgotten), the `configure` command carrying the deployment's
+        defaults, with one more number reserved for it; none when there are none."""
+        new = sorted(agent for agent, taken in numbers.items() if taken[0] == 1)
+        if not new or self.defaults is None:
+            return {}
+        config = config_to_json(await self.defaults.load())
+        if not config:
+            return {}
+        commands: dict[str, bytes] = {}
+        for agent_id in new:
+            numbers[agent_id].append(await self.keys.next_sequence(agent_id, 1))
+            commands[agent_id] = CommandV1(
+                agent_id=agent_id,
+                command="configure",
+                config=config,
+                event_id=f"defaults:{agent_id}",
+            ).dumps_json()
+        return commands
 
     async def _admit_command(self, agent_id: str, message: InputMessage) -> InputMessage | None:
         """The command as it is journaled (without its key), or None when its key

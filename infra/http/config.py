@@ -15,10 +15,21 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from grimoire.infra.http.errors import ApiError, json_response
-from grimoire.infra.http.routing import agent_endpoint, bearer_token, deps_of, json_object
+from grimoire.infra.http.routing import (
+    CHALLENGE,
+    agent_endpoint,
+    authorize,
+    bearer_token,
+    deps_of,
+    endpoint,
+    json_object,
+    refused,
+)
 from grimoire.streams.config.agent_config import apply_update
 from grimoire.streams.exceptions import InvalidEvent
-from grimoire.tables.config.store import RedisConfigStore
+from grimoire.streams.trust.tenancy import AuthOutcome
+from grimoire.tables.config.store import RedisConfigStore, RedisDefaultConfig
+from grimoire.tables.maintenance.ledger import known_agents
 from grimoire.topics.schemas import CommandV1
 
 __all__ = ["routes"]
@@ -62,8 +73,60 @@ async def put_config(request: Request, agent_id: str) -> Response:
     )
 
 
+# No agent can have this id (`~` is outside the agent-id alphabet): only an admin
+# key's scope reaches it, and the deployment's defaults are an admin's business.
+_DEPLOYMENT = "~deployment"
+
+
+async def _admin(request: Request) -> None:
+    decision = await authorize(request, _DEPLOYMENT)
+    if not decision.ok:
+        await refused(request, decision)
+        if decision.outcome is AuthOutcome.UNAUTHENTICATED:
+            raise ApiError(401, "unauthenticated", decision.detail, headers=CHALLENGE)
+        raise ApiError(403, "forbidden", "the deployment's defaults need an admin key")
+
+
+@endpoint
+async def get_defaults(request: Request) -> Response:
+    await _admin(request)
+    deps = deps_of(request)
+    config = await RedisDefaultConfig(deps.keys_redis, deps.prefix).load()
+    return json_response({"config": config.to_wire()})
+
+
+@endpoint
+async def put_defaults(request: Request) -> Response:
+    """New defaults: kept for agents to come (a new agent's first journal entry
+    carries them) and sent as a `configure` to every agent there already."""
+    await _admin(request)
+    deps = deps_of(request)
+    update = await json_object(request)
+    defaults = RedisDefaultConfig(deps.keys_redis, deps.prefix)
+    try:
+        merged = apply_update(await defaults.load(), update)
+    except InvalidEvent as bad:
+        raise ApiError(400, bad.reason, bad.detail, field=bad.field) from None
+    await defaults.save(merged)
+    event_id = f"http-{uuid.uuid4().hex}"
+    agents = sorted([agent async for agent in known_agents(deps.redis, deps.prefix)])
+    for agent_id in agents:
+        await deps.client.send_command(
+            CommandV1(
+                agent_id=agent_id,
+                command="configure",
+                config=dict(update),
+                event_id=f"{event_id}:{agent_id}",
+                api_key=bearer_token(request) if deps.authenticator.enabled else None,
+            )
+        )
+    return json_response({"accepted": True, "config": merged.to_wire(), "agents": len(agents)}, 202)
+
+
 def routes() -> list[Route]:
     return [
+        Route("/v1/config", get_defaults, methods=["GET"]),
+        Route("/v1/config", put_defaults, methods=["PUT"]),
         Route("/v1/agents/{agent:path}/config", get_config, methods=["GET"]),
         Route("/v1/agents/{agent:path}/config", put_config, methods=["PUT"]),
     ]

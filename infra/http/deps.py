@@ -71,6 +71,13 @@ class HttpDeps:
     settings: Settings
     auth_metrics: AuthMetrics | None = None
     journal_lag: JournalLag | None = None
+    # The key store's Redis (tenant keys, the deployment's default configuration),
+    # when it is not the memory Redis.
+    key_store_redis: Redis | None = None
+
+    @property
+    def keys_redis(self) -> Redis:
+        return self.key_store_redis if self.key_store_redis is not None else self.redis
 
 
 @contextlib.asynccontextmanager

@@ -11,6 +11,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from grimoire.topics.security import KafkaSecurity
+
 __all__ = ["JournalLagProbe"]
 
 logger = logging.getLogger(__name__)
@@ -27,8 +29,10 @@ class JournalLagProbe:
         partitions: int,
         *,
         timeout_s: float = 2.0,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self._bootstrap = bootstrap_servers
+        self._security = security or KafkaSecurity()
         self._group_id = group_id
         self._partitions = [TopicPartition(journal_topic, p) for p in range(partitions)]
         self._timeout_s = timeout_s
@@ -37,8 +41,14 @@ class JournalLagProbe:
 
     async def _start(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
         if self._admin is None or self._consumer is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
-            consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False)
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self._bootstrap, **self._security.aiokafka_kwargs()
+            )
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                enable_auto_commit=False,
+                **self._security.aiokafka_kwargs(),
+            )
             await admin.start()
             await consumer.start()
             self._admin, self._consumer = admin, consumer

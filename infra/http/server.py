@@ -31,12 +31,14 @@ def build_app(settings: Settings) -> Starlette:
         settings.topic_prefix,
         partitions=settings.partitions,
         api_key=settings.http_kafka_api_key,
+        security=settings.kafka_security,
     )
     lag = JournalLagProbe(
         settings.bootstrap_servers,
         settings.app_id,
         TopicNames(settings.topic_prefix).journal,
         settings.partitions,
+        security=settings.kafka_security,
     )
     deps = HttpDeps(
         redis=redis,
@@ -47,6 +49,7 @@ def build_app(settings: Settings) -> Starlette:
         ),
         settings=settings,
         journal_lag=lag,
+        key_store_redis=keys_redis,
     )
     closers = [lag.close, redis.aclose]
     if keys_redis is not redis:

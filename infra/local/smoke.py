@@ -179,7 +179,10 @@ async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
     topics = TopicNames(settings.topic_prefix)
     unauthorized = False
     async with GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        settings.bootstrap_servers,
+        settings.topic_prefix,
+        partitions=settings.partitions,
+        security=settings.kafka_security,
     ) as keyless:
         try:
             await keyless.recall(AGENT, "node seven", k=1, timeout=30)
@@ -201,6 +204,7 @@ async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
         bootstrap_servers=settings.bootstrap_servers,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        **settings.kafka_security.aiokafka_kwargs(),
     )
     await consumer.start()
     outside = False

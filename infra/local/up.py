@@ -139,7 +139,17 @@ def start_stack(settings: Settings, options: UpOptions) -> Stack:
             update={
                 "broker_url": f"kafka://{services.kafka_bootstrap}",
                 "redis_url": services.redis_url,
+                "keystore_url": None,
                 "http_port": options.http_port,
+                # The local broker speaks plaintext on loopback, whatever the
+                # environment says of a production cluster.
+                "kafka_security_protocol": "PLAINTEXT",
+                "kafka_sasl_mechanism": None,
+                "kafka_sasl_username": None,
+                "kafka_sasl_password": None,
+                "kafka_ssl_cafile": None,
+                "kafka_ssl_certfile": None,
+                "kafka_ssl_keyfile": None,
             }
         )
         token = asyncio.run(_first_key(settings, options.tenant_prefix))

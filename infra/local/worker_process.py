@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from grimoire.infra.settings import Settings
 
 
@@ -15,6 +17,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a child process see exactly these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRIMOIRE_")}
     for name, value in settings.model_dump().items():
+        if isinstance(value, SecretStr):
+            # str() would hand the child "**********" in place of the secret.
+            value = value.get_secret_value()
         if value is not None:
             env[f"GRIMOIRE_{name.upper()}"] = str(value)
     env["HF_HUB_OFFLINE"] = "1"

@@ -16,7 +16,7 @@ from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.tables.codec.agent_config import decode_agent_config, encode_agent_config
 from grimoire.tables.keyspace import Keyspace
 
-__all__ = ["ConfigStore", "RedisConfigStore"]
+__all__ = ["ConfigStore", "DefaultConfig", "RedisConfigStore", "RedisDefaultConfig"]
 
 
 class ConfigStore(Protocol):
@@ -47,3 +47,28 @@ class RedisConfigStore:
             await self._redis.delete(key)  # the defaults are stored as nothing
         else:
             await self._redis.set(key, encode_agent_config(config))
+
+
+class DefaultConfig(Protocol):
+    """The deployment's default configuration: outside the fold (in the key store,
+    kept by a wipe), it reaches an agent only as a journal entry, the new agent's
+    first (and as a `configure` fanned out to the agents there already)."""
+
+    async def load(self) -> AgentConfig: ...
+
+    async def save(self, config: AgentConfig) -> None: ...
+
+
+class RedisDefaultConfig:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._key = Keyspace(prefix).default_config
+
+    async def load(self) -> AgentConfig:
+        return decode_agent_config(await self._redis.get(self._key))
+
+    async def save(self, config: AgentConfig) -> None:
+        if config == AgentConfig():
+            await self._redis.delete(self._key)
+        else:
+            await self._redis.set(self._key, encode_agent_config(config))

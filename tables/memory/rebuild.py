@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -39,10 +40,16 @@ def memory_terms(text: str) -> tuple[str, ...]:
     return search_terms(text, limit=MAX_COUNTED_TERMS)
 
 
-async def rebuild_derived(redis: Redis, prefix: str, agent_id: str) -> RebuildReport:
+async def rebuild_derived(
+    redis: Redis,
+    prefix: str,
+    agent_id: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> RebuildReport:
     """Re-pack every memory of `agent_id` into its node table and recount its
     terms. Writes that land while it runs may be missed by the counts (they are
-    an estimate); the node table is re-packed from the hashes as they stand."""
+    an estimate); the node table is re-packed from the hashes as they stand.
+    `progress(done, total)` is told after each batch of the memories scanned."""
     graph = RedisGraph(redis, prefix)
     ids: list[str] = []
     counts: Counter[str] = Counter()
@@ -60,6 +67,8 @@ async def rebuild_derived(redis: Redis, prefix: str, agent_id: str) -> RebuildRe
                 continue
             ids.append(text_of(memory_id))
             counts.update(memory_terms(text_of(text or b"")))
+        if progress is not None:
+            progress(min(start + _BATCH, len(keys)), len(keys))
     counts[MEMORIES_FIELD] = len(ids)
     terms_key = graph.keys.terms(agent_id)
     async with redis.pipeline(transaction=True) as pipe:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from grimoire.streams.config.agent_config import AgentConfig
 
-__all__ = ["InMemoryConfigStore"]
+__all__ = ["InMemoryConfigStore", "InMemoryDefaultConfig"]
 
 
 class InMemoryConfigStore:
@@ -21,3 +21,14 @@ class InMemoryConfigStore:
             self.configs.pop(agent_id, None)
         else:
             self.configs[agent_id] = config
+
+
+class InMemoryDefaultConfig:
+    def __init__(self, config: AgentConfig | None = None) -> None:
+        self.config = config or AgentConfig()
+
+    async def load(self) -> AgentConfig:
+        return self.config
+
+    async def save(self, config: AgentConfig) -> None:
+        self.config = config

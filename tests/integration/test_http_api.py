@@ -441,3 +441,48 @@ async def test_a_configuration_change_over_http_rules_the_next_event(
         f"/v1/agents/{agent}/recall", json={"query": "rollup batch late"}, headers=api.key
     )
     assert answer.status_code == 200 and len(answer.json()["items"]) == 1
+
+
+class _Recorder:
+    """Stands in for the Kafka client where only what is sent matters (the fold of a
+    `configure` is tested through the broker above)."""
+
+    def __init__(self) -> None:
+        self.commands: list[Any] = []
+
+    async def send_command(self, command: Any) -> None:
+        self.commands.append(command)
+
+
+async def test_the_deployments_defaults_are_kept_and_sent_to_every_agent(
+    settings: Settings, redis_client: Redis
+) -> None:
+    prefix = f"defaults{uuid.uuid4().hex[:6]}"
+    store = RedisApiKeyStore(redis_client, prefix)
+    _, admin = await store.create(TenantScope(admin=True), "operator", now_ms=1)
+    await redis_client.zadd(Keyspace(prefix).watermarks, {"a-1": T0, "a-2": T0})
+    recorder = _Recorder()
+    deps = HttpDeps(
+        redis=redis_client,
+        prefix=prefix,
+        client=recorder,  # type: ignore[arg-type]
+        authenticator=Authenticator(store, enabled=True, ttl_s=0.0),
+        settings=settings,
+    )
+    key = {"Authorization": f"Bearer {admin}"}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api"
+    ) as http:
+        assert (await http.get("/v1/config", headers=key)).json()["config"]["top_k"] is None
+        bad = await http.put("/v1/config", json={"layers": ["dream"]}, headers=key)
+        assert bad.status_code == 400 and recorder.commands == []
+        answer = await http.put("/v1/config", json={"ingest_enabled": False}, headers=key)
+        assert answer.status_code == 202 and answer.json()["agents"] == 2
+        kept = (await http.get("/v1/config", headers=key)).json()["config"]
+        assert kept["ingest_enabled"] is False
+    assert [(c.agent_id, c.command, c.config) for c in recorder.commands] == [
+        ("a-1", "configure", {"ingest_enabled": False}),
+        ("a-2", "configure", {"ingest_enabled": False}),
+    ]
+    # Kept in the key store, outside the fold: a wipe of the memory state keeps it.
+    assert await redis_client.exists(Keyspace(prefix).default_config)

@@ -55,6 +55,7 @@ def test_names_are_pinned() -> None:
     assert keys.applied_sources == "gm:applied-sources"
     assert keys.pending_outcomes("a") == "gm:pending-outcomes:a"
     assert keys.agent_config("a") == "gm:config:a"
+    assert keys.default_config == "gm:keystore:default-config"
     assert keys.decided("a") == "gm:decided:a"
     assert keys.stats("a") == "gm:stats:a"
     assert keys.applied_outcomes("a") == "gm:outcomes:a"

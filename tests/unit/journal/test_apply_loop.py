@@ -25,11 +25,11 @@ from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.streams.config.agent_config import AgentConfig
+from grimoire.streams.config.agent_config import AgentConfig, apply_update
 from grimoire.streams.journal.entry import EntryKind, decode_entry, encode_entry
 from grimoire.streams.trust.witness import verify_chain
 from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
-from grimoire.tables.testing.config_store import InMemoryConfigStore
+from grimoire.tables.testing.config_store import InMemoryConfigStore, InMemoryDefaultConfig
 from grimoire.tables.testing.keystore import InMemoryKeyStore
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
 from grimoire.tables.testing.outbox import InMemoryOutbox
@@ -503,3 +503,36 @@ async def test_a_configure_command_turns_ingest_off_and_on_from_the_next_event()
     ops = [(r.op, r.fields_digest != "") for r in await rig.log.records("agent-1")]
     assert [op for op, _ in ops] == ["ingest", "configure", "ingest", "configure", "ingest"]
     assert (await configs.load(["agent-1"]))["agent-1"] == AgentConfig()
+
+
+async def test_a_new_agent_starts_with_the_deployments_defaults_journaled() -> None:
+    rig = JournalRig()
+    configs = InMemoryConfigStore()
+    rig.applier.commands = CommandHandler(
+        retractor=None,  # type: ignore[arg-type]  # configure needs neither
+        eraser=None,  # type: ignore[arg-type]
+        sink=rig.sink,
+        topics=TOPICS,
+        configs=configs,
+    )
+    rig.applier.configs = configs
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))  # before defaults
+    rig.sequencer.defaults = InMemoryDefaultConfig(
+        apply_update(AgentConfig(), {"ingest_enabled": False})
+    )
+    await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES[1:], first_offset=1))
+    journal = rig.journal()
+    entries = [decode_entry(m.value) for m in journal]
+    # agent-2 is new: its defaults come first, with its first sequence number.
+    assert [(e.agent_id, e.kind, e.seq) for e in entries] == [
+        ("agent-1", EntryKind.EPISODE, 1),
+        ("agent-1", EntryKind.EPISODE, 2),
+        ("agent-2", EntryKind.COMMAND, 1),
+        ("agent-2", EntryKind.EPISODE, 2),
+        ("agent-1", EntryKind.EPISODE, 3),
+    ]
+    await rig.fold(journal)
+    assert (await configs.load(["agent-2"]))["agent-2"].ingest_enabled is False
+    assert (await configs.load(["agent-1"]))["agent-1"] == AgentConfig()  # not new
+    assert rig.rig.store.record(mid("agent-2", "b1", TS + 2_000)) is None  # skipped
+    assert rig.rig.store.record(mid("agent-1", "a3", TS + 3_000)) is not None
