@@ -90,6 +90,13 @@ class EpisodeV1(_Wire):
     channel: str | None = None
     entities: list[str] | None = None
     affect: dict[str, float] | None = None  # PAD in [-1, 1] and/or named drives in [0, 1]
+    # Lineage (all optional): where the knowledge came from (self | clade |
+    # predecessor | bloodstain | death_reflection | dream | dream_validated), how
+    # time-sensitive it is (structural | regime_conditional | tactical | ephemeral;
+    # absent: the kind's half-life), and a pin (never compacted or archived).
+    provenance: str | None = None
+    decay_class: str | None = None
+    pinned: bool | None = None
     schema: str = "grimoire.episode/1"
 
 
@@ -114,6 +121,10 @@ class ToolEventV1(_Wire):
     channel: str | None = None
     entities: list[str] | None = None
     affect: dict[str, float] | None = None  # PAD in [-1, 1] and/or named drives in [0, 1]
+    # Lineage (all optional): as on EpisodeV1.
+    provenance: str | None = None
+    decay_class: str | None = None
+    pinned: bool | None = None
     schema: str = "grimoire.tool_event/1"
 
 
@@ -132,6 +143,10 @@ class TranscriptV1(_Wire):
     channel: str | None = None
     entities: list[str] | None = None
     affect: dict[str, float] | None = None  # PAD in [-1, 1] and/or named drives in [0, 1]
+    # Lineage (all optional): as on EpisodeV1.
+    provenance: str | None = None
+    decay_class: str | None = None
+    pinned: bool | None = None
     schema: str = "grimoire.transcript/1"
 
 

@@ -21,10 +21,12 @@ from grimoire.streams.inbound.validators import (
     InputLimits,
     plausible_agent_id,
 )
+from grimoire.streams.model.decay import DecayClass, parse_decay_class
 from grimoire.streams.model.field_state import Affect
 from grimoire.streams.model.ids import content_event_id, memory_id
 from grimoire.streams.model.nexus_keys import KeySource, extract_keys
 from grimoire.streams.model.records import (
+    PUBLISHED_PROVENANCES,
     EventType,
     HyperedgeRef,
     Kind,
@@ -152,6 +154,36 @@ class _Common:
     channel: str
     entities: tuple[str, ...]
     affect: Affect | None
+    origin: str  # `Provenance.provenance`
+    decay_class: str
+    pinned: bool
+
+
+def _origin(fields: Fields) -> str:
+    """The event's `provenance`, lower case; absent or "" reads as "self"."""
+    given = fields.identifier("provenance")
+    origin = given.casefold().replace("-", "_")
+    if not origin:
+        return "self"
+    if origin not in PUBLISHED_PROVENANCES:
+        allowed = ", ".join(sorted(PUBLISHED_PROVENANCES))
+        raise InvalidEvent(
+            INVALID_VALUE, f"unknown provenance {given!r} (one of {allowed})", "provenance"
+        )
+    return origin
+
+
+def _decay_class(fields: Fields) -> str:
+    """The event's `decay_class` as stored; "" leaves the kind's half-life."""
+    given = fields.identifier("decay_class")
+    try:
+        parsed = parse_decay_class(given)
+    except ValueError as exc:
+        allowed = ", ".join(c.value for c in DecayClass)
+        raise InvalidEvent(
+            INVALID_VALUE, f"unknown decay_class {given!r} (one of {allowed})", "decay_class"
+        ) from exc
+    return "" if parsed is None else parsed.value
 
 
 def _common(fields: Fields, event_type: EventType) -> _Common:
@@ -170,6 +202,9 @@ def _common(fields: Fields, event_type: EventType) -> _Common:
         channel=fields.identifier("channel"),
         entities=fields.string_list("entities"),
         affect=fields.affect("affect"),
+        origin=_origin(fields),
+        decay_class=_decay_class(fields),
+        pinned=fields.boolean("pinned") or False,
     )
 
 
@@ -254,6 +289,7 @@ def _candidates(
                     run_id=common.run_id,
                     actor_id=common.actor_id,
                     tool=part.tool,
+                    provenance=common.origin,
                 ),
                 normalized_hash=normalized_hash(clean),
                 tick=common.tick,
@@ -267,6 +303,8 @@ def _candidates(
                 has_error=has_error,
                 affect=common.affect,
                 hyperedge=hyperedge,
+                decay_class=common.decay_class,
+                pinned=common.pinned,
             )
         )
     return Accepted(common.agent_id, common.source_event_id, common.ts_ms, tuple(candidates))

@@ -139,6 +139,17 @@ class Fields:
             )
         return float(value)
 
+    def boolean(self, name: str) -> bool | None:
+        """A JSON true/false; 0, 1 and "true" are refused rather than guessed at."""
+        value = self._get(name, False)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise InvalidEvent(
+                WRONG_TYPE, f"{name!r} must be true or false, got {_type_name(value)}", name
+            )
+        return value
+
     def string_list(self, name: str) -> tuple[str, ...]:
         value = self._get(name, False)
         if value is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
 from grimoire.streams.model.field_state import Affect
 
@@ -50,6 +51,24 @@ class EventType(StrEnum):
     TRANSCRIPT = "transcript"
 
 
+# Where a memory's knowledge came from, as an agent may say on the wire
+# (`Provenance.provenance`): its own experience, a clade peer's, a predecessor's
+# (a bloodstain and a death reflection are what a dead one left), or a dream.
+# `decay.LINEAGE_PROVENANCES` and `decay.DREAM_PROVENANCES` are subsets; Grimoire's
+# own writers add theirs ("compaction"), which no event may claim.
+PUBLISHED_PROVENANCES: Final = frozenset(
+    {
+        "self",
+        "clade",
+        "predecessor",
+        "bloodstain",
+        "death_reflection",
+        "dream",
+        "dream_validated",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Provenance:
     source_event_id: str
@@ -88,6 +107,10 @@ class MemoryCandidate:
     has_error: bool = False
     affect: Affect | None = None
     hyperedge: HyperedgeRef | None = None
+    # A `decay.DecayClass` value ("" = the kind's half-life); a string here
+    # because the decay module builds on this one.
+    decay_class: str = ""
+    pinned: bool = False  # never compacted or archived, as the `pin` command sets
 
 
 @dataclass(frozen=True, slots=True)

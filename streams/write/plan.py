@@ -255,7 +255,8 @@ def _aggregate_seed(
     policy: AdmissionPolicy,
 ) -> MemoryRecord:
     """What the aggregate record looks like if this fold is the one that creates it."""
-    seed_candidate = replace(cand, id=group_id, kind=Kind.AGGREGATE, hyperedge=None)
+    # A pin holds the memory it was published with, not the count of its repeats.
+    seed_candidate = replace(cand, id=group_id, kind=Kind.AGGREGATE, hyperedge=None, pinned=False)
     return MemoryRecord(
         candidate=seed_candidate,
         canonical=item.canonical.astype(np.float32).tobytes(),

@@ -136,6 +136,12 @@ def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
     }
     if record.aggregate_of:
         fields["aggregate_of"] = record.aggregate_of
+    # Written only when set, so a record without them stores (and digests) as
+    # it did before they could come from the wire; readers default them.
+    if cand.decay_class:
+        fields["decay_class"] = cand.decay_class
+    if cand.pinned:
+        fields.update(pinned_fields(True))
     if record.eidolon:
         fields["eidolon"] = record.eidolon
     if cand.affect is not None:

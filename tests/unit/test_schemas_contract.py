@@ -209,7 +209,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "EpisodeV1": (
         "agent_id", "ts", "text", "event_id", "episode_type", "tick", "block", "outcome",
         "importance", "regime", "tags", "run_id", "session_id", "actor_id", "kind", "error",
-        "paths", "urls", "channel", "entities", "affect", "schema",
+        "paths", "urls", "channel", "entities", "affect", "provenance", "decay_class",
+        "pinned", "schema",
     ),
     "MaintenanceCommandV1": (
         "agent_id", "reason", "force_compaction", "issued_by", "pressure", "schema",
@@ -249,11 +250,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "ToolEventV1": (
         "agent_id", "ts", "tool", "event_id", "args", "args_digest", "result", "error",
         "paths", "urls", "latency_ms", "tick", "run_id", "session_id", "tags", "actor_id",
-        "channel", "entities", "affect", "schema",
+        "channel", "entities", "affect", "provenance", "decay_class", "pinned", "schema",
     ),
     "TranscriptV1": (
         "agent_id", "ts", "line", "event_id", "session_id", "run_id", "tick", "turn_id",
-        "actor_id", "tags", "channel", "entities", "affect", "schema",
+        "actor_id", "tags", "channel", "entities", "affect", "provenance", "decay_class",
+        "pinned", "schema",
     ),
 }  # fmt: skip
 
