@@ -166,6 +166,12 @@ class Keyspace:
     def stats(self, agent_id: str) -> str:
         return f"{self.prefix}:stats:{agent_id}"
 
+    def applied_usage(self, agent_id: str) -> str:
+        """ZSET of the journal sequence numbers of the agent's usage entries applied
+        (score = member), the most recent ones only: a usage entry re-read after a
+        crash counts nothing twice."""
+        return f"{self.prefix}:usage-applied:{agent_id}"
+
     def applied_outcomes(self, agent_id: str) -> str:
         return f"{self.prefix}:outcomes:{agent_id}"
 

@@ -20,12 +20,19 @@ __all__ = ["ImmediateUsage", "StoreUsage"]
 class StoreUsage:
     store: MemoryStore
 
-    async def apply_usage(self, agent_id: str, usage: RecallUsage) -> None:
+    async def apply_usage(self, agent_id: str, usage: RecallUsage, seq: int | None = None) -> bool:
+        """Apply the uses; with the entry's journal `seq`, once (a usage entry read
+        again after a crash counts nothing twice). Whether anything was applied."""
+        if seq is not None:
+            return await self.store.apply_usage_once(
+                agent_id, seq, list(usage.memory_ids), usage.as_of_ms, usage.contrarian_window
+            )
         if usage.memory_ids:
             source = self.store.recall_source(agent_id)
             await source.touch(list(usage.memory_ids), usage.as_of_ms)
         if usage.contrarian_window is not None:
             await self.store.serve_contrarian(agent_id, usage.contrarian_window)
+        return True
 
 
 @dataclass

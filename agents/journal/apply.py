@@ -82,6 +82,11 @@ def _sha256(text: str) -> str:
 class WitnessPort(Protocol):
     """Summarises one mutation in the agent's hash-chained witness log."""
 
+    async def witnessed(self, agent_id: str, journal: tuple[int, int]) -> bool:
+        """Whether the agent's chain already reaches the entry at `journal` (its
+        entries are all on one journal partition, in order)."""
+        ...
+
     async def record(
         self,
         agent_id: str,
@@ -94,7 +99,9 @@ class WitnessPort(Protocol):
 
 
 class UsageApplier(Protocol):
-    async def apply_usage(self, agent_id: str, usage: RecallUsage) -> None: ...
+    async def apply_usage(self, agent_id: str, usage: RecallUsage, seq: int | None = None) -> bool:
+        """Apply a usage entry's uses, once per entry `seq`; whether it did now."""
+        ...
 
 
 class CommandApplier(Protocol):
@@ -378,7 +385,9 @@ class JournalApplier:
             return True
         if kind is EntryKind.USAGE:
             usage = decode_usage(first.message.value)
-            await self.usage.apply_usage(first.entry.agent_id, usage)
+            applied = await self.usage.apply_usage(first.entry.agent_id, usage, first.entry.seq)
+            if not applied and await self.witness.witnessed(first.entry.agent_id, first.journal):
+                return False  # applied and witnessed before this entry was read again
             await self.witness.record(
                 first.entry.agent_id,
                 "usage",

@@ -27,6 +27,10 @@ class PublishedWitness:
     # forgetting is recorded) is shared by all of them: appends take turns.
     _in_turn: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
+    async def witnessed(self, agent_id: str, journal: tuple[int, int]) -> bool:
+        head = await self.witness.head(agent_id)
+        return head is not None and (head.journal_partition, head.journal_offset) >= journal
+
     async def record(
         self,
         agent_id: str,

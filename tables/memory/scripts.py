@@ -196,6 +196,11 @@ class RedisScripts:
             pipe.scripts.add(self._count_new_terms)
             pipe.evalsha(self._count_new_terms.sha, 2, memory_key, terms_key, *terms)
 
+    def touch_in(self, pipe: Any, usage_keys: list[str], as_of_ms: int) -> None:
+        if usage_keys:
+            pipe.scripts.add(self._touch)
+            pipe.evalsha(self._touch.sha, len(usage_keys), *usage_keys, as_of_ms)
+
     async def touch(self, usage_keys: list[str], as_of_ms: int) -> None:
         if usage_keys:
             await self._touch(keys=usage_keys, args=[as_of_ms])

@@ -49,6 +49,9 @@ from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
 
+# How many of an agent's most recent usage entries are remembered as applied.
+USAGE_SEQ_WINDOW = 10_000
+
 EXACT_NEIGHBOUR_POLICY = "ADHOC_BF"
 # Neighbours read per lookup, so a tie at the top is broken by `closer` (the batch
 # planner's own rule), not by the index.
@@ -85,6 +88,18 @@ class MemoryStore(Protocol):
     async def watermark(self, agent_id: str) -> int | None: ...
     async def contrarian_served(self, agent_id: str) -> int | None: ...
     async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
+    async def apply_usage_once(
+        self,
+        agent_id: str,
+        seq: int,
+        memory_ids: Sequence[str],
+        as_of_ms: int,
+        contrarian_window: int | None,
+    ) -> bool:
+        """Apply a usage entry's uses (counters, last access, the window served)
+        unless the entry `seq` was applied before; whether it was applied now."""
+        ...
+
     def recall_source(self, agent_id: str) -> RecallSource: ...
     async def apply_outcome(self, outcome: Outcome) -> int: ...
     async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]: ...
@@ -407,6 +422,29 @@ class RedisMemoryStore:
     async def serve_contrarian(self, agent_id: str, window: int) -> None:
         """Windows only move forward (GT): a late recall never reopens one."""
         await self._redis.zadd(self.keys.contrarian_windows, {agent_id: window}, gt=True)
+
+    async def apply_usage_once(
+        self,
+        agent_id: str,
+        seq: int,
+        memory_ids: Sequence[str],
+        as_of_ms: int,
+        contrarian_window: int | None,
+    ) -> bool:
+        applied = self.keys.applied_usage(agent_id)
+        # One writer per agent (its journal partition's apply loop): nothing can
+        # slip in between this read and the transaction below.
+        if await self._redis.zscore(applied, seq) is not None:
+            return False
+        async with self._redis.pipeline(transaction=True) as pipe:
+            self._scripts.touch_in(pipe, [self.keys.usage(i) for i in memory_ids], as_of_ms)
+            if contrarian_window is not None:
+                pipe.zadd(self.keys.contrarian_windows, {agent_id: contrarian_window}, gt=True)
+            pipe.zadd(applied, {str(seq): seq})
+            # Only recent entries can be read again (after a crash): keep those.
+            pipe.zremrangebyscore(applied, "-inf", seq - USAGE_SEQ_WINDOW)
+            await pipe.execute()
+        return True
 
     async def apply_outcome(self, outcome: Outcome) -> int:
         """Apply an outcome once, atomically; -1 when it was applied before, else

@@ -72,6 +72,7 @@ class InMemoryMemoryStore:
         self._fields: dict[str, FieldState] = {}
         self._watermarks: dict[str, int] = {}
         self._contrarian: dict[str, int] = {}
+        self._usage_applied: dict[str, set[int]] = {}
         self._stats: dict[str, dict[str, float]] = {}
         self._metrics: dict[str, float] = {}
         self._usage: dict[str, Hash] = {}
@@ -243,6 +244,24 @@ class InMemoryMemoryStore:
 
     async def serve_contrarian(self, agent_id: str, window: int) -> None:
         self._contrarian[agent_id] = max(window, self._contrarian.get(agent_id, window))
+
+    async def apply_usage_once(
+        self,
+        agent_id: str,
+        seq: int,
+        memory_ids: Sequence[str],
+        as_of_ms: int,
+        contrarian_window: int | None,
+    ) -> bool:
+        applied = self._usage_applied.setdefault(agent_id, set())
+        if seq in applied:
+            return False
+        for memory_id in memory_ids:
+            self.touch(memory_id, as_of_ms)
+        if contrarian_window is not None:
+            await self.serve_contrarian(agent_id, contrarian_window)
+        applied.add(seq)
+        return True
 
     async def metrics(self) -> dict[str, float]:
         return dict(self._metrics)

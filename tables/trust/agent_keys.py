@@ -79,6 +79,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "maintenance_log": Keyspace.maintenance_log,
     "witness": Keyspace.witness,
     "config": Keyspace.agent_config,
+    "usage_applied": Keyspace.applied_usage,
 }
 
 # family -> (its SCAN pattern, the Keyspace methods building its keys)

@@ -46,6 +46,7 @@ from grimoire.streams.write.changes import (
 )
 from grimoire.streams.write.plan import StoredNeighbour, aggregate_id, neighbour_similarity
 from grimoire.tables.codec.memory_hash import StoredMemory, hash_fields
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
@@ -172,6 +173,9 @@ class Harness:
     async def metrics(self) -> dict[str, float]:
         raise NotImplementedError
 
+    async def usage(self, memory_id: str) -> dict[str, str]:
+        raise NotImplementedError
+
 
 class MemoryHarness(Harness):
     name = "memory"
@@ -201,6 +205,9 @@ class MemoryHarness(Harness):
     async def metrics(self) -> dict[str, float]:
         return await self.memory.metrics()
 
+    async def usage(self, memory_id: str) -> dict[str, str]:
+        return {k: _text(v) for k, v in self.memory.usage(memory_id).items()}
+
 
 class RedisHarness(Harness):
     name = "redis"
@@ -229,6 +236,10 @@ class RedisHarness(Harness):
 
     async def hyperedge(self, agent: str, edge: str) -> dict[str, str]:
         return await self.redis_store.graph.hyperedge(agent, edge)
+
+    async def usage(self, memory_id: str) -> dict[str, str]:
+        raw = await self.redis.hgetall(Keyspace(self.prefix).usage(memory_id))
+        return {_text(k): _text(v) for k, v in raw.items()}
 
     async def decisions(self, agent: str) -> dict[str, str]:
         raw = await self.redis.hgetall(self.redis_store.state.decided_key(agent))
@@ -786,3 +797,15 @@ async def test_both_stores_end_in_the_same_state(settings: Settings) -> None:
             assert a.neighbour.similarity == pytest.approx(b.neighbour.similarity, abs=1e-6)
     finally:
         await redis.close()
+
+
+async def test_a_usage_entry_is_applied_once_by_its_sequence_number(h: Harness) -> None:
+    await commit(h, RECORDS)
+    first = await h.store.apply_usage_once(A, 7, [R1.id], T0 + 10, 4)
+    again = await h.store.apply_usage_once(A, 7, [R1.id], T0 + 10, 4)
+    other = await h.store.apply_usage_once(A, 8, [R1.id], T0 + 20, None)
+    assert (first, again, other) == (True, False, True)
+    usage = await h.usage(R1.id)
+    assert usage["included_count_total"] == "2"
+    assert usage["last_accessed"] == str(T0 + 20)
+    assert await h.store.contrarian_served(A) == 4

@@ -27,6 +27,7 @@ from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.config.agent_config import AgentConfig, apply_update
 from grimoire.streams.journal.entry import EntryKind, decode_entry, encode_entry
+from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.trust.witness import verify_chain
 from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
 from grimoire.tables.testing.config_store import InMemoryConfigStore, InMemoryDefaultConfig
@@ -536,3 +537,35 @@ async def test_a_new_agent_starts_with_the_deployments_defaults_journaled() -> N
     assert (await configs.load(["agent-1"]))["agent-1"] == AgentConfig()  # not new
     assert rig.rig.store.record(mid("agent-2", "b1", TS + 2_000)) is None  # skipped
     assert rig.rig.store.record(mid("agent-1", "a3", TS + 3_000)) is not None
+
+
+async def test_a_usage_entry_read_again_counts_once_and_is_witnessed_once() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    await rig.fold(rig.journal())
+    rig.rig.recall.usage = rig.sequencer
+    await rig.rig.recall.handle(recall_request(as_of=TS + 500))
+    usage_entries = rig.journal()[1:]
+    await rig.fold(usage_entries)
+    # The worker died before committing the journal offset: the entry is read again.
+    await rig.fold(usage_entries)
+    memory = mid("agent-1", "a1", TS)
+    assert rig.rig.store.usage(memory)["included_count_total"] == "1"
+    assert [r.op for r in await rig.log.records("agent-1")] == ["ingest", "usage"]
+
+
+async def test_a_usage_entry_applied_but_not_witnessed_is_witnessed_when_read_again() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    await rig.fold(rig.journal())
+    rig.rig.recall.usage = rig.sequencer
+    await rig.rig.recall.handle(recall_request(as_of=TS + 500))
+    (entry,) = rig.journal()[1:]
+    opened = decode_entry(entry.value)
+    # Killed between the uses' transaction and the witness record.
+    await StoreUsage(rig.rig.store).apply_usage(
+        "agent-1", RecallUsage((mid("agent-1", "a1", TS),), TS + 500, None), opened.seq
+    )
+    await rig.fold([entry])
+    assert rig.rig.store.usage(mid("agent-1", "a1", TS))["included_count_total"] == "1"
+    assert [r.op for r in await rig.log.records("agent-1")] == ["ingest", "usage"]
