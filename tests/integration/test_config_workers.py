@@ -1,0 +1,108 @@
+"""A configuration change rules the next event on every worker: two workers share
+the journal's partitions, and agents on all of them are configured (ingest off)
+and then send an event each, which is skipped by whichever worker applies it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.partitioner import murmur2
+from redis.asyncio import Redis
+
+from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.settings import Settings
+from grimoire.tables.keyspace import Keyspace
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.schemas import CommandV1, EpisodeV1
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_790_000_000_000
+
+
+def _partition(agent_id: str, partitions: int) -> int:
+    """The partition the producer's default partitioner gives the agent's key."""
+    return (murmur2(agent_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+@pytest.fixture(scope="module")
+def two_worker_settings(settings: Settings) -> Settings:
+    suffix = uuid.uuid4().hex[:8]
+    return settings.model_copy(
+        update={"topic_prefix": f"cw{suffix}", "app_id": f"grimoire-cw{suffix}"}
+    )
+
+
+@pytest.fixture(scope="module")
+async def two_workers(
+    two_worker_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    logs = tmp_path_factory.mktemp("config-workers")
+    workers = [start_worker(two_worker_settings, logs / f"{n}.log", cwd=ROOT) for n in (1, 2)]
+    try:
+        async with GrimoireClient(
+            two_worker_settings.bootstrap_servers,
+            two_worker_settings.topic_prefix,
+            partitions=two_worker_settings.partitions,
+        ) as probe:
+            await probe.wait_until_ready(timeout=180)
+    except BaseException:
+        for n, process in enumerate(workers, start=1):
+            process.kill()
+            sys.stderr.write((logs / f"{n}.log").read_text(errors="replace")[-4000:])
+        raise
+    # Both in the group before anything is sent: each holds journal partitions.
+    for n in (1, 2):
+        deadline = time.monotonic() + 60
+        while "_on_partitions_assigned" not in (logs / f"{n}.log").read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"worker {n} was never assigned partitions"
+            await asyncio.sleep(0.2)
+    yield workers
+    for process in workers:
+        stop_worker(process)
+
+
+async def test_ingest_off_is_obeyed_on_every_workers_partitions(
+    two_worker_settings: Settings, two_workers: list[subprocess.Popen[bytes]], eventually: Any
+) -> None:
+    settings = two_worker_settings
+    partitions = settings.partitions
+    agents: dict[int, str] = {}
+    n = 0
+    while len(agents) < partitions:  # one agent on every journal partition
+        agent = f"fleet-{n}"
+        agents.setdefault(_partition(agent, partitions), agent)
+        n += 1
+    keys = Keyspace(settings.topic_prefix)
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        async with GrimoireClient(
+            settings.bootstrap_servers, settings.topic_prefix, partitions=partitions
+        ) as client:
+
+            async def links(count: int) -> bool:
+                lengths = [await redis.xlen(keys.witness(a)) for a in agents.values()]
+                return all(length >= count for length in lengths)
+
+            for agent in agents.values():
+                await client.send_command(
+                    CommandV1(agent_id=agent, command="configure", config={"ingest_enabled": False})
+                )
+            await eventually(lambda: links(1), timeout=120, interval=0.3)
+            for agent in agents.values():
+                await client.publish_episode(
+                    EpisodeV1(agent_id=agent, ts=T0, text="alert: relayer stalled", event_id="e-1")
+                )
+            await eventually(lambda: links(2), timeout=120, interval=0.3)
+        assert all(process.poll() is None for process in two_workers)
+        for agent in agents.values():
+            assert await redis.hlen(keys.decided(agent)) == 0, agent  # skipped, not decided
+    finally:
+        await redis.aclose()
