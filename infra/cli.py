@@ -66,15 +66,7 @@ def run_worker(settings: Settings) -> int:
 async def _recall(
     settings: Settings, agent_id: str, query: str, k: int, api_key: str | None = None
 ) -> None:
-    from grimoire.topics.client import GrimoireClient
-
-    async with GrimoireClient(
-        settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
-        api_key=api_key,
-        security=settings.kafka_security,
-    ) as client:
+    async with _gateway(settings, api_key) as client:
         answer = await client.recall(agent_id, query, k=k)
         for item in answer.items:
             sys.stdout.buffer.write(orjson.dumps(item.asdict()) + b"\n")
@@ -187,14 +179,7 @@ async def _audit_verify(settings: Settings, agent_id: str) -> dict[str, object]:
 
 
 async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
-    from grimoire.topics.client import GrimoireClient
-
-    async with GrimoireClient(
-        settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
-        security=settings.kafka_security,
-    ) as client:
+    async with _gateway(settings, None) as client:
         await client.request_maintenance(agent_id, compact=compact)
 
 

@@ -85,12 +85,7 @@ async def replay(
         )
         applier = composed.handlers.applier
         journal = TopicNames(settings.topic_prefix).journal
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            **settings.kafka_security.aiokafka_kwargs(),
-        )
+        consumer = _journal_reader(settings)
         await consumer.start()
         partitions = sorted(consumer.partitions_for_topic(journal) or ())
         report.partitions = len(partitions)
@@ -114,6 +109,17 @@ async def replay(
             await keystore_redis.aclose()
 
 
+def _journal_reader(settings: Settings) -> AIOKafkaConsumer:
+    """A consumer outside any group that reads assigned journal partitions from
+    their start (a replay, a refold)."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **settings.kafka_security.aiokafka_kwargs(),
+    )
+
+
 async def refold(
     settings: Settings, applier: JournalApplier, partitions: list[int]
 ) -> ReplayReport:
@@ -121,12 +127,7 @@ async def refold(
     their end now, through `applier` (a worker rebuilding a lost store)."""
     report = ReplayReport(settings.topic_prefix)
     journal = TopicNames(settings.topic_prefix).journal
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        **settings.kafka_security.aiokafka_kwargs(),
-    )
+    consumer = _journal_reader(settings)
     await consumer.start()
     try:
         tps = [TopicPartition(journal, p) for p in partitions]

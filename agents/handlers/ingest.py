@@ -141,25 +141,36 @@ class IngestHandler:
         without, the memory-events are sent after the commit. The candidates of
         agents in `ingest_off` (their configuration turned ingest off) are skipped:
         validated as always, announced as `GrimoireSkipped`, never decided."""
+        # Each input is validated once; the splits below pass the outcomes along.
+        outcomes = [self._normalize(event_type, message) for event_type, message in messages]
         if ingest_off:
-            return await self._skipping(messages, effects, ingest_off)
-        split = await self._held_split(messages)
+            return await self._skipping(messages, outcomes, effects, ingest_off)
+        return await self._decide(messages, outcomes, effects)
+
+    async def _decide(
+        self,
+        messages: Sequence[tuple[EventType, InputMessage]],
+        outcomes: Sequence[Accepted | Rejection],
+        effects: CommitEffects | None,
+    ) -> IngestReport:
+        split = await self._held_split(outcomes)
         if split is not None:
             # An outcome waits for a memory this batch writes: it must take effect
             # right after that input, before anything later is decided against the
             # memory (as when the input ends a batch), so the batch ends there.
-            first = await self.handle_mixed(
-                messages[:split], effects.sliced(0, split) if effects else None
+            first = await self._decide(
+                messages[:split], outcomes[:split], effects.sliced(0, split) if effects else None
             )
-            rest = await self.handle_mixed(
-                messages[split:], effects.sliced(split, len(messages)) if effects else None
+            rest = await self._decide(
+                messages[split:],
+                outcomes[split:],
+                effects.sliced(split, len(messages)) if effects else None,
             )
             return _joined(first, rest)
         candidates: list[MemoryCandidate] = []
         origin: dict[str, int] = {}  # candidate id -> the message it came from (first)
         dead = 0
-        for index, (event_type, message) in enumerate(messages):
-            outcome = self._normalize(event_type, message)
+        for index, ((_, message), outcome) in enumerate(zip(messages, outcomes, strict=True)):
             if isinstance(outcome, Rejection):
                 await dead_letter(self.sink, self.topics.dead_letters, message, outcome)
                 dead += 1
@@ -237,33 +248,34 @@ class IngestHandler:
     async def _skipping(
         self,
         messages: Sequence[tuple[EventType, InputMessage]],
+        outcomes: Sequence[Accepted | Rejection],
         effects: CommitEffects | None,
         ingest_off: Collection[str],
     ) -> IngestReport:
-        """The batch with the skipped agents' inputs taken out and announced."""
+        """The batch with the skipped agents' inputs taken out and announced (an
+        invalid input is dead-lettered as usual, whatever its agent's configuration)."""
         skipped_at = [
             index
-            for index, (event_type, message) in enumerate(messages)
-            if _owner(self._normalize(event_type, message)) in ingest_off
+            for index, outcome in enumerate(outcomes)
+            if isinstance(outcome, Accepted) and outcome.agent_id in ingest_off
         ]
         kept_at = [index for index in range(len(messages)) if index not in set(skipped_at)]
         by_message: list[tuple[Decided, ...]] = [() for _ in messages]
         candidates = 0
         for index in skipped_at:
-            outcome = self._normalize(*messages[index])
-            assert isinstance(outcome, Accepted)
-            candidates += len(outcome.candidates)
-            by_message[index] = tuple(_skipped(cand) for cand in outcome.candidates)
+            accepted = outcomes[index]
+            assert isinstance(accepted, Accepted)
+            candidates += len(accepted.candidates)
+            by_message[index] = tuple(_skipped(cand) for cand in accepted.candidates)
         if skipped_at:
             skipped = tuple(by_message[index] for index in skipped_at)
-            await self._announce(
-                skipped, _pick(effects, skipped_at) if effects is not None else None
-            )
+            await self._announce(skipped, _Picked.of(effects, skipped_at) if effects else None)
         rest = IngestReport(0, 0, 0, 0, ())
         if kept_at:
-            kept = [messages[index] for index in kept_at]
-            rest = await self.handle_mixed(
-                kept, _pick(effects, kept_at) if effects is not None else None
+            rest = await self._decide(
+                [messages[index] for index in kept_at],
+                [outcomes[index] for index in kept_at],
+                _Picked.of(effects, kept_at) if effects else None,
             )
             for index, decided in zip(kept_at, rest.by_message, strict=True):
                 by_message[index] = decided
@@ -291,19 +303,17 @@ class IngestHandler:
             raise
         await staged.committed()
 
-    async def _held_split(self, messages: Sequence[tuple[EventType, InputMessage]]) -> int | None:
+    async def _held_split(self, outcomes: Sequence[Accepted | Rejection]) -> int | None:
         """Where a batch must end (after the first input writing a memory an outcome
         is held for), or None when it need not."""
-        if len(messages) < 2:
+        if len(outcomes) < 2:
             return None
-        owners: list[list[tuple[str, str]]] = []
-        for event_type, message in messages[:-1]:
-            outcome = self._normalize(event_type, message)
-            owners.append(
-                []
-                if isinstance(outcome, Rejection)
-                else [(c.agent_id, c.id) for c in outcome.candidates]
-            )
+        owners = [
+            []
+            if isinstance(outcome, Rejection)
+            else [(c.agent_id, c.id) for c in outcome.candidates]
+            for outcome in outcomes[:-1]
+        ]
         held = await self.store.holding([pair for pairs in owners for pair in pairs])
         for index, pairs in enumerate(owners):
             if any(pair in held for pair in pairs):
@@ -437,12 +447,6 @@ SKIP_ACTION = "skip"
 SKIP_REASON = "ingest disabled by the agent's configuration"
 
 
-def _owner(outcome: Accepted | Rejection) -> str | None:
-    """The agent a valid input belongs to (an invalid one is dead-lettered as usual,
-    whatever its agent's configuration)."""
-    return outcome.agent_id if isinstance(outcome, Accepted) else None
-
-
 def _skipped(cand: MemoryCandidate) -> Decided:
     event = MemoryEventV1(
         type="GrimoireSkipped",
@@ -463,17 +467,19 @@ class _Picked:
     """The effects of some messages of a batch, in their order (a batch whose
     skipped inputs are announced apart from the ones decided)."""
 
-    def __init__(self, effects: CommitEffects, indexes: Sequence[int]) -> None:
-        self._parts = [effects.sliced(index, index + 1) for index in indexes]
+    def __init__(self, parts: Sequence[CommitEffects]) -> None:
+        self._parts = list(parts)
+
+    @classmethod
+    def of(cls, effects: CommitEffects, indexes: Sequence[int]) -> _Picked:
+        return cls([effects.sliced(index, index + 1) for index in indexes])
 
     async def stage(self, decided: Sequence[Sequence[Decided]]) -> Staged:
         staged = [await part.stage((one,)) for part, one in zip(self._parts, decided, strict=True)]
         return _StagedTogether(staged)
 
     def sliced(self, start: int, stop: int) -> CommitEffects:
-        picked = _Picked.__new__(_Picked)
-        picked._parts = self._parts[start:stop]
-        return picked
+        return _Picked(self._parts[start:stop])
 
 
 class _StagedTogether:
@@ -491,7 +497,3 @@ class _StagedTogether:
     def abandoned(self) -> None:
         for one in self._staged:
             one.abandoned()
-
-
-def _pick(effects: CommitEffects, indexes: Sequence[int]) -> CommitEffects:
-    return _Picked(effects, indexes)
