@@ -9,6 +9,7 @@ again when tenant keys are on."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,10 +28,11 @@ from grimoire.streams.inbound.validators import Fields
 from grimoire.tables.memory.inspect import memory_exists
 from grimoire.topics.schemas import CommandV1
 
-__all__ = ["routes"]
+__all__ = ["routes", "send_command"]
 
 
-async def _send(request: Request, agent_id: str, command: str, **target: str) -> Response:
+async def send_command(request: Request, agent_id: str, command: str, **fields: Any) -> str:
+    """Send `command` for the agent as the caller; its (fresh) event id."""
     deps = deps_of(request)
     event_id = f"http-{uuid.uuid4().hex}"
     await deps.client.send_command(
@@ -41,9 +43,14 @@ async def _send(request: Request, agent_id: str, command: str, **target: str) ->
             # The worker judges the caller's own key again; without HTTP keys the
             # client's (GRIMOIRE_HTTP_KAFKA_API_KEY) goes instead.
             api_key=bearer_token(request) if deps.authenticator.enabled else None,
-            **target,
+            **fields,
         )
     )
+    return event_id
+
+
+async def _send(request: Request, agent_id: str, command: str, **target: str) -> Response:
+    event_id = await send_command(request, agent_id, command, **target)
     return json_response(
         {"accepted": True, "command": command, "event_id": event_id, **target}, 202
     )

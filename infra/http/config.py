@@ -8,18 +8,16 @@ now), so a bad one is a 400 and never reaches the journal."""
 
 from __future__ import annotations
 
-import uuid
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from grimoire.infra.http.commands import send_command
 from grimoire.infra.http.errors import ApiError, json_response
 from grimoire.infra.http.routing import (
     CHALLENGE,
     agent_endpoint,
     authorize,
-    bearer_token,
     deps_of,
     endpoint,
     json_object,
@@ -30,7 +28,6 @@ from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.trust.tenancy import AuthOutcome
 from grimoire.tables.config.store import RedisConfigStore, RedisDefaultConfig
 from grimoire.tables.maintenance.ledger import known_agents
-from grimoire.topics.schemas import CommandV1
 
 __all__ = ["routes"]
 
@@ -51,16 +48,7 @@ async def put_config(request: Request, agent_id: str) -> Response:
         expected = apply_update(current, update)
     except InvalidEvent as bad:
         raise ApiError(400, bad.reason, bad.detail, field=bad.field) from None
-    event_id = f"http-{uuid.uuid4().hex}"
-    await deps.client.send_command(
-        CommandV1(
-            agent_id=agent_id,
-            command="configure",
-            config=dict(update),
-            event_id=event_id,
-            api_key=bearer_token(request) if deps.authenticator.enabled else None,
-        )
-    )
+    event_id = await send_command(request, agent_id, "configure", config=dict(update))
     # `expected`: the configuration once applied, unless another change lands first.
     return json_response(
         {
@@ -108,18 +96,9 @@ async def put_defaults(request: Request) -> Response:
     except InvalidEvent as bad:
         raise ApiError(400, bad.reason, bad.detail, field=bad.field) from None
     await defaults.save(merged)
-    event_id = f"http-{uuid.uuid4().hex}"
     agents = sorted([agent async for agent in known_agents(deps.redis, deps.prefix)])
     for agent_id in agents:
-        await deps.client.send_command(
-            CommandV1(
-                agent_id=agent_id,
-                command="configure",
-                config=dict(update),
-                event_id=f"{event_id}:{agent_id}",
-                api_key=bearer_token(request) if deps.authenticator.enabled else None,
-            )
-        )
+        await send_command(request, agent_id, "configure", config=dict(update))
     return json_response({"accepted": True, "config": merged.to_wire(), "agents": len(agents)}, 202)
 
 
