@@ -22,35 +22,26 @@ from grimoire.infra import cli
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.tables.testing.config_store import InMemoryConfigStore
 from grimoire.topics.client import (
-    RecallAnswer,
     RecallFailed,
     RecallTimeout,
     RecallUnauthorized,
 )
-from grimoire.topics.declarations import TopicNames
-from grimoire.topics.schemas import CommandV1, RecallItemV1
+from grimoire.topics.schemas import RecallItemV1
+from tests.support.gateway import RecordingGateway
 
 AGENT = "fleet-a/golem-1"
 MEMORY = "01a0c450-6c00-710a-a93a-843f1b1d5b63"
 
 
 @dataclass
-class FakeGateway:
+class FakeGateway(RecordingGateway):
     """What the commands send through Kafka, recorded; `api_keys` holds the key each
     client was opened with."""
 
-    topics: TopicNames = field(default_factory=lambda: TopicNames("gm"))
     api_keys: list[str | None] = field(default_factory=list)
-    recalls: list[dict[str, Any]] = field(default_factory=list)
-    commands: list[CommandV1] = field(default_factory=list)
-    published: list[tuple[str, str, bytes]] = field(default_factory=list)
-    fail_with: Exception | None = None
 
-    async def recall(self, agent_id: str, query: str, **options: Any) -> RecallAnswer:
-        self.recalls.append({"agent_id": agent_id, "query": query, **options})
-        if self.fail_with is not None:
-            raise self.fail_with
-        items = tuple(
+    def items(self, agent_id: str, options: dict[str, Any]) -> tuple[RecallItemV1, ...]:
+        return tuple(
             RecallItemV1(
                 id=f"m-{n}",
                 agent_id=agent_id,
@@ -65,20 +56,6 @@ class FakeGateway:
             )
             for n in range(2)
         )
-        return RecallAnswer(
-            correlation_id="c-1",
-            agent_id=agent_id,
-            items=items,
-            watermark=1_790_000_000_000,
-            timings_ms={"total": 12.5},
-            budget={"items": 2},
-        )
-
-    async def send_command(self, command: CommandV1) -> None:
-        self.commands.append(command)
-
-    async def publish_raw(self, topic: str, key: str, value: bytes, *, wait: bool = True) -> None:
-        self.published.append((topic, key, value))
 
 
 @pytest.fixture

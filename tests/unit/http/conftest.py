@@ -6,7 +6,7 @@ tests/integration/test_http_api.py)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -18,8 +18,8 @@ from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.testing.api_keys import InMemoryApiKeyStore, InMemoryAuthMetrics
 from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.client import RecallAnswer
-from grimoire.topics.declarations import TopicNames
-from grimoire.topics.schemas import CommandV1, RecallItemV1
+from grimoire.topics.schemas import RecallItemV1
+from tests.support.gateway import RecordingGateway
 
 PREFIX = "gm"
 
@@ -31,49 +31,33 @@ class NoRedis:
         raise AssertionError(f"the route reached Redis ({name})")
 
 
-@dataclass
-class FakeGateway:
-    topics: TopicNames = field(default_factory=lambda: TopicNames(PREFIX))
-    recalls: list[dict[str, Any]] = field(default_factory=list)
-    commands: list[CommandV1] = field(default_factory=list)
-    maintenance: list[tuple[str, bool]] = field(default_factory=list)
-    published: list[tuple[str, str, bytes]] = field(default_factory=list)
-    fail_with: Exception | None = None
-
-    async def recall(self, agent_id: str, query: str, **options: Any) -> RecallAnswer:
-        self.recalls.append({"agent_id": agent_id, "query": query, **options})
-        if self.fail_with is not None:
-            raise self.fail_with
-        item = RecallItemV1(
-            id="m-1",
-            agent_id=agent_id,
-            kind="episode",
-            layer="observation",
-            gist="RPC timed out",
-            ts=1_790_000_000_000,
-            score=0.9,
-            lanes=["bm25"],
-            source_event_id="e-1",
+class FakeGateway(RecordingGateway):
+    def items(self, agent_id: str, options: dict[str, Any]) -> tuple[RecallItemV1, ...]:
+        return (
+            RecallItemV1(
+                id="m-1",
+                agent_id=agent_id,
+                kind="episode",
+                layer="observation",
+                gist="RPC timed out",
+                ts=1_790_000_000_000,
+                score=0.9,
+                lanes=["bm25"],
+                source_event_id="e-1",
+            ),
         )
+
+    def answer(self, agent_id: str, items: tuple[RecallItemV1, ...]) -> RecallAnswer:
         return RecallAnswer(
             correlation_id="c-1",
             agent_id=agent_id,
-            items=(item,),
+            items=items,
             watermark=1_790_000_000_000,
             timings_ms={"embed": 3.0, "total": 12.5},
             budget={"items": 1},
             mode="full",
             as_of=1_790_000_000_000,
         )
-
-    async def send_command(self, command: CommandV1) -> None:
-        self.commands.append(command)
-
-    async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
-        self.maintenance.append((agent_id, compact))
-
-    async def publish_raw(self, topic: str, key: str, value: bytes, *, wait: bool = True) -> None:
-        self.published.append((topic, key, value))
 
 
 @dataclass
