@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -21,9 +20,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.infra.local.services import LocalServices, ServicePorts
-from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient
+from tests.support.workers import start_ready_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".grimoire" / "test"
@@ -63,16 +63,7 @@ async def worker(
     settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[subprocess.Popen[bytes]]:
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    process = start_worker(settings, log_path, cwd=ROOT)
-    try:
-        async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
-        ) as probe:
-            await probe.wait_until_ready(timeout=WORKER_READY_TIMEOUT_S)
-    except BaseException:
-        process.kill()
-        sys.stderr.write(log_path.read_text(errors="replace")[-8000:])
-        raise
+    process = await start_ready_worker(settings, log_path, timeout=WORKER_READY_TIMEOUT_S)
     yield process
     stop_worker(process)
 

@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka.partitioner import murmur2
 from redis.asyncio import Redis
 
-from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1
+from tests.support.workers import start_ready_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_790_000_000_000
 
 
@@ -45,18 +43,14 @@ async def two_workers(
     two_worker_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
     logs = tmp_path_factory.mktemp("config-workers")
-    workers = [start_worker(two_worker_settings, logs / f"{n}.log", cwd=ROOT) for n in (1, 2)]
+    workers: list[subprocess.Popen[bytes]] = []
     try:
-        async with GrimoireClient(
-            two_worker_settings.bootstrap_servers,
-            two_worker_settings.topic_prefix,
-            partitions=two_worker_settings.partitions,
-        ) as probe:
-            await probe.wait_until_ready(timeout=180)
+        for n in (1, 2):
+            log = logs / f"{n}.log"
+            workers.append(await start_ready_worker(two_worker_settings, log, timeout=180))
     except BaseException:
-        for n, process in enumerate(workers, start=1):
+        for process in workers:
             process.kill()
-            sys.stderr.write((logs / f"{n}.log").read_text(errors="replace")[-4000:])
         raise
     # Both in the group before anything is sent: each holds journal partitions.
     for n in (1, 2):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from grimoire.agents.journal.apply import FORGOTTEN_CHAIN, JournalApplier
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.replay import read_partition, replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import decode_entry
@@ -56,8 +55,8 @@ from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.embedders import FakeEmbedder
 from tests.support.handlers import mid
+from tests.support.workers import start_ready_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE_TS = 1_790_000_000_000
 READY_S = 120.0
 
@@ -76,17 +75,7 @@ def journal_settings(settings: Settings) -> Settings:
 
 
 async def _start(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    process = start_worker(settings, log, cwd=ROOT)
-    try:
-        async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
-        ) as probe:
-            await probe.wait_until_ready(timeout=READY_S)
-    except BaseException:
-        process.kill()
-        sys.stderr.write(log.read_text(errors="replace")[-8000:])
-        raise
-    return process
+    return await start_ready_worker(settings, log, timeout=READY_S)
 
 
 @pytest.fixture(scope="module")

@@ -474,17 +474,24 @@ def configure(update: dict[str, Any], offset: int) -> InputMessage:
     return InputMessage(orjson.dumps(payload), TOPICS.commands, partition=0, offset=offset)
 
 
-async def test_a_configure_command_turns_ingest_off_and_on_from_the_next_event() -> None:
+def configured_rig() -> tuple[JournalRig, InMemoryConfigStore]:
+    """A rig whose commands are the real handler's (configure needs neither a
+    retractor nor an eraser), with the configuration store it and the fold share."""
     rig = JournalRig()
     configs = InMemoryConfigStore()
     rig.applier.commands = CommandHandler(
-        retractor=None,  # type: ignore[arg-type]  # configure needs neither
+        retractor=None,  # type: ignore[arg-type]
         eraser=None,  # type: ignore[arg-type]
         sink=rig.sink,
         topics=TOPICS,
         configs=configs,
     )
     rig.applier.configs = configs
+    return rig, configs
+
+
+async def test_a_configure_command_turns_ingest_off_and_on_from_the_next_event() -> None:
+    rig, configs = configured_rig()
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
     await rig.sequencer.append(EntryKind.COMMAND, [configure({"ingest_enabled": False}, 0)])
     await rig.sequencer.append(
@@ -507,16 +514,7 @@ async def test_a_configure_command_turns_ingest_off_and_on_from_the_next_event()
 
 
 async def test_a_new_agent_starts_with_the_deployments_defaults_journaled() -> None:
-    rig = JournalRig()
-    configs = InMemoryConfigStore()
-    rig.applier.commands = CommandHandler(
-        retractor=None,  # type: ignore[arg-type]  # configure needs neither
-        eraser=None,  # type: ignore[arg-type]
-        sink=rig.sink,
-        topics=TOPICS,
-        configs=configs,
-    )
-    rig.applier.configs = configs
+    rig, configs = configured_rig()
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))  # before defaults
     rig.sequencer.defaults = InMemoryDefaultConfig(
         apply_update(AgentConfig(), {"ingest_enabled": False})
