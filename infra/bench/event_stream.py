@@ -17,12 +17,12 @@ from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
 GENESIS_MS = 1_790_000_000_000
 BLOCK_MS = 12_000
 
-_HEARTBEATS = (
+HEARTBEATS = (
     "heartbeat: pool depth {a}% and gas {b} gwei, no action needed",
     "heartbeat: position health factor {a}.{b}, within bounds",
     "heartbeat: oracle price deviation {a} bps over {b} blocks",
 )
-_TOOLS = (
+TOOL_CALLS = (
     ("price_feed", None, "ETH {a}.{b} USDC"),
     ("swap", "execution reverted: slippage exceeded 0.{a}%", None),
     ("rpc_call", "request timed out after {a}000 ms", None),
@@ -73,11 +73,11 @@ def generate(
                     return
                 serial += 1
                 if slot == 0:
-                    text = _fill(rng.choice(_HEARTBEATS), rng, distinct, serial)
+                    text = _fill(rng.choice(HEARTBEATS), rng, distinct, serial)
                     episode = EpisodeV1(agent_id=agent, ts=ts, tick=tick, text=text)
                     yield BenchEvent(topics.episodes, agent, episode.dumps_json())
                 elif tick % 2 == 0:
-                    tool, error, result = rng.choice(_TOOLS)
+                    tool, error, result = rng.choice(TOOL_CALLS)
                     event = ToolEventV1(
                         agent_id=agent,
                         ts=ts + 1,

@@ -64,6 +64,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.agents.journal.sequencer import agent_of
+from grimoire.infra.bench.event_stream import HEARTBEATS, TOOL_CALLS
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.replay import read_partition
@@ -149,17 +150,8 @@ class ValidEvent:
     value: bytes
 
 
-_HEARTBEATS = (
-    "heartbeat: pool depth {a}% and gas {b} gwei, no action needed",
-    "heartbeat: position health factor {a}.{b}, within bounds",
-    "heartbeat: oracle price deviation {a} bps over {b} blocks",
-)
-_TOOLS = (
-    ("price_feed", None, "ETH {a}.{b} USDC"),
-    ("swap", "execution reverted: slippage exceeded 0.{a}%", None),
-    ("rpc_call", "request timed out after {a}000 ms", None),
-    ("read_file", None, "loaded /srv/golem/strategies/s{a}.yaml"),
-)
+# The heartbeats and tool calls are the ingest bench's (`event_stream`); its chat
+# lines, as plain text blocks only:
 _CHAT = (
     ("user", "How is the {a} position doing after block {b}?"),
     ("assistant", "Depth changed by {a}% so impermanent loss risk moved."),
@@ -211,7 +203,7 @@ def valid_events(*, events: int, agents: int, seed: int) -> list[ValidEvent]:
                 ts=ts,
                 tick=step,
                 event_id=event_id,
-                text=_text(rng, rng.choice(_HEARTBEATS), serial),
+                text=_text(rng, rng.choice(HEARTBEATS), serial),
                 episode_type=rng.choice(_EPISODE_TYPES),
                 tags=[f"venue/{rng.randint(0, 2)}"],
                 affect={"pleasure": rng.randint(-4, 4) / 4, "arousal": 0.3}
@@ -219,7 +211,7 @@ def valid_events(*, events: int, agents: int, seed: int) -> list[ValidEvent]:
                 else None,
             ).dumps_json()
         elif kind == "tool_events":
-            tool, error, result = rng.choice(_TOOLS)
+            tool, error, result = rng.choice(TOOL_CALLS)
             value = ToolEventV1(
                 agent_id=agent,
                 ts=ts,
