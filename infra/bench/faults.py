@@ -1098,26 +1098,28 @@ async def _decided_sets(redis: Redis, prefix: str, agents: Iterable[str]) -> dic
     return out
 
 
-async def _decided_total(redis: Redis, prefix: str, agents: Sequence[str]) -> int | None:
-    keys = Keyspace(prefix)
+async def _summed(
+    redis: Redis, agents: Sequence[str], queue: Callable[[Any, str], object]
+) -> int | None:
+    """The sum over `agents` of the counts `queue` puts on a pipeline (one each);
+    None while Redis is away (restarting: no reading now)."""
     try:
         async with redis.pipeline(transaction=False) as pipe:
             for agent in agents:
-                pipe.hlen(keys.decided(agent))
+                queue(pipe, agent)
             return sum(int(n) for n in await pipe.execute())
-    except Exception:  # Redis restarting: no reading now
+    except Exception:
         return None
+
+
+async def _decided_total(redis: Redis, prefix: str, agents: Sequence[str]) -> int | None:
+    keys = Keyspace(prefix)
+    return await _summed(redis, agents, lambda pipe, agent: pipe.hlen(keys.decided(agent)))
 
 
 async def _witness_total(redis: Redis, prefix: str, agents: Sequence[str]) -> int | None:
     keys = Keyspace(prefix)
-    try:
-        async with redis.pipeline(transaction=False) as pipe:
-            for agent in agents:
-                pipe.xlen(keys.witness(agent))
-            return sum(int(n) for n in await pipe.execute())
-    except Exception:
-        return None
+    return await _summed(redis, agents, lambda pipe, agent: pipe.xlen(keys.witness(agent)))
 
 
 async def _records_per_event(redis: Redis, prefix: str) -> dict[tuple[str, str], int]:
