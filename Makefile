@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user run smoke demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
+.PHONY: help setup qemu-user browser run smoke demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -56,7 +56,7 @@ test: setup qemu-user browser lint typecheck ## lint, type-check, then the whole
 test-unit: setup ## only the pure tests (no services)
 	$(PY) -m pytest tests/unit
 
-test-integration: setup qemu-user ## only the tests against the real broker and Redis
+test-integration: setup qemu-user browser ## only the tests against the real broker and Redis
 	$(PY) -m pytest tests/integration
 
 lint: setup ## ruff check + format check
