@@ -2,10 +2,11 @@
 
 Topology (every topic keyed and co-partitioned by agent id):
 
-    episodes, tool-events, transcripts, outcomes, maintenance, commands
+    episodes, tool-events, transcripts, outcomes, maintenance, commands, facts
         → sequencer agents (one per topic) → journal
     journal → the apply agent (the only writer of agents' state)
     recall-requests → the recall agent (a read; its uses go to the journal)
+    fact-queries → the fact query agent (a read)
     the leader's block timer → maintenance (one command per known agent)
 """
 
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 import faust
 
+from grimoire.agents.handlers.facts import FactQueryHandler
 from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.journal.apply import JournalApplier
 from grimoire.agents.journal.sequencer import Sequencer
@@ -44,6 +46,7 @@ class Handlers:
     sequencer: Sequencer
     applier: JournalApplier
     recall: RecallHandler
+    facts: FactQueryHandler | None = None  # reads of facts (None: not answered)
 
 
 class HandlerSource(Protocol):
@@ -200,6 +203,7 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
     sequencer_agent(EntryKind.TRANSCRIPT, names.transcripts)
     sequencer_agent(EntryKind.OUTCOME, names.outcomes)
     sequencer_agent(EntryKind.COMMAND, names.commands)
+    sequencer_agent(EntryKind.FACT, names.facts)
     if settings.maintenance_enabled:
         sequencer_agent(EntryKind.MAINTENANCE, names.maintenance)
         register_block_timer(app, runtime, settings)
@@ -288,6 +292,28 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
         name="grimoire.recall",
         concurrency=settings.recall_concurrency,
     )(recall)
+
+    async def fact_queries(stream: Any) -> AsyncIterator[None]:
+        # A read, like a recall: retried briefly, then answered with an error.
+        async for event in stream.events():
+            message = _message(event)
+
+            async def process(message: InputMessage = message) -> None:
+                handlers = await runtime.handlers()
+                if handlers.facts is not None:
+                    await handlers.facts.handle(message)
+
+            if not await _with_retry("fact query", process, attempts=3):
+
+                async def answer_failure(message: InputMessage = message) -> None:
+                    handlers = await runtime.handlers()
+                    if handlers.facts is not None:
+                        await handlers.facts.reply_failure(message, "internal_error")
+
+                await _with_retry("fact query failure reply", answer_failure, attempts=3)
+            yield None
+
+    app.agent(raw_topic(names.fact_queries), name="grimoire.fact_queries")(fact_queries)
 
 
 def _assigned(app: faust.App, topic: str) -> list[int]:

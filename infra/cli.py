@@ -930,6 +930,94 @@ def _up_options(args: argparse.Namespace, state: str) -> Any:
     )
 
 
+def _add_exchange_parsers(sub: Any) -> None:
+    export = sub.add_parser(
+        "export", help="write an agent's state as a JSON Lines file (docs/export-format.md)"
+    )
+    export.add_argument("--agent", required=True)
+    export.add_argument("--out", default=None, help="the file (default: stdout)")
+    export.add_argument(
+        "--vectors",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="carry the memories' vectors (without: the importing worker re-embeds)",
+    )
+    export.add_argument("--no-progress", action="store_true", help="no progress bar")
+    importing = sub.add_parser(
+        "import", help="write an export into an agent through its journal (JSON report)"
+    )
+    importing.add_argument("file")
+    importing.add_argument("--agent", default=None, help="the agent written (default: the file's)")
+    importing.add_argument(
+        "--as-successor-of",
+        dest="successor_of",
+        default=None,
+        metavar="AGENT",
+        help="--agent inherits the file's agent's memories (provenance predecessor)",
+    )
+    importing.add_argument(
+        "--inheritance-discount",
+        type=float,
+        default=0.5,
+        help="a successor's confidence = the predecessor's x this (default 0.5)",
+    )
+    importing.add_argument("--prefix", default=None, help="the deployment (default: settings)")
+    importing.add_argument(
+        "--no-wait", action="store_true", help="return once sent, before it is applied"
+    )
+    importing.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
+    importing.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_api_key(importing)
+
+
+def _exchange_command(settings: Settings, args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from grimoire.infra.exchange import export_agent, import_file
+    from grimoire.streams.exchange.format import ExchangeError
+    from grimoire.streams.exchange.inherit import InheritanceOptions
+
+    try:
+        if args.command == "export":
+            agent = _checked_agent(settings, args.agent)
+            if args.out:
+                with open(args.out, "wb") as out:
+                    done = asyncio.run(
+                        export_agent(settings, agent, out, vectors=args.vectors,
+                                     progress=not args.no_progress, out_name=args.out)
+                    )  # fmt: skip
+                sys.stderr.write(orjson.dumps(asdict(done)).decode() + "\n")
+            else:
+                done = asyncio.run(
+                    export_agent(settings, agent, sys.stdout.buffer, vectors=args.vectors,
+                                 progress=not args.no_progress)
+                )  # fmt: skip
+            return 0
+        if args.prefix:
+            settings = settings.model_copy(update={"topic_prefix": args.prefix})
+        report = asyncio.run(
+            import_file(
+                settings,
+                Path(args.file),
+                agent_id=args.agent,
+                successor_of=args.successor_of,
+                options=InheritanceOptions(args.inheritance_discount),
+                api_key=_api_key(args),
+                wait=not args.no_wait,
+                timeout_s=args.timeout,
+                progress=not args.no_progress,
+            )
+        )
+    except _Refused as refused:
+        sys.stderr.write(f"grimoire {args.command}: {refused.message}\n")
+        return refused.code
+    except (ExchangeError, ValueError, OSError) as exc:
+        sys.stderr.write(f"grimoire {args.command}: {exc}\n")
+        return 2
+    sys.stdout.write(orjson.dumps(asdict(report)).decode() + "\n")
+    return 0 if report.applied is not False else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grimoire", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1007,6 +1095,7 @@ def main(argv: list[str] | None = None) -> int:
         "--wipe", action="store_true", help="first delete the target's memory state (not keys)"
     )
     replay_cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_exchange_parsers(sub)
     up = sub.add_parser(
         "up",
         help="the whole service locally (broker, Redis, worker, HTTP API, inspector, MCP) "
@@ -1058,6 +1147,15 @@ def main(argv: list[str] | None = None) -> int:
     faults.add_argument(
         "--without", action="append", default=[], help="leave a fuzz kind out (repeatable)"
     )
+    learning = bench_kind.add_parser(
+        "learning", help="agents learning from run outcomes: success-first recall vs no learning"
+    )
+    learning.add_argument("--agents", type=int, default=4, help="learning agents (+ a shadow each)")
+    learning.add_argument("--situations", type=int, default=3)
+    learning.add_argument("--actions", type=int, default=4, help="candidate actions (2..4)")
+    learning.add_argument("--runs", type=int, default=60, help="runs per agent")
+    learning.add_argument("--seed", type=int, default=7)
+    learning.add_argument("--warmup", type=int, default=3, help="unscored visits per situation")
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
     locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
@@ -1142,6 +1240,8 @@ def main(argv: list[str] | None = None) -> int:
             orjson.dumps(asdict(replayed), option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
         )
         return 0
+    if args.command in ("export", "import"):
+        return _exchange_command(settings, args)
     if args.command == "mcp":
         return run_mcp(args)
     if args.command == "up":
@@ -1196,6 +1296,20 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             without=tuple(args.without),
         )
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
+    if args.command == "bench" and args.bench == "learning":
+        from grimoire.infra.bench.learning import LearningOptions, run_learning_bench
+
+        options = LearningOptions(
+            agents=args.agents,
+            situations=args.situations,
+            actions=args.actions,
+            runs=args.runs,
+            seed=args.seed,
+            warmup=args.warmup,
+        )
+        result = run_learning_bench(settings, options)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     if args.command == "bench" and args.bench == "locomo":

@@ -17,7 +17,9 @@ from redis.asyncio import Redis
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
 from grimoire.agents.handlers.dead_letters import CountedDeadLetters
+from grimoire.agents.handlers.facts import FactHandler, FactQueryHandler
 from grimoire.agents.handlers.forgetting import Forgetting
+from grimoire.agents.handlers.importing import ImportHandler
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.recall import RecallHandler
@@ -42,13 +44,16 @@ from grimoire.streams.maintenance.compaction import CompactionBudget, Compaction
 from grimoire.streams.maintenance.schedule import Task, assess_pressure
 from grimoire.tables.config.store import RedisConfigStore, RedisDefaultConfig
 from grimoire.tables.exceptions import is_outage, is_store_lost
+from grimoire.tables.facts.store import RedisFactStore
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.journal.outbox import RedisOutbox
+from grimoire.tables.learn.store import RedisLearningStore
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, agent_watermarks
 from grimoire.tables.memory.counters import RedisDeadLetterCounts
+from grimoire.tables.memory.imported import ImportWriter
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -280,6 +285,7 @@ async def compose(
     )
     topics = TopicNames(settings.topic_prefix)
     witness = Witness(RedisWitnessLog(redis, prefix))
+    learning = RedisLearningStore(redis, prefix)
     ingest = IngestHandler(
         store,
         embedder,
@@ -287,6 +293,7 @@ async def compose(
         topics,
         settings.input_limits,
         eidolon_weight=settings.eidolon_state_weight,
+        learning=learning,
     )
     maintenance = MaintenanceHandler(
         ledgers=MaintenanceLedgerStore(redis, prefix),
@@ -317,13 +324,23 @@ async def compose(
     )
     steps = StepLog()
     configs = RedisConfigStore(redis, prefix)
+    fact_store = RedisFactStore(redis, prefix)
+    facts = FactHandler(fact_store, sink, topics, settings.input_limits)
     applier = JournalApplier(
         keys=keys,
         marks=RedisAppliedMarks(redis, prefix),
         ingest=ingest,
-        outcomes=OutcomeHandler(store, sink, topics, settings.input_limits),
+        outcomes=OutcomeHandler(
+            store,
+            sink,
+            topics,
+            settings.input_limits,
+            learning=learning,
+            configs=configs,
+            rerank=settings.ranking_policy.weights,
+        ),
         maintenance=maintenance,
-        usage=StoreUsage(store),
+        usage=StoreUsage(store, learning),
         commands=CommandHandler(
             retractor=RetractionHandler(
                 RedisDerivationStore(redis, prefix, dims=embedder.dims),
@@ -337,10 +354,13 @@ async def compose(
             limits=settings.input_limits,
             steps=steps,
             configs=configs,
+            facts=facts,
+            importer=ImportHandler(ImportWriter(redis, prefix), embedder),
         ),
         witness=PublishedWitness(witness, sink, topics),
         publication=Publication(witness, RedisOutbox(redis, prefix), sink, topics),
         configs=configs,
+        facts=facts,
         sink=sink,
         topics=topics,
         max_run=settings.embed_batch_size,
@@ -359,5 +379,14 @@ async def compose(
         configs=configs,
         authenticator=authenticator,
         auth_metrics=auth_metrics,
+        learning=learning,
     )
-    return Composed(Handlers(sequencer, applier, recall), store, witness)
+    fact_queries = FactQueryHandler(
+        fact_store,
+        sink,
+        topics,
+        settings.input_limits,
+        authenticator=authenticator,
+        auth_metrics=auth_metrics,
+    )
+    return Composed(Handlers(sequencer, applier, recall, fact_queries), store, witness)

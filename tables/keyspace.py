@@ -175,6 +175,11 @@ class Keyspace:
     def applied_outcomes(self, agent_id: str) -> str:
         return f"{self.prefix}:outcomes:{agent_id}"
 
+    def applied_imports(self, agent_id: str) -> str:
+        """SET of the import chunks applied to the agent (`<import id>:<index>`): a
+        re-sent chunk changes nothing (journal bookkeeping, outside the state digest)."""
+        return f"{self.prefix}:imported:{agent_id}"
+
     # -- per agent: the derivation index (what derives from what) ----------------
     def derived_from(self, agent_id: str, source_id: str) -> str:
         """HASH `role|derived id` -> weight: what derives from a source (an input
@@ -189,6 +194,51 @@ class Keyspace:
         """SCAN pattern of every derivation-index key of an agent (see the note on
         the agent patterns below: an agent `a:x` matches too)."""
         return glob_escape(f"{self.prefix}:deriv:{agent_id}:") + "*"
+
+    # -- per agent: bi-temporal facts ----------------------------------------------
+    def facts(self, agent_id: str) -> str:
+        """HASH fact id -> one version of a fact (JSON)."""
+        return f"{self.prefix}:facts:{agent_id}"
+
+    def fact_pairs(self, agent_id: str) -> str:
+        """HASH `subject\x1fpredicate` -> the ids of that relation's versions (JSON)."""
+        return f"{self.prefix}:facts-pair:{agent_id}"
+
+    def fact_entities(self, agent_id: str) -> str:
+        """HASH entity name -> the ids of the versions it is subject or object of."""
+        return f"{self.prefix}:facts-entity:{agent_id}"
+
+    def fact_links(self, agent_id: str) -> str:
+        """HASH `entity:<name>` -> [linked entity key, fact id] pairs of its active
+        entity facts (JSON): what recall's walk follows."""
+        return f"{self.prefix}:facts-links:{agent_id}"
+
+    # -- per agent: learning from outcomes ----------------------------------------
+    def run_recalls(self, agent_id: str) -> str:
+        """HASH run id -> what the run's recalls returned (memory id -> the rerank
+        factor values that ranked it), until the run's outcome is learned from."""
+        return f"{self.prefix}:run-recalls:{agent_id}"
+
+    def ended_runs(self, agent_id: str) -> str:
+        """HASH run id -> the outcome it ended with (quality, time, block): a member
+        of the run written later is credited as it is written."""
+        return f"{self.prefix}:ended-runs:{agent_id}"
+
+    def learned_weights(self, agent_id: str) -> str:
+        """STRING: the agent's learned rerank weights (JSON), once it learned any."""
+        return f"{self.prefix}:learned-weights:{agent_id}"
+
+    def causal_edges(self, agent_id: str) -> str:
+        """HASH `cause<US>effect` -> the edge's weight, evidence and last block."""
+        return f"{self.prefix}:causal:{agent_id}"
+
+    def causal_effects(self, agent_id: str) -> str:
+        """HASH cause -> its effects (US-joined, sorted): the graph's out-adjacency."""
+        return f"{self.prefix}:causal-out:{agent_id}"
+
+    def causal_causes(self, agent_id: str) -> str:
+        """HASH effect -> its causes (US-joined, sorted): the in-adjacency."""
+        return f"{self.prefix}:causal-in:{agent_id}"
 
     # -- per agent: graph ---------------------------------------------------------
     def nexus(self, agent_id: str, nexus_key: str) -> str:

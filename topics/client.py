@@ -26,6 +26,8 @@ from grimoire.topics.options import RecallBudgets, RecallFilters, RecallMode, Re
 from grimoire.topics.schemas import (
     CommandV1,
     EpisodeV1,
+    FactQueryV1,
+    FactV1,
     MaintenanceCommandV1,
     OutcomeV1,
     RecallItemV1,
@@ -37,6 +39,8 @@ from grimoire.topics.security import KafkaSecurity
 
 __all__ = [
     "ClientError",
+    "FactNeighbour",
+    "FactVersion",
     "GrimoireClient",
     "RecallAnswer",
     "RecallFailed",
@@ -78,6 +82,35 @@ class RecallAnswer:
     budget: dict[str, int]
     mode: str | None = None
     as_of: int | None = None
+    learning: dict[str, Any] | None = None  # the weights used, with `explain`
+
+
+@dataclass(frozen=True, slots=True)
+class FactVersion:
+    """One version of a fact as a fact query answers it (entity names normalised;
+    blocks for validity, event-time ms for when it was known and superseded)."""
+
+    fact_id: str
+    subject: str
+    predicate: str
+    object: str
+    object_is_entity: bool
+    valid_from: int
+    valid_until: int | None
+    known_from: int
+    superseded_at: int | None
+    source_event_id: str
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> FactVersion:
+        return cls(**{name: data.get(name) for name in cls.__slots__})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class FactNeighbour:
+    entity: str
+    hops: int
+    via: tuple[str, ...]  # the facts that reach it from the layer before
 
 
 def _answer(payload: dict[str, Any]) -> RecallAnswer:
@@ -91,6 +124,7 @@ def _answer(payload: dict[str, Any]) -> RecallAnswer:
         budget=payload.get("budget") or {},
         mode=payload.get("mode"),
         as_of=payload.get("as_of"),
+        learning=payload.get("learning"),
     )
 
 
@@ -231,6 +265,97 @@ class GrimoireClient:
         )
         await self.publish_raw(self.topics.maintenance, agent_id, command.dumps_json())
 
+    async def assert_fact(self, fact: FactV1) -> None:
+        """Assert a fact: journaled, it closes the agent's active fact with the same
+        subject and predicate. A `retract` command naming its `event_id` removes
+        it and restores what it superseded."""
+        await self.publish_raw(self.topics.facts, fact.agent_id, fact.dumps_json())
+
+    async def facts_valid_at(
+        self,
+        agent_id: str,
+        block: int,
+        *,
+        subject: str | None = None,
+        predicate: str | None = None,
+        timeout: float = 10.0,
+    ) -> list[FactVersion]:
+        """The agent's facts that hold at `block`, as known now."""
+        payload = await self._fact_query(
+            agent_id, "valid_at", timeout, block=block, subject=subject, predicate=predicate
+        )
+        return [FactVersion.from_wire(f) for f in payload.get("facts") or ()]
+
+    async def facts_as_known_at(
+        self,
+        agent_id: str,
+        ts_ms: int,
+        *,
+        block: int | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        timeout: float = 10.0,
+    ) -> list[FactVersion]:
+        """What the agent knew at event time `ts_ms` (closures recorded later do
+        not count); with `block`, only what held at that block as known then."""
+        payload = await self._fact_query(
+            agent_id,
+            "as_known_at",
+            timeout,
+            ts=ts_ms,
+            block=block,
+            subject=subject,
+            predicate=predicate,
+        )
+        return [FactVersion.from_wire(f) for f in payload.get("facts") or ()]
+
+    async def fact_neighbours(
+        self,
+        agent_id: str,
+        entity: str,
+        hops: int = 1,
+        *,
+        block: int | None = None,
+        timeout: float = 10.0,
+    ) -> list[FactNeighbour]:
+        """Entities within `hops` links of `entity` over active facts (or those
+        valid at `block`), nearest first."""
+        payload = await self._fact_query(
+            agent_id, "neighbours", timeout, entity=entity, hops=hops, block=block
+        )
+        return [
+            FactNeighbour(n["entity"], int(n["hops"]), tuple(n.get("via") or ()))
+            for n in payload.get("neighbours") or ()
+        ]
+
+    async def _fact_query(
+        self, agent_id: str, query: str, timeout: float, **fields: Any
+    ) -> dict[str, Any]:
+        correlation_id = uuid.uuid4().hex
+        request = FactQueryV1(
+            agent_id=agent_id,
+            query=query,
+            reply_to=self.reply_topic,
+            correlation_id=correlation_id,
+            api_key=self._api_key,
+            **fields,
+        )
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = future
+        try:
+            await self.publish_raw(self.topics.fact_queries, agent_id, request.dumps_json())
+            payload = await asyncio.wait_for(future, timeout)
+        except TimeoutError as exc:
+            raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
+        finally:
+            self._pending.pop(correlation_id, None)
+        error = payload.get("error")
+        if error:
+            if str(error).startswith(_UNAUTHORIZED):
+                raise RecallUnauthorized(error)
+            raise RecallFailed(error)
+        return payload
+
     async def recall(
         self,
         agent_id: str,
@@ -245,11 +370,15 @@ class GrimoireClient:
         explain: bool | None = None,
         expand_episodes: bool | None = None,
         record_usage: bool | None = None,
+        serving_run_id: str | None = None,
+        include_causal: bool | None = None,
         timeout: float = 10.0,
     ) -> RecallAnswer:
         """Ask and await the reply. `filters`, `budgets` and `state` are the typed options
         of `grimoire.topics.options`; None (or an empty one) leaves the worker's default.
-        `k` is shorthand for `budgets.max_items`. A request the worker rejects raises
+        `k` is shorthand for `budgets.max_items`. `serving_run_id` names the run the
+        answer is acted on in: the run's `run_ended` outcome credits what it returned
+        and teaches the agent's rerank weights. A request the worker rejects raises
         `RecallFailed` with its reason; no answer within `timeout` raises `RecallTimeout`.
         """
         for name, value, expected in (
@@ -277,6 +406,8 @@ class GrimoireClient:
             explain=explain,
             expand_episodes=expand_episodes,
             record_usage=record_usage,
+            serving_run_id=serving_run_id,
+            include_causal=include_causal,
             api_key=self._api_key,
         )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()

@@ -37,6 +37,16 @@ class TopicNames:
         return self._name("outcomes")
 
     @property
+    def facts(self) -> str:
+        """Bi-temporal fact asserts, journaled like any input."""
+        return self._name("facts")
+
+    @property
+    def fact_queries(self) -> str:
+        """Reads of an agent's facts, answered on the caller's reply topic."""
+        return self._name("fact-queries")
+
+    @property
     def recall_requests(self) -> str:
         return self._name("recall-requests")
 
@@ -82,6 +92,8 @@ class TopicNames:
             self.maintenance,
             self.commands,
             self.journal,
+            self.facts,
+            self.fact_queries,
         )
 
 

@@ -18,6 +18,9 @@ __all__ = [
     "CommandV1",
     "DeadLetterV1",
     "EpisodeV1",
+    "FactQueryV1",
+    "FactResultV1",
+    "FactV1",
     "MaintenanceCommandV1",
     "MaintenanceEventV1",
     "MemoryEventV1",
@@ -163,6 +166,62 @@ class OutcomeV1(_Wire):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FactV1(_Wire):
+    """A bi-temporal fact, keyed by agent id on `{prefix}.facts`: journaled like
+    any input. It closes the agent's active fact with the same subject and
+    predicate (its `valid_until` becomes this one's `valid_from`). `ts` is when the
+    agent learned it (transaction time); `valid_from` the block it holds from.
+    The object is an entity unless `object_is_entity` is false."""
+
+    agent_id: str
+    ts: int
+    subject: str
+    predicate: str
+    object: str
+    valid_from: int
+    object_is_entity: bool | None = None
+    event_id: str | None = None  # retract it with a `retract` command naming this id
+    schema: str = "grimoire.fact/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FactQueryV1(_Wire):
+    """A read of an agent's facts on `{prefix}.fact-queries`, answered with a
+    `FactResultV1` on `reply_to`. `query`: valid_at (`block`), as_known_at (`ts`,
+    optionally `block`), neighbours (`entity`, `hops`, optionally `block`);
+    `subject` and `predicate` narrow the first two."""
+
+    agent_id: str
+    query: str
+    reply_to: str
+    correlation_id: str
+    block: int | None = None
+    ts: int | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    entity: str | None = None
+    hops: int | None = None
+    api_key: str | None = None
+    schema: str = "grimoire.fact_query/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FactResultV1(_Wire):
+    """The answer to a fact query: `facts` (each subject, predicate, object,
+    object_is_entity, valid_from, valid_until, known_from, superseded_at, fact_id,
+    source_event_id) or `neighbours` (entity, hops, via fact ids); `error` instead
+    when the query was refused."""
+
+    correlation_id: str
+    agent_id: str
+    query: str
+    facts: list[dict[str, Any]] | None = None
+    neighbours: list[dict[str, Any]] | None = None
+    error: str | None = None
+    schema: str = "grimoire.fact_result/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MaintenanceCommandV1(_Wire):
     """Sent by the leader's block timer (or an operator) keyed by agent id, so the
     worker owning the agent's partition runs its maintenance. What runs is decided
@@ -190,12 +249,14 @@ class CommandV1(_Wire):
     `config`, the agent's runtime settings, effective from its next event."""
 
     agent_id: str
-    command: str  # retract | forget | pin | unpin | configure
+    command: str  # retract | forget | pin | unpin | configure | import
     source_event_id: str | None = None
     memory_id: str | None = None
     # configure: the settings to change (memory_enabled, ingest_enabled,
     # retrieval_enabled, top_k, time_window_ms, layers, lane_weights; null resets one)
     config: dict[str, Any] | None = None
+    # import: one chunk of an export (`grimoire import`; docs/export-format.md)
+    import_chunk: dict[str, Any] | None = None
     ts: int | None = None
     event_id: str | None = None
     # The tenant key (`gmk_…`) the command is sent with; checked, then stripped
@@ -252,6 +313,9 @@ class RecallRequestV1(_Wire):
     explain: bool | None = None
     expand_episodes: bool | None = None  # attach hyperedge siblings (with roles)
     record_usage: bool | None = None  # false: a read that leaves usage counters alone
+    # the run the caller acts in: its run_ended outcome credits what this returned
+    serving_run_id: str | None = None
+    include_causal: bool | None = None  # attach each item's causal edges
     api_key: str | None = None  # the tenant key (`gmk_…`); or a `grimoire-api-key` header
     schema: str = "grimoire.recall_request/1"
 
@@ -274,6 +338,8 @@ class RecallItemV1(_Wire):
     session_id: str | None = None
     hyperedge_ids: list[str] | None = None
     episode: list[dict[str, str]] | None = None  # siblings {id, role, gist} on request
+    # its causal edges on request: {cause, effect, weight, evidence, last_block}
+    causal: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,6 +355,9 @@ class RecallResultV1(_Wire):
     budget: dict[str, int] | None = None  # tokens_used, token_budget, items, max_items
     timings_ms: dict[str, float] | None = None
     error: str | None = None
+    # with `explain`: the rerank weights used, {"source": learned | static,
+    # "updates": runs learned from, "weights": {factor: weight}}
+    learning: dict[str, Any] | None = None
     schema: str = "grimoire.recall_result/1"
 
     @classmethod

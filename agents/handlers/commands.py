@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.handlers.facts import FactHandler
 from grimoire.agents.handlers.retraction import RetractionReport
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.config.agent_config import apply_update, config_to_json
+from grimoire.streams.exchange.chunks import ImportChunk
 from grimoire.streams.inbound.command import Command, CommandKind, parse_command
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.validators import InputLimits
@@ -25,7 +27,7 @@ from grimoire.tables.config.store import ConfigStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
-__all__ = ["CommandHandler", "Eraser", "Retractor", "StepLog"]
+__all__ = ["CommandHandler", "Eraser", "Importer", "Retractor", "StepLog"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,15 @@ class Retractor(Protocol):
     async def unpin(self, agent_id: str, memory_id: str) -> bool: ...
 
 
+class Importer(Protocol):
+    async def apply_chunk(
+        self, agent_id: str, chunk: ImportChunk
+    ) -> tuple[str, Sequence[str], Any]:
+        """Write one import chunk once (agents/handlers/importing.py); its witness
+        summary."""
+        ...
+
+
 class Eraser(Protocol):
     async def forget(self, agent_id: str) -> int:
         """Erase every stored key of the agent and destroy its journal keys; how
@@ -73,6 +84,11 @@ class CommandHandler:
     steps: StepLog = field(default_factory=StepLog)
     # Where `configure` writes (wired by the composition root; required for it).
     configs: ConfigStore | None = None
+    # Facts: a `retract` naming a fact's source event removes the fact and
+    # restores what it superseded (None: retraction reaches memories only).
+    facts: FactHandler | None = None
+    # Where `import` chunks are written (wired by the composition root; required for it).
+    importer: Importer | None = None
     # The step log is one per handler, and journal partitions fold side by side:
     # one command at a time, or two commands' steps would mix.
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -117,6 +133,16 @@ class CommandHandler:
             # The witness digests these fields, so they hold ids and counts: a repr
             # would carry rebuilt summaries' and entries' text, and change with
             # the dataclasses' shape.
+            facts = await self._retract_fact(command)
+            if facts:
+                return (
+                    "retract",
+                    (*report.memory_ids, *facts),
+                    {
+                        **report.details(),
+                        "facts": list(facts),
+                    },
+                )
             return "retract", report.memory_ids, report.details()
         if command.kind is CommandKind.PIN:
             changed = await self.retractor.pin(agent_id, command.target)
@@ -134,6 +160,20 @@ class CommandHandler:
             # The whole configuration it leaves (its non-default settings), so the
             # witness shows what held from here on, not only what changed.
             return "configure", (), {"config": config_to_json(updated)}
+        if command.kind is CommandKind.IMPORT:
+            assert command.chunk is not None  # the parser refuses an import without
+            if self.importer is None:
+                raise RuntimeError("no importer is wired to the command handler")
+            return await self.importer.apply_chunk(agent_id, command.chunk)
         removed = await self.eraser.forget(agent_id)
         # Recorded without content: that the agent was forgotten, and how much went.
         return "forget", (), {"keys_removed": removed}
+
+    async def _retract_fact(self, command: Command) -> tuple[str, ...]:
+        """The ids of the facts a retraction changed (the retracted one first)."""
+        if self.facts is None:
+            return ()
+        steps = await self.facts.retract(command.agent_id, command.target, at_ms=command.ts_ms or 0)
+        for op, ids, details in steps:
+            await self.steps(op, ids, details)
+        return tuple(dict.fromkeys(i for _, ids, _ in steps for i in ids))

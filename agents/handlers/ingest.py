@@ -13,6 +13,15 @@ from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.ports import Embedder, EmbedUsage, EventSink, InputMessage, embed_with_usage
 from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.learn.outcomes import Outcome as OutcomeEvent
+from grimoire.streams.learn.outcomes import OutcomeKind
+from grimoire.streams.learn.runs import (
+    DEFAULT_RUN_POLICY,
+    RUN_EDGE_PREFIX,
+    RunPolicy,
+    learn_from_late_members,
+    run_edge_id,
+)
 from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
@@ -26,6 +35,7 @@ from grimoire.streams.write.plan import (
     plan_batch,
 )
 from grimoire.tables.codec.memory_hash import hash_fields
+from grimoire.tables.learn.store import LearningStore, LearningWrite
 from grimoire.tables.memory.store import MemoryStore
 from grimoire.tables.transaction import TransactionPart
 from grimoire.topics.declarations import TopicNames
@@ -116,6 +126,10 @@ class IngestHandler:
     limits: InputLimits = field(default_factory=InputLimits)
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     eidolon_weight: float = DEFAULT_STATE_WEIGHT
+    # A member of a run whose outcome was learned from before it was written is
+    # credited as it is written (None: no learning from runs).
+    learning: LearningStore | None = field(default=None, kw_only=True)
+    run_policy: RunPolicy = field(default=DEFAULT_RUN_POLICY, kw_only=True)
 
     def _normalize(self, event_type: EventType, message: InputMessage) -> Accepted | Rejection:
         try:
@@ -328,6 +342,50 @@ class IngestHandler:
         for agent_id, memory_ids in sorted(written.items()):
             for outcome in await self.store.take_held_outcomes(agent_id, memory_ids):
                 await self.store.apply_outcome(outcome)
+        if self.learning is not None:
+            await self._credit_late_members(records, self.learning)
+
+    async def _credit_late_members(
+        self, records: Sequence[MemoryRecord], learning: LearningStore
+    ) -> None:
+        """Members of runs that ended (and were learned from) before they were
+        written get the run's credit now (`learn_from_late_members`)."""
+        by_agent: dict[str, dict[str, set[str]]] = {}
+        for record in records:
+            edge = record.candidate.hyperedge
+            if edge is not None and edge.edge_id.startswith(RUN_EDGE_PREFIX):
+                runs = by_agent.setdefault(record.candidate.agent_id, {})
+                runs.setdefault(edge.edge_id, set()).add(record.id)
+        for agent_id, runs in sorted(by_agent.items()):
+            ended = await learning.ended_runs(
+                agent_id, [edge_id.removeprefix(RUN_EDGE_PREFIX) for edge_id in runs]
+            )
+            for run_id, run in sorted(ended.items()):
+                edge_id = run_edge_id(run_id)
+                late = frozenset(runs[edge_id])
+                found = await self.store.recall_source(agent_id).hyperedges([edge_id])
+                members = dict(found.get(edge_id, {}))
+                actions = sorted(m for m, role in members.items() if role == "action")
+                stored = await learning.edges_of(agent_id, actions)
+                plan = learn_from_late_members(
+                    run,
+                    members,
+                    late,
+                    {a: [e for e in stored.get(a, ()) if e.cause == a] for a in actions},
+                    self.run_policy,
+                )
+                part = await learning.outcome_part(LearningWrite(agent_id, edges=plan.edges))
+                # Once per (run outcome, late group): a member is written only once.
+                marker = OutcomeEvent(
+                    outcome_id=f"{run.outcome_id}+{min(late)}",
+                    agent_id=agent_id,
+                    ts_ms=run.ts_ms,
+                    kind=OutcomeKind.RUN_ENDED,
+                    memory_ids=(),
+                    run_id=run_id,
+                    quality=run.quality,
+                )
+                await self.store.apply_credits(marker, plan.credits, dict(plan.uplifts), [part])
 
     async def _plan_items(
         self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]

@@ -3,18 +3,39 @@
 An outcome may name a memory whose event is later in the journal: that part of the
 outcome is held for the memory and applied when the write path writes it (see
 IngestHandler), so what an outcome does never depends on which arrived first.
+
+A run's outcome (`run_ended` with a quality) is learned from (SPEC §7): the run's
+hyperedge members are credited or blamed by role, what the run recalled is
+credited (and strengthened on a success), the run's action → outcome edges move
+in the causal graph, and the agent's rerank weights take one Hedge step
+(`grimoire.streams.learn.runs`). It acts on the members the journal holds when it
+is applied: a memory of the run journaled after its end is not credited.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
 from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.outcome import parse_outcome
 from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.learn.hedge import initial_weights
+from grimoire.streams.learn.outcomes import Outcome
+from grimoire.streams.learn.runs import (
+    DEFAULT_RUN_POLICY,
+    EndedRun,
+    RunPolicy,
+    learn_from_run,
+    run_edge_id,
+)
+from grimoire.streams.recall.rerank import DEFAULT_RERANK_WEIGHTS, RerankWeights
+from grimoire.tables.config.store import ConfigStore
+from grimoire.tables.learn.store import LearningStore, LearningWrite
 from grimoire.tables.memory.store import MemoryStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
@@ -28,6 +49,11 @@ class OutcomeHandler:
     sink: EventSink
     topics: TopicNames
     limits: InputLimits = field(default_factory=InputLimits)
+    # Learning from runs (None: a run's outcome only closes it, as before SPEC §7).
+    learning: LearningStore | None = field(default=None, kw_only=True)
+    configs: ConfigStore | None = field(default=None, kw_only=True)
+    run_policy: RunPolicy = field(default=DEFAULT_RUN_POLICY, kw_only=True)
+    rerank: RerankWeights = field(default=DEFAULT_RERANK_WEIGHTS, kw_only=True)
 
     async def handle(self, message: InputMessage) -> int:
         """How many memories changed; -1 for an outcome applied before (redelivery)."""
@@ -35,6 +61,8 @@ class OutcomeHandler:
         if isinstance(outcome, Rejection):
             await dead_letter(self.sink, self.topics.dead_letters, message, outcome)
             return 0
+        if outcome.ends_run and self.learning is not None:
+            return await self._learn(outcome, self.learning)
         changed = await self.store.apply_outcome(outcome)
         held: list[str] = []
         if changed >= 0 and outcome.effect.touches_memories:
@@ -61,3 +89,67 @@ class OutcomeHandler:
             )
             await self.sink.send(self.topics.memory_events, outcome.agent_id, event.dumps_json())
         return changed
+
+    async def _learn(self, outcome: Outcome, learning: LearningStore) -> int:
+        agent = outcome.agent_id
+        config = (
+            (await self.configs.load([agent]))[agent] if self.configs is not None else AgentConfig()
+        )
+        if not config.learn_from_outcomes:
+            # Learning off: the run closes and nothing moves (its recalls are dropped);
+            # marked applied all the same.
+            drop = await learning.outcome_part(LearningWrite(agent, outcome.run_id))
+            changed = await self.store.apply_credits(outcome, (), {}, [drop])
+            await self._report(outcome, changed, 0, 0, "learning off")
+            return changed
+        assert outcome.quality is not None
+        edge_id = run_edge_id(outcome.run_id)
+        members_by_edge, recalled, fields, weights = await asyncio.gather(
+            self.store.recall_source(agent).hyperedges([edge_id]),
+            learning.run_recalls(agent, outcome.run_id),
+            self.store.load_fields([agent]),
+            learning.learned_weights(agent),
+        )
+        members = dict(members_by_edge.get(edge_id, {}))
+        actions = sorted(m for m, role in members.items() if role == "action")
+        out_edges = await learning.edges_of(agent, actions)
+        plan = learn_from_run(
+            quality=outcome.quality,
+            members=members,
+            recalled=recalled,
+            out_edges={a: [e for e in out_edges.get(a, ()) if e.cause == a] for a in actions},
+            block=fields[agent].block or 0,
+            weights=weights,
+            initial=initial_weights(self.rerank),
+            learn_weights=config.use_learned_weights,
+            causal_active=config.use_causal_scoring,
+            policy=self.run_policy,
+        )
+        block = fields[agent].block or 0
+        ended = EndedRun(outcome.run_id, outcome.outcome_id, outcome.quality, outcome.ts_ms, block)
+        part = await learning.outcome_part(
+            LearningWrite(agent, outcome.run_id, plan.edges, plan.weights, ended)
+        )
+        changed = await self.store.apply_credits(outcome, plan.credits, dict(plan.uplifts), [part])
+        if changed >= 0:
+            await self._report(outcome, changed, len(plan.edges), len(recalled), "")
+        return changed
+
+    async def _report(
+        self, outcome: Outcome, changed: int, edges: int, recalled: int, note: str
+    ) -> None:
+        event = MemoryEventV1(
+            type="GrimoireOutcome",
+            agent_id=outcome.agent_id,
+            memory_id="",
+            source_event_id=outcome.outcome_id,
+            kind="outcome",
+            layer="",
+            ts=outcome.ts_ms,
+            action=outcome.kind.value,
+            reason=note
+            or f"run {outcome.run_id} ended at quality {outcome.quality}: {changed} memories "
+            f"credited ({recalled} recalled), {edges} causal edges",
+            target_id=outcome.run_id,
+        )
+        await self.sink.send(self.topics.memory_events, outcome.agent_id, event.dumps_json())

@@ -32,6 +32,7 @@ from grimoire.streams.inbound.recall_request import (
 )
 from grimoire.streams.inbound.validators import Fields, InputLimits
 from grimoire.streams.journal.usage import RecallUsage
+from grimoire.streams.learn.hedge import LEARNED_FACTORS, LearnedWeights, rerank_weights
 from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.text import search_terms
@@ -45,8 +46,10 @@ from grimoire.streams.recall.flow import (
 )
 from grimoire.streams.recall.mode_decision import decide_mode
 from grimoire.streams.recall.options import RetrievalMode
+from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.walk.circuits import circuits_for
 from grimoire.tables.config.store import ConfigStore
+from grimoire.tables.learn.store import LearningStore
 from grimoire.tables.memory.store import MemoryStore
 from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
 from grimoire.topics.declarations import TopicNames
@@ -74,6 +77,8 @@ class RecallHandler:
     auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
     # Agents' runtime configurations (None: every agent has the defaults).
     configs: ConfigStore | None = field(default=None, kw_only=True)
+    # What the agents learned (None: static rerank weights, no causal edges).
+    learning: LearningStore | None = field(default=None, kw_only=True)
     _recently_served: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def _served_windows(self, agent_id: str, window: int | None) -> None:
@@ -117,7 +122,11 @@ class RecallHandler:
         # Only what reached the caller counts as used, and only once it has: a
         # retried request whose reply failed counts nothing.
         delivered = set(reply.item_ids)
-        usage = replace(usage, memory_ids=tuple(i for i in usage.memory_ids if i in delivered))
+        usage = replace(
+            usage,
+            memory_ids=tuple(i for i in usage.memory_ids if i in delivered),
+            factors=tuple(f for f in usage.factors if f[0] in delivered),
+        )
         if usage.contrarian_window is not None and not delivered:
             usage = replace(usage, contrarian_window=None)
         if not usage.empty:
@@ -152,8 +161,10 @@ class RecallHandler:
         configuration (retrieval off answers nothing; its time window, layers and
         lane weights narrow and weigh the lanes)."""
         started = time.perf_counter()
-        fields, watermark = await asyncio.gather(
-            self.store.load_fields([query.agent_id]), self.store.watermark(query.agent_id)
+        fields, watermark, learned = await asyncio.gather(
+            self.store.load_fields([query.agent_id]),
+            self.store.watermark(query.agent_id),
+            self._learned(query.agent_id, config),
         )
         state = fields[query.agent_id]
         # Recency and decay run on the request's event time, never the wall clock.
@@ -168,6 +179,7 @@ class RecallHandler:
                 empty = _empty(query, watermark, state, now_ms, RetrievalMode.NONE.value)
                 return empty, RecallUsage((), now_ms, None)
             query, policy = configured
+        policy, learning = _learning_policy(policy, config or AgentConfig(), learned)
         state = _with_overrides(state, query)
         terms = search_terms(query.query)
         mode = decide_mode(query.mode, search_terms=terms, has_memories=watermark is not None)
@@ -216,11 +228,21 @@ class RecallHandler:
             **dict(outcome.timings_ms),
         }
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
-        usage = RecallUsage(outcome.used_ids, now_ms, served_window)
+        usage = RecallUsage(
+            outcome.used_ids,
+            now_ms,
+            served_window,
+            run_id=query.serving_run_id,
+            factors=outcome.used_factors if query.serving_run_id else (),
+        )
+        items = [_item(query, item) for item in outcome.items]
+        if query.include_causal and items and self.learning is not None:
+            items = await self._with_causal(query.agent_id, items)
         return RecallResultV1(
             correlation_id=query.correlation_id,
             agent_id=query.agent_id,
-            items=[_item(query, item) for item in outcome.items],
+            items=items,
+            learning=learning if query.explain else None,
             watermark=watermark,
             watermark_tick=state.tick,
             watermark_block=state.block,
@@ -234,6 +256,24 @@ class RecallHandler:
             },
             timings_ms=timings,
         ), usage
+
+    async def _learned(self, agent_id: str, config: AgentConfig | None) -> LearnedWeights | None:
+        if self.learning is None or not (config or AgentConfig()).use_learned_weights:
+            return None
+        return await self.learning.learned_weights(agent_id)
+
+    async def _with_causal(self, agent_id: str, items: list[RecallItemV1]) -> list[RecallItemV1]:
+        """Each item with its strongest causal edges, in and out."""
+        assert self.learning is not None
+        edges = await self.learning.edges_of(agent_id, [item.id for item in items])
+        attached = []
+        for item in items:
+            mine = sorted(
+                edges.get(item.id, ()),
+                key=lambda e: (-abs(e.weight) * e.evidence, e.cause, e.effect),
+            )[:MAX_CAUSAL_EDGES]
+            attached.append(replace(item, causal=[e.to_wire() for e in mine]))
+        return attached
 
     async def _vectors(self, text: str, state: FieldState) -> QueryVectors:
         """The query and the state digest in one model call; the eidolon query is
@@ -272,6 +312,48 @@ class RecallHandler:
 
 
 DISABLED_MODE = "disabled"
+MAX_CAUSAL_EDGES = 8
+
+
+def _learning_policy(
+    policy: RankingPolicy, config: AgentConfig, learned: LearnedWeights | None
+) -> tuple[RankingPolicy, dict[str, object]]:
+    """The rerank weights this agent's recall uses, and what `explain` says of them:
+    the learned ones once it learned any (and has them switched on), else the
+    static ones; causal utility's alpha, beta, gamma from its configuration."""
+    base = replace(
+        policy.weights,
+        causal_alpha=config.causal_alpha,
+        causal_beta=config.causal_beta,
+        causal_gamma=config.causal_gamma,
+    )
+    if config.use_learned_weights:
+        base = replace(base, outcome_bias=config.outcome_bias)
+    if learned is not None and config.use_learned_weights:
+        weights = rerank_weights(base, learned, causal=config.use_causal_scoring)
+        source, updates = "learned", learned.updates
+    else:
+        weights, source, updates = base, "static", 0
+    shown = {
+        "relevance": 1.0 - weights.prior_share,
+        **{
+            name: getattr(weights, name) * weights.prior_share / _prior_total(weights)
+            for name in LEARNED_FACTORS[1:]
+        },
+    }
+    explained: dict[str, object] = {
+        "source": source,
+        "updates": updates,
+        "weights": {name: round(value, 9) for name, value in shown.items()},
+        "causal_scoring": config.use_causal_scoring,
+        "outcome_bias": weights.outcome_bias,
+    }
+    return replace(policy, weights=weights), explained
+
+
+def _prior_total(weights: RerankWeights) -> float:
+    total = sum(getattr(weights, name) for name in LEARNED_FACTORS[1:]) + weights.affect
+    return total if total > 0 else 1.0
 
 
 def _empty(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from grimoire.streams.journal.entry import SourceRef
 from grimoire.streams.journal.usage import RecallUsage
+from grimoire.tables.learn.store import LearningStore
 from grimoire.tables.memory.store import MemoryStore
 
 __all__ = ["ImmediateUsage", "StoreUsage"]
@@ -19,10 +20,19 @@ __all__ = ["ImmediateUsage", "StoreUsage"]
 @dataclass
 class StoreUsage:
     store: MemoryStore
+    # Where a recall made for a run leaves what it returned and how it was ranked,
+    # for the run's outcome to learn from (None: not kept).
+    learning: LearningStore | None = None
 
     async def apply_usage(self, agent_id: str, usage: RecallUsage, seq: int | None = None) -> bool:
         """Apply the uses; with the entry's journal `seq`, once (a usage entry read
         again after a crash counts nothing twice). Whether anything was applied."""
+        if self.learning is not None and usage.run_id and usage.factors:
+            # Idempotent (a memory keeps its first recall's values), so it needs no
+            # once-only guard of its own.
+            await self.learning.record_recalls(
+                agent_id, usage.run_id, {m: dict(values) for m, values in usage.factors}
+            )
         if seq is not None:
             return await self.store.apply_usage_once(
                 agent_id, seq, list(usage.memory_ids), usage.as_of_ms, usage.contrarian_window

@@ -33,6 +33,7 @@ import orjson
 
 from grimoire.agents.exceptions import PayloadUnreadable
 from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.handlers.facts import FACT_OP, FactHandler
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.journal.cipher import SealedPayload, open_sealed
@@ -156,6 +157,8 @@ class JournalApplier:
     publication: Publication | None = None
     # Agents' configurations (ingest may be turned off); None: every agent ingests.
     configs: ConfigStore | None = None
+    # Bi-temporal facts (asserts); None: a fact entry is a poison entry.
+    facts: FactHandler | None = None
 
     async def apply(self, messages: Sequence[InputMessage]) -> ApplyReport:
         """Fold `messages` (journal records of one partition, in offset order)."""
@@ -366,6 +369,16 @@ class JournalApplier:
                     (),
                     {"changed": changed, "payload": _json_or_text(first.message.value)},
                     journal=first.journal,
+                )
+            return True
+        if kind is EntryKind.FACT:
+            if self.facts is None:
+                raise InvalidEntry("no fact handler is wired to the apply loop")
+            asserted = await self.facts.handle(first.message)
+            if asserted is not None:
+                ids, fields = asserted
+                await self.witness.record(
+                    first.entry.agent_id, FACT_OP, sorted(ids), fields, journal=first.journal
                 )
             return True
         if kind is EntryKind.MAINTENANCE:

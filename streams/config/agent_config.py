@@ -42,6 +42,18 @@ class AgentConfig:
     time_window_ms: int | None = None  # recall only what happened this long before `as_of`
     layers: tuple[str, ...] | None = None  # recall only these layers (None: all)
     lane_weights: tuple[tuple[str, float], ...] | None = None  # fusion weights by lane
+    # Learning (SPEC §7): a run's outcome credits and blames its memories and moves
+    # the causal graph; learned weights replace the static rerank weights once the
+    # agent has learned any; causal scoring adds the causal utility factor.
+    learn_from_outcomes: bool = True
+    use_learned_weights: bool = True
+    use_causal_scoring: bool = True
+    causal_alpha: float = 0.4  # causal utility = alpha*sim + beta*causal_uplift - gamma*latency
+    causal_beta: float = 0.5
+    causal_gamma: float = 0.1
+    # How much a memory's run record (successful vs failed runs) scales its score,
+    # with learned weights on: 0.5 gives 0.5x-1.5x.
+    outcome_bias: float = 0.5
 
     @property
     def ingests(self) -> bool:
@@ -60,10 +72,27 @@ class AgentConfig:
             "time_window_ms": self.time_window_ms,
             "layers": list(self.layers) if self.layers is not None else None,
             "lane_weights": dict(self.lane_weights) if self.lane_weights is not None else None,
+            "learn_from_outcomes": self.learn_from_outcomes,
+            "use_learned_weights": self.use_learned_weights,
+            "use_causal_scoring": self.use_causal_scoring,
+            "causal_alpha": self.causal_alpha,
+            "causal_beta": self.causal_beta,
+            "causal_gamma": self.causal_gamma,
+            "outcome_bias": self.outcome_bias,
         }
 
 
 _NAMES: Final = frozenset(f.name for f in fields(AgentConfig))
+_SWITCHES: Final = frozenset(
+    {
+        "memory_enabled",
+        "ingest_enabled",
+        "retrieval_enabled",
+        "learn_from_outcomes",
+        "use_learned_weights",
+        "use_causal_scoring",
+    }
+)
 
 
 def apply_update(config: AgentConfig, update: Mapping[str, Any]) -> AgentConfig:
@@ -83,7 +112,7 @@ def apply_update(config: AgentConfig, update: Mapping[str, Any]) -> AgentConfig:
 
 def _parsed(name: str, value: Any) -> Any:
     where = f"config.{name}"
-    if name in ("memory_enabled", "ingest_enabled", "retrieval_enabled"):
+    if name in _SWITCHES:
         if not isinstance(value, bool):
             raise InvalidEvent(WRONG_TYPE, f"'{name}' must be true or false", where)
         return value
@@ -94,6 +123,13 @@ def _parsed(name: str, value: Any) -> Any:
         if not 1 <= value <= ceiling:
             raise InvalidEvent(INVALID_VALUE, f"'{name}' must be 1..{ceiling}", where)
         return value
+    if name in ("causal_alpha", "causal_beta", "causal_gamma", "outcome_bias"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidEvent(WRONG_TYPE, f"'{name}' must be a number", where)
+        upper = 1.0 if name == "outcome_bias" else MAX_WEIGHT
+        if not 0.0 <= float(value) <= upper:
+            raise InvalidEvent(INVALID_VALUE, f"'{name}' must be 0..{upper}", where)
+        return float(value)
     if name == "layers":
         if not isinstance(value, list) or not value:
             raise InvalidEvent(WRONG_TYPE, "'layers' must be a non-empty list", where)

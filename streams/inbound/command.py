@@ -17,6 +17,8 @@ import orjson
 
 from grimoire.streams.config.agent_config import AgentConfig, apply_update
 from grimoire.streams.exceptions import InvalidEvent
+from grimoire.streams.exchange.chunks import ImportChunk, chunk_from_wire
+from grimoire.streams.exchange.format import ExchangeError
 from grimoire.streams.inbound.events import UNSUPPORTED_SCHEMA, Rejection, decode_object
 from grimoire.streams.inbound.validators import (
     INVALID_VALUE,
@@ -38,6 +40,7 @@ class CommandKind(StrEnum):
     PIN = "pin"  # a memory: exempt from compaction and archiving
     UNPIN = "unpin"
     CONFIGURE = "configure"  # the agent's runtime configuration: a partial update
+    IMPORT = "import"  # one chunk of an export, written verbatim (streams/exchange)
 
 
 _TARGET: Final = {
@@ -55,6 +58,7 @@ class Command:
     target: str = ""  # source event id (retract) or memory id (pin, unpin)
     ts_ms: int | None = None
     config: Mapping[str, Any] | None = None  # configure: the settings it changes
+    chunk: ImportChunk | None = None  # import: the lines it writes
 
 
 def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
@@ -85,6 +89,9 @@ def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
             if config is None:
                 raise InvalidEvent(MISSING_FIELD, "'configure' needs 'config'", "config")
             apply_update(AgentConfig(), config)  # refused here, never at its place
+        chunk: ImportChunk | None = None
+        if kind is CommandKind.IMPORT:
+            chunk = _import_chunk(data.data.get("import_chunk"), data.agent_id())
         ts_ms = data.timestamp_ms("ts") if data.data.get("ts") is not None else None
         event_id = data.identifier("event_id")
         return Command(
@@ -95,6 +102,19 @@ def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
             target=target,
             ts_ms=ts_ms,
             config=config,
+            chunk=chunk,
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)
+
+
+def _import_chunk(raw: Any, agent_id: str) -> ImportChunk:
+    if raw is None:
+        raise InvalidEvent(MISSING_FIELD, "'import' needs 'import_chunk'", "import_chunk")
+    try:
+        chunk = chunk_from_wire(raw)
+    except ExchangeError as exc:
+        raise InvalidEvent(INVALID_VALUE, f"import_chunk: {exc}", "import_chunk") from None
+    if chunk.agent_id != agent_id:
+        raise InvalidEvent(INVALID_VALUE, "the chunk names another agent", "import_chunk")
+    return chunk

@@ -224,6 +224,7 @@ class _Part:
     episode_type: str = ""
     outcome: str = ""
     field: str = "text"  # where the text came from, named by a dead letter
+    latency_ms: float | None = None
 
 
 def _candidates(
@@ -305,6 +306,7 @@ def _candidates(
                 hyperedge=hyperedge,
                 decay_class=common.decay_class,
                 pinned=common.pinned,
+                latency_ms=part.latency_ms,
             )
         )
     return Accepted(common.agent_id, common.source_event_id, common.ts_ms, tuple(candidates))
@@ -377,6 +379,7 @@ def _tool_event(fields: Fields) -> Accepted:
         episode_type="action",  # a tool call is something the agent did
         outcome="error" if error else "ok",
         field="result",
+        latency_ms=latency,
     )
     return _candidates(common, EventType.TOOL, [part], _run_edge(common), fields.limits)
 

@@ -41,6 +41,12 @@ def parse_outcome(raw: bytes, limits: InputLimits) -> Outcome | Rejection:
         memory_ids = data.string_list("memory_ids")
         if len(memory_ids) > MAX_OUTCOME_MEMORIES:
             raise InvalidEvent(OVERSIZE, f"at most {MAX_OUTCOME_MEMORIES} memory_ids", "memory_ids")
+        quality = data.unit_float("quality", 0.0) if data.data.get("quality") is not None else None
+        if quality is not None and kind is not OutcomeKind.RUN_ENDED:
+            raise InvalidEvent(INVALID_VALUE, "'quality' belongs to run_ended", "quality")
+        run_id = data.identifier("run_id")
+        if quality is not None and not run_id:
+            raise InvalidEvent(INVALID_VALUE, "a run's quality needs its 'run_id'", "run_id")
         event_id = data.identifier("event_id")
         return Outcome(
             outcome_id=event_id
@@ -49,7 +55,8 @@ def parse_outcome(raw: bytes, limits: InputLimits) -> Outcome | Rejection:
             ts_ms=data.timestamp_ms("ts"),
             kind=kind,
             memory_ids=tuple(sorted(set(memory_ids))),
-            run_id=data.identifier("run_id"),
+            run_id=run_id,
+            quality=quality,
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)

@@ -73,6 +73,10 @@ class RecallQuery:
     explain: bool = False
     expand_episodes: bool = False
     record_usage: bool = True
+    # The run this recall serves (the caller acts on the answer within it): the
+    # run's outcome credits what was returned, and learns from how it was ranked.
+    serving_run_id: str = ""
+    include_causal: bool = False  # attach each item's causal edges
 
     @property
     def k(self) -> int:
@@ -132,6 +136,8 @@ def parse_recall_request(
             explain=_flag(data, "explain", False),
             expand_episodes=_flag(data, "expand_episodes", False),
             record_usage=_flag(data, "record_usage", True),
+            serving_run_id=data.identifier("serving_run_id"),
+            include_causal=_flag(data, "include_causal", False),
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)

@@ -48,6 +48,7 @@ class EntryKind(StrEnum):
     MAINTENANCE = "maintenance"
     COMMAND = "command"
     USAGE = "usage"  # what a recall used and which anti-rumination window it served
+    FACT = "fact"  # a bi-temporal fact asserted (grimoire.fact/1)
 
 
 # The kinds the write path folds in runs (one embedding batch per run).

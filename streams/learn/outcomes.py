@@ -3,7 +3,9 @@ result does to the memories that were used in it.
 
 positive → strength +1, confidence +0.1; negative → confidence -0.15; both reset
 the decay origin to the outcome's event time. validated / contradicted count
-towards the curator's review; run_ended only closes a run.
+towards the curator's review. run_ended with a `quality` is a run's outcome: it
+credits or blames every memory of the run's hyperedge by role and what the run
+recalled (`grimoire.streams.learn.runs`); without one it only closes the run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ class Outcome:
     kind: OutcomeKind
     memory_ids: tuple[str, ...]
     run_id: str = ""
+    quality: float | None = None  # a run's result in [0, 1]; >= 0.5 is a success
+
+    @property
+    def ends_run(self) -> bool:
+        """A run's outcome that learning acts on: run_ended, naming a run, with a quality."""
+        return self.kind is OutcomeKind.RUN_ENDED and bool(self.run_id) and self.quality is not None
 
     @property
     def effect(self) -> OutcomeEffect:

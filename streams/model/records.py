@@ -111,6 +111,7 @@ class MemoryCandidate:
     # because the decay module builds on this one.
     decay_class: str = ""
     pinned: bool = False  # never compacted or archived, as the `pin` command sets
+    latency_ms: float | None = None  # a tool call's latency (causal utility's cost term)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from grimoire.streams.inbound.recall_request import RecallQuery
+from grimoire.streams.learn.hedge import LEARNED_FACTORS
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.streams.model.field_state import Affect
 from grimoire.streams.recall.anti_rumination import (
@@ -36,6 +37,7 @@ from grimoire.streams.recall.rerank import (
     DEFAULT_RECENCY_HALF_LIFE_MS,
     DEFAULT_RERANK_WEIGHTS,
     Candidate,
+    Factors,
     RerankWeights,
     Scored,
     rerank,
@@ -120,6 +122,9 @@ class RecallOutcome:
     # What counts as used (the items, unless the request is a probe): recall is a
     # read, so the caller records the use (a journal entry) once the answer is out.
     used_ids: tuple[str, ...] = ()
+    # The learnable factor values that ranked each used memory (`LEARNED_FACTORS`):
+    # a run's outcome charges them to the factors (grimoire.streams.learn.hedge).
+    used_factors: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
 
 
 async def run_recall(
@@ -237,12 +242,19 @@ async def run_recall(
         )
     timer.lap("pack")
     kept = {item.record.memory_id for item in items}
+    by_id = {s.memory_id: s for s in scored}
+    used_ids = tuple(item.record.memory_id for item in items) if query.record_usage else ()
     return RecallOutcome(
         tuple(items),
         used,
         timer.laps(),
         tuple(i for i in injected if i in kept),
-        used_ids=tuple(item.record.memory_id for item in items) if query.record_usage else (),
+        used_ids=used_ids,
+        used_factors=tuple(
+            (memory_id, _learnable(by_id[memory_id].factors))
+            for memory_id in used_ids
+            if memory_id in by_id
+        ),
     )
 
 
@@ -324,6 +336,10 @@ def _candidate(
         provenance=record.provenance,
         normalized_hash=record.normalized_hash,
         affect=record.affect,
+        validated=record.validated_count,
+        contradicted=record.contradicted_count,
+        causal_uplift=record.causal_uplift,
+        latency_ms=record.latency_ms,
     )
 
 
@@ -369,6 +385,11 @@ def _pack_input(
             *((CONTRARIAN_REASON,) if contrarian else ()),
         ),
     )
+
+
+def _learnable(factors: Factors) -> tuple[tuple[str, float], ...]:
+    values = factors.as_dict()
+    return tuple((name, round(values[name], 9)) for name in LEARNED_FACTORS)
 
 
 class _Timer:

@@ -17,9 +17,22 @@ import numpy.typing as npt
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy, effective_confidence
 from grimoire.streams.model.field_state import Affect
 from grimoire.streams.recall.options import RecallFilters
-from grimoire.streams.recall.walk.daimoi import NodeInfo
+from grimoire.streams.recall.walk.daimoi import KeyLinks, NodeInfo
 
 Vector = npt.NDArray[np.float32]
+
+# `KeyLinks` is re-exported: a graph that also offers it (facts' entity links)
+# lets the walk cross them.
+__all__ = [
+    "Anchor",
+    "GraphView",
+    "KeyLinks",
+    "LaneHit",
+    "RecallRecord",
+    "RecallSource",
+    "Vector",
+    "adjacent_members",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +92,10 @@ class RecallRecord:
     source_event_id: str = ""
     hyperedge_ids: tuple[str, ...] = ()
     nexus_keys: tuple[str, ...] = ()
+    validated_count: int = 0  # runs it took part in (or was recalled for) that succeeded
+    contradicted_count: int = 0  # ... that failed
+    causal_uplift: float = 0.0  # what its out-edges in the causal graph say, in [-1, 1]
+    latency_ms: float | None = None  # a tool call's latency
     vector: Vector | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -130,7 +147,8 @@ class RecallRecord:
 
 
 class GraphView(Protocol):
-    """Batched read access to one agent's memory graph."""
+    """Batched read access to one agent's memory graph (one that is also a
+    `KeyLinks` lets the walk cross facts' entity links)."""
 
     async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
         """Known memories among `memory_ids` (missing ones are left out)."""

@@ -1,8 +1,27 @@
 """Multi-factor rerank of pooled candidates (SPEC §5 step 3).
 
     prior = (0.25·effective_confidence + 0.20·quality + 0.15·recency
-             + 0.10·regime_match [+ w_affect·affect]) / (sum of those weights)
-    score = boost · relevance · (1 - prior_share + prior_share · prior)
+             + 0.10·regime_match [+ w_affect·affect] [+ w_outcome·outcome]
+             [+ w_causal·causal_utility]) / (sum of those weights)
+    score = boost · outcome_boost · relevance · (1 - prior_share + prior_share · prior)
+    outcome_boost = 1 + outcome_bias · (2 · outcome - 1)
+
+`outcome` is the memory's record of the runs it took part in (or was recalled
+for), (validated + 1) / (validated + contradicted + 2), 0.5 with no record. It
+acts twice: as a prior the learned weights can grow, and as the learned outcome
+bias, a premium like the bloodstain boost: with `outcome_bias` 0.5 a memory of
+one successful run scores 1.17x, of one failed run 0.83x, within [0.5, 1.5]
+however long the record; a memory with no record is unchanged. A prior alone
+could not keep the SPEC §7 promise (successful runs above failed ones): priors
+scale relevance by at most `prior_share`, so a slightly better-worded memory
+of a failed run would still win.
+`causal_utility` is SPEC §5's `alpha*sim + beta*causal_uplift - gamma*latency` mapped onto
+[0, 1] (its least possible value to 0, its greatest to 1), with `sim` the
+normalised relevance, `causal_uplift` from the causal graph
+(`grimoire.streams.learn.causal`) and `latency` a tool call's latency as
+`ms / (ms + latency_scale_ms)`. Both weigh 0 unless the agent learns: its learned
+weights (`grimoire.streams.learn.hedge`) set every weight above, `prior_share`
+included.
 
 `relevance` is the evidence that a memory answers the query (`relevance.py`:
 lexical and semantic scores plus session context; SPEC §5 step 3 calls it rrf),
@@ -54,10 +73,23 @@ class RerankWeights:
     regime_match: float = 0.10
     affect: float = 0.0  # mood-congruent retrieval; off unless a caller opts in
     lineage_boost: float = 1.2  # predecessor "bloodstain" premium, multiplies the score
+    outcome: float = 0.0  # the run record as a prior; set by learned weights
+    outcome_bias: float = 0.0  # the run record as a premium; on when the agent learns
+    causal: float = 0.0  # causal utility; set by learned weights when causal scoring is on
+    causal_alpha: float = 0.4
+    causal_beta: float = 0.5
+    causal_gamma: float = 0.1
+    latency_scale_ms: float = 1000.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.prior_share <= 1.0:
             raise ValueError("prior_share must be within [0, 1]")
+        if min(self.causal_alpha, self.causal_beta, self.causal_gamma) < 0.0:
+            raise ValueError("causal alpha, beta and gamma must be >= 0")
+        if not 0.0 <= self.outcome_bias <= 1.0:
+            raise ValueError("outcome_bias must be within [0, 1]")
+        if self.latency_scale_ms <= 0.0:
+            raise ValueError("latency_scale_ms must be > 0")
 
 
 DEFAULT_RERANK_WEIGHTS: Final = RerankWeights()
@@ -77,6 +109,10 @@ class Candidate:
     provenance: str = "self"
     normalized_hash: str = ""
     affect: Affect | None = None
+    validated: int = 0  # runs it took part in that succeeded
+    contradicted: int = 0  # ... and that failed
+    causal_uplift: float = 0.0  # in [-1, 1], from its out-edges in the causal graph
+    latency_ms: float | None = None  # a tool call's latency
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +127,9 @@ class Factors:
     affect: float
     boost: float
     prior: float = 1.0  # the weighted mean of the priors (the factors after relevance)
+    outcome: float = 0.5
+    causal: float = 0.5
+    outcome_boost: float = 1.0
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -101,7 +140,10 @@ class Factors:
             "recency": self.recency,
             "regime_match": self.regime_match,
             "affect": self.affect,
+            "outcome": self.outcome,
+            "causal": self.causal,
             "boost": self.boost,
+            "outcome_boost": self.outcome_boost,
         }
 
 
@@ -144,6 +186,26 @@ def affect_congruence(memory: Affect | None, state: Affect | None) -> float:
     return _unit((1.0 + cosine) / 2.0)
 
 
+def outcome_bias(validated: int, contradicted: int) -> float:
+    """The run record as a Beta(1, 1) posterior mean: 0.5 with no record."""
+    return (max(validated, 0) + 1.0) / (max(validated, 0) + max(contradicted, 0) + 2.0)
+
+
+def causal_utility(
+    similarity: float, uplift: float, latency_ms: float | None, weights: RerankWeights
+) -> float:
+    """`alpha*sim + beta*uplift - gamma*latency` mapped onto [0, 1] by its range."""
+    alpha, beta, gamma = weights.causal_alpha, weights.causal_beta, weights.causal_gamma
+    span = alpha + 2.0 * beta + gamma
+    if span <= 0.0:
+        return 0.5
+    latency = 0.0
+    if latency_ms is not None and latency_ms > 0.0:
+        latency = latency_ms / (latency_ms + weights.latency_scale_ms)
+    raw = alpha * _unit(similarity) + beta * min(1.0, max(-1.0, uplift)) - gamma * latency
+    return _unit((raw + beta + gamma) / span)
+
+
 def _score(
     candidate: Candidate,
     *,
@@ -154,10 +216,11 @@ def _score(
     weights: RerankWeights,
     recency_half_life_ms: float,
 ) -> Scored:
+    relevance = _unit(candidate.relevance / max_relevance) if max_relevance > 0 else 0.0
     factors = Factors(
         # Dividing by the list's best makes the top hit 1.0, on the same scale
         # as the other factors.
-        relevance=_unit(candidate.relevance / max_relevance) if max_relevance > 0 else 0.0,
+        relevance=relevance,
         effective_confidence=_unit(candidate.effective_confidence),
         quality=_unit(candidate.quality),
         recency=recency(now_ms - candidate.ts_ms, recency_half_life_ms),
@@ -168,6 +231,8 @@ def _score(
             if candidate.provenance.strip().casefold() in LINEAGE_PROVENANCES
             else 1.0
         ),
+        outcome=outcome_bias(candidate.validated, candidate.contradicted),
+        causal=causal_utility(relevance, candidate.causal_uplift, candidate.latency_ms, weights),
     )
     priors = (
         (weights.effective_confidence, factors.effective_confidence),
@@ -175,15 +240,20 @@ def _score(
         (weights.recency, factors.recency),
         (weights.regime_match, factors.regime_match),
         (weights.affect, factors.affect),
+        (weights.outcome, factors.outcome),
+        (weights.causal, factors.causal),
     )
     total_weight = sum(weight for weight, _ in priors)
     prior = (
         sum(weight * value for weight, value in priors) / total_weight if total_weight > 0 else 1.0
     )
-    factors = replace(factors, prior=prior)
+    outcome_boost = 1.0 + weights.outcome_bias * (2.0 * factors.outcome - 1.0)
+    factors = replace(factors, prior=prior, outcome_boost=outcome_boost)
     scale = 1.0 - weights.prior_share + weights.prior_share * prior
     return Scored(
-        candidate=candidate, score=factors.boost * factors.relevance * scale, factors=factors
+        candidate=candidate,
+        score=factors.boost * outcome_boost * factors.relevance * scale,
+        factors=factors,
     )
 
 

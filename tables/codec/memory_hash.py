@@ -140,6 +140,8 @@ def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
     # it did before they could come from the wire; readers default them.
     if cand.decay_class:
         fields["decay_class"] = cand.decay_class
+    if cand.latency_ms is not None:
+        fields["latency_ms"] = cand.latency_ms
     if cand.pinned:
         fields.update(pinned_fields(True))
     if record.eidolon:
@@ -185,6 +187,10 @@ RECORD_FIELDS: Final = (
     "source_event_id",
     "hyperedge_ids",
     "nexus_keys",
+    "validated_count",
+    "contradicted_count",
+    "causal_uplift",
+    "latency_ms",
     "canonical",
 )
 
@@ -221,7 +227,8 @@ def decode_row(
         memory_id, agent, kind, layer, text, gist, ts, confidence, quality, importance,
         strength, last_accessed, decay_class, provenance, regime, affect, normalized_hash,
         deleted, quarantined, archived, replaced_by, session_id, run_id, actor_id,
-        event_type, source_event_id, hyperedge_ids, nexus_keys,
+        event_type, source_event_id, hyperedge_ids, nexus_keys, validated, contradicted,
+        uplift, latency,
     ) = [stored_text(value) for value in raw]  # fmt: skip
     if agent != agent_id:
         return None
@@ -257,6 +264,10 @@ def decode_row(
         source_event_id=source_event_id,
         hyperedge_ids=stored_list(hyperedge_ids),
         nexus_keys=stored_list(nexus_keys),
+        validated_count=int(stored_number(validated, 0.0)),
+        contradicted_count=int(stored_number(contradicted, 0.0)),
+        causal_uplift=stored_number(uplift, 0.0),
+        latency_ms=stored_number(latency, 0.0) if latency else None,
         vector=vector,
     )
 

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from grimoire.streams.recall.options import RecallFilters
 from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector
 from grimoire.streams.recall.walk.daimoi import NodeInfo
+from grimoire.tables.codec.fact import decode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import NODE_FIELDS, RECORD_FIELDS, decode_node, decode_row
 from grimoire.tables.codec.search_replies import doc_fields, docs, scored_keys
@@ -76,6 +77,8 @@ class RedisRecallSource:
         self._agent = agent_id
         self._dims = dims
         self._records: dict[str, RecallRecord | None] = {}
+        # False once the agent is seen to have no fact links: no more reads.
+        self._may_link = True
 
     def _key(self, memory_id: str) -> str:
         return self._keys.memory(memory_id)
@@ -263,6 +266,21 @@ class RedisRecallSource:
                 for memory_id, row in zip(unpacked, rows, strict=True):
                     self._nodes[memory_id] = decode_node(row, self._agent)
         return {i: n for i in memory_ids if (n := self._nodes.get(i)) is not None}
+
+    async def linked_keys(self, keys: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """Facts' entity links of `keys` (`Keyspace.fact_links`); an agent without
+        any costs one round trip per request."""
+        if not self._may_link or not keys:
+            return {}
+        table = self._keys.fact_links(self._agent)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.exists(table)
+            pipe.hmget(table, list(keys))
+            exists, rows = await pipe.execute()
+        if not exists:
+            self._may_link = False
+            return {}
+        return {key: decode_links(raw) for key, raw in zip(keys, rows, strict=True) if raw}
 
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
         if not keys:

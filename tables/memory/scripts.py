@@ -162,6 +162,42 @@ end
 return {lists, ids, packed, degrees}
 """
 
+# A run's credits (grimoire.streams.learn.runs), once per outcome id.
+# KEYS: applied outcomes, then (memory hash, usage hash) pairs; ARGV: outcome id,
+# agent id, event time, then per memory: confidence delta, strength delta,
+# validated, contradicted, causal uplift ('' leaves it). A memory whose confidence
+# moved has its decay origin reset to the outcome's time (the testing effect).
+_APPLY_CREDITS = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return -1 end
+local changed = 0
+for i = 2, #KEYS, 2 do
+  local memory, usage = KEYS[i], KEYS[i + 1]
+  local a = 4 + (i - 2) / 2 * 5
+  if redis.call('HGET', memory, 'agent_id') == ARGV[2] then
+    local delta = tonumber(ARGV[a])
+    if delta ~= 0 then
+      local conf = tonumber(redis.call('HGET', memory, 'confidence') or '0.5') + delta
+      conf = math.min(1.0, math.max(0.0, conf))
+      redis.call('HSET', memory, 'confidence', tostring(conf))
+      local origin = tonumber(redis.call('HGET', usage, 'last_accessed') or '0')
+      if origin < tonumber(ARGV[3]) then redis.call('HSET', usage, 'last_accessed', ARGV[3]) end
+    end
+    if tonumber(ARGV[a + 1]) ~= 0 then
+      redis.call('HINCRBYFLOAT', memory, 'strength', ARGV[a + 1])
+    end
+    if tonumber(ARGV[a + 2]) ~= 0 then
+      redis.call('HINCRBY', memory, 'validated_count', ARGV[a + 2])
+    end
+    if tonumber(ARGV[a + 3]) ~= 0 then
+      redis.call('HINCRBY', memory, 'contradicted_count', ARGV[a + 3])
+    end
+    if ARGV[a + 4] ~= '' then redis.call('HSET', memory, 'causal_uplift', ARGV[a + 4]) end
+    changed = changed + 1
+  end
+end
+return changed
+"""
+
 
 class RedisScripts:
     def __init__(self, redis: Redis) -> None:
@@ -169,6 +205,7 @@ class RedisScripts:
         self._reinforce = redis.register_script(_REINFORCE)
         self._touch = redis.register_script(_TOUCH)
         self._apply_outcome = redis.register_script(_APPLY_OUTCOME)
+        self._apply_credits = redis.register_script(_APPLY_CREDITS)
         self._hmget_many = redis.register_script(_HMGET_MANY)
         self._cardinalities = redis.register_script(_CARDINALITIES)
         self._records = redis.register_script(_RECORDS)
@@ -207,6 +244,10 @@ class RedisScripts:
 
     async def apply_outcome(self, keys: list[str], args: list[Any]) -> int:
         return int(await self._apply_outcome(keys=keys, args=args))
+
+    def apply_credits_in(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
+        pipe.scripts.add(self._apply_credits)
+        pipe.evalsha(self._apply_credits.sha, len(keys), *keys, *args)
 
     async def hmget_many(self, keys: list[str], fields: list[str]) -> list[list[Any]]:
         if not keys:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from redisvl.schema import IndexSchema
 from redisvl.schema.fields import TagField
 
 from grimoire.streams.learn.outcomes import Outcome
+from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
@@ -102,6 +103,18 @@ class MemoryStore(Protocol):
 
     def recall_source(self, agent_id: str) -> RecallSource: ...
     async def apply_outcome(self, outcome: Outcome) -> int: ...
+    async def apply_credits(
+        self,
+        outcome: Outcome,
+        credits: Sequence[MemoryCredit],
+        uplifts: Mapping[str, float],
+        also: Sequence[TransactionPart] = (),
+    ) -> int:
+        """Apply a run's credits and the causes' new causal uplift once per outcome
+        id, with `also` in the same transaction; -1 when applied before (and then
+        `also` is not written), else how many of the agent's memories changed."""
+        ...
+
     async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]: ...
     async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None: ...
     async def take_held_outcomes(
@@ -467,6 +480,42 @@ class RedisMemoryStore:
         if changed > 0 and effect.touches_memories:
             # Confidence or the decay origin moved, so each band crossing did too.
             await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
+        return changed
+
+    async def apply_credits(
+        self,
+        outcome: Outcome,
+        credits: Sequence[MemoryCredit],
+        uplifts: Mapping[str, float],
+        also: Sequence[TransactionPart] = (),
+    ) -> int:
+        marker = self.keys.applied_outcomes(outcome.agent_id)
+        # The partition's one writer checks, then writes: nothing runs in between.
+        if await self._redis.sismember(marker, outcome.outcome_id):
+            return -1
+        by_id = {credit.memory_id: credit for credit in credits}
+        ids = sorted(set(by_id) | set(uplifts))
+        keys = [marker]
+        args: list[Any] = [outcome.outcome_id, outcome.agent_id, outcome.ts_ms]
+        for memory_id in ids:
+            keys += [self.key(memory_id), self.keys.usage(memory_id)]
+            credit = by_id.get(memory_id)
+            uplift = uplifts.get(memory_id)
+            args += [
+                repr(credit.confidence_delta) if credit else "0",
+                repr(credit.strength_delta) if credit else "0",
+                credit.validated if credit else 0,
+                credit.contradicted if credit else 0,
+                "" if uplift is None else repr(uplift),
+            ]
+        async with self._redis.pipeline(transaction=True) as pipe:
+            self._scripts.apply_credits_in(pipe, keys, args)
+            for part in also:
+                part.queue(pipe)
+            results = await pipe.execute()
+        changed = int(results[0])
+        if changed > 0:
+            await self.decay.reschedule(outcome.agent_id, ids, outcome.ts_ms)
         return changed
 
     def recall_source(self, agent_id: str) -> RecallSource:

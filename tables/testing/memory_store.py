@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from grimoire.streams.learn.outcomes import Outcome
+from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.ports import RecallSource
@@ -328,6 +329,52 @@ class InMemoryMemoryStore:
             changed += 1
         if changed > 0 and effect.touches_memories:
             await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
+        return changed
+
+    async def apply_credits(
+        self,
+        outcome: Outcome,
+        credits: Sequence[MemoryCredit],
+        uplifts: Mapping[str, float],
+        also: Sequence[TransactionPart] = (),
+    ) -> int:
+        """The credits script's effect (see scripts._APPLY_CREDITS)."""
+        applied = self._outcomes.setdefault(outcome.agent_id, set())
+        if outcome.outcome_id in applied:
+            return -1
+        applied.add(outcome.outcome_id)
+        by_id = {credit.memory_id: credit for credit in credits}
+        ids = sorted(set(by_id) | set(uplifts))
+        changed = 0
+        for memory_id in ids:
+            doc = self._records.get(memory_id)
+            if doc is None or _text(doc.get("agent_id", "")) != outcome.agent_id:
+                continue
+            credit = by_id.get(memory_id)
+            if credit is not None:
+                if credit.confidence_delta != 0:
+                    confidence = float(_text(doc.get("confidence", "0.5")))
+                    confidence += credit.confidence_delta
+                    doc["confidence"] = repr(min(1.0, max(0.0, confidence)))
+                    usage = self._usage.setdefault(memory_id, {})
+                    if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
+                        usage["last_accessed"] = str(outcome.ts_ms)
+                if credit.strength_delta:
+                    strength = float(_text(doc.get("strength", "1"))) + credit.strength_delta
+                    doc["strength"] = repr(strength)
+                for name, amount in (
+                    ("validated_count", credit.validated),
+                    ("contradicted_count", credit.contradicted),
+                ):
+                    if amount:
+                        doc[name] = str(int(_text(doc.get(name, "0"))) + amount)
+            if memory_id in uplifts:
+                doc["causal_uplift"] = repr(uplifts[memory_id])
+            changed += 1
+        for part in also:
+            await part.apply_alone()
+        if changed > 0:
+            await self.decay.reschedule(outcome.agent_id, ids, outcome.ts_ms)
         return changed
 
     def usage(self, memory_id: str) -> Hash:

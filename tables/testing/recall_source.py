@@ -21,14 +21,27 @@ from grimoire.streams.recall.walk.daimoi import NodeInfo
 from grimoire.tables.codec.memory_hash import decode_record, with_usage
 
 if TYPE_CHECKING:
+    from grimoire.tables.testing.fact_store import InMemoryFactStore
     from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 
 
 class InMemoryRecallSource:
-    def __init__(self, store: InMemoryMemoryStore, agent_id: str, dims: int) -> None:
+    def __init__(
+        self,
+        store: InMemoryMemoryStore,
+        agent_id: str,
+        dims: int,
+        facts: InMemoryFactStore | None = None,
+    ) -> None:
         self._store = store
         self._agent = agent_id
         self._dims = dims
+        self._facts = facts  # the agent's facts, whose entity links the walk follows
+
+    async def linked_keys(self, keys: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        if self._facts is None:
+            return {}
+        return await self._facts.links(self._agent, keys)
 
     def _candidates(
         self, filters: RecallFilters

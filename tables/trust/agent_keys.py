@@ -80,6 +80,17 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "witness": Keyspace.witness,
     "config": Keyspace.agent_config,
     "usage_applied": Keyspace.applied_usage,
+    "imported": Keyspace.applied_imports,
+    "run_recalls": Keyspace.run_recalls,
+    "ended_runs": Keyspace.ended_runs,
+    "learned_weights": Keyspace.learned_weights,
+    "causal_edges": Keyspace.causal_edges,
+    "causal_effects": Keyspace.causal_effects,
+    "causal_causes": Keyspace.causal_causes,
+    "facts": Keyspace.facts,
+    "fact_pairs": Keyspace.fact_pairs,
+    "fact_entities": Keyspace.fact_entities,
+    "fact_links": Keyspace.fact_links,
 }
 
 # family -> (its SCAN pattern, the Keyspace methods building its keys)

@@ -56,9 +56,12 @@ __all__ = [
     "DIGEST_DOMAIN",
     "EXCLUDED_FAMILIES",
     "EXCLUDED_FIELDS",
+    "JOURNAL_FAMILIES",
+    "STATE_EXCLUDED_FAMILIES",
     "AgentDigest",
     "agent_digest",
     "footprint_digest",
+    "state_digest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,6 +76,15 @@ EXCLUDED_FIELDS: Final[Mapping[str, frozenset[bytes]]] = {
 }
 # Families left out whole.
 EXCLUDED_FAMILIES: Final = frozenset({"maintenance_lease"})
+# The state view (`state_digest`) also leaves out the journal's bookkeeping, which
+# depends on where in which journal the state was made, not on the state: the
+# witness chain (journal positions, previous hashes), the journal sequence numbers
+# of applied usage entries, and the import chunks applied. An export carries
+# exactly the families this view covers (docs/export-format.md), so a deployment
+# that imported an agent's export has the source's state digest.
+JOURNAL_FAMILIES: Final = frozenset({"witness", "usage_applied", "imported"})
+STATE_EXCLUDED_FAMILIES: Final = EXCLUDED_FAMILIES | JOURNAL_FAMILIES
+STATE_DIGEST_DOMAIN: Final = b"grimoire.agent-state-digest.v1\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +108,32 @@ async def agent_digest(redis: Redis, prefix: str, agent_id: str) -> AgentDigest:
     return await footprint_digest(redis, await agent_footprint(redis, prefix, agent_id))
 
 
-async def footprint_digest(redis: Redis, footprint: AgentFootprint) -> AgentDigest:
+async def state_digest(redis: Redis, prefix: str, agent_id: str) -> AgentDigest:
+    """The digest of the agent's memory state alone: every family but the journal's
+    bookkeeping (`JOURNAL_FAMILIES`) and what `agent_digest` leaves out. Equal
+    between a deployment and one that imported its export of the agent."""
+    return await footprint_digest(
+        redis,
+        await agent_footprint(redis, prefix, agent_id),
+        excluded_families=STATE_EXCLUDED_FAMILIES,
+        domain=STATE_DIGEST_DOMAIN,
+    )
+
+
+async def footprint_digest(
+    redis: Redis,
+    footprint: AgentFootprint,
+    *,
+    excluded_families: frozenset[str] = EXCLUDED_FAMILIES,
+    domain: bytes = DIGEST_DOMAIN,
+) -> AgentDigest:
     """The digest of the keys and members a footprint names, as they are now."""
-    hasher = hashlib.sha256(DIGEST_DOMAIN)
+    hasher = hashlib.sha256(domain)
     hasher.update(canonical_bytes(["agent", footprint.agent_id]))
     counts: dict[str, int] = {}
     excluded: dict[str, int] = {}
     for family in sorted(footprint.families):
-        if family in EXCLUDED_FAMILIES:
+        if family in excluded_families:
             if footprint.families[family]:
                 excluded[family] = len(footprint.families[family])
             continue

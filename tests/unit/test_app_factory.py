@@ -43,6 +43,8 @@ async def test_every_input_topic_has_an_agent() -> None:
         "unit.maintenance",
         "unit.commands",
         "unit.journal",
+        "unit.facts",
+        "unit.fact-queries",
     }
 
 

@@ -75,7 +75,11 @@ def test_hand_computed_scores_and_order() -> None:
             "recency": 0.5,
             "regime_match": 0.5,
             "affect": 0.5,
+            # no run record: the Beta(1, 1) mean; causal utility (.4*.5 + 0 + .5 + .1) / 1.5
+            "outcome": 0.5,
+            "causal": 0.8 / 1.5,
             "boost": 1.0,
+            "outcome_boost": 1.0,  # no outcome bias in the static weights
         }
     )
 

@@ -212,6 +212,17 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "paths", "urls", "channel", "entities", "affect", "provenance", "decay_class",
         "pinned", "schema",
     ),
+    "FactV1": (
+        "agent_id", "ts", "subject", "predicate", "object", "valid_from", "object_is_entity",
+        "event_id", "schema",
+    ),
+    "FactQueryV1": (
+        "agent_id", "query", "reply_to", "correlation_id", "block", "ts", "subject",
+        "predicate", "entity", "hops", "api_key", "schema",
+    ),
+    "FactResultV1": (
+        "correlation_id", "agent_id", "query", "facts", "neighbours", "error", "schema",
+    ),
     "MaintenanceCommandV1": (
         "agent_id", "reason", "force_compaction", "issued_by", "pressure", "schema",
     ),
@@ -220,8 +231,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "fields_digest", "prev_hash", "hash", "type", "schema",
     ),
     "CommandV1": (
-        "agent_id", "command", "source_event_id", "memory_id", "config", "ts", "event_id",
-        "api_key", "schema",
+        "agent_id", "command", "source_event_id", "memory_id", "config", "import_chunk", "ts",
+        "event_id", "api_key", "schema",
     ),
     "MaintenanceEventV1": (
         "type", "agent_id", "tick", "ts", "worker", "tasks", "postponed", "pressure", "report",
@@ -238,14 +249,17 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "RecallItemV1": (
         "id", "agent_id", "kind", "layer", "gist", "ts", "score", "lanes", "source_event_id",
         "text", "reasons", "scores", "tokens", "session_id", "hyperedge_ids", "episode",
+        "causal",
     ),
     "RecallRequestV1": (
         "agent_id", "query", "reply_to", "correlation_id", "k", "as_of", "filters", "budgets",
-        "state", "mode", "explain", "expand_episodes", "record_usage", "api_key", "schema",
+        "state", "mode", "explain", "expand_episodes", "record_usage", "serving_run_id",
+        "include_causal", "api_key", "schema",
     ),
     "RecallResultV1": (
         "correlation_id", "agent_id", "items", "watermark", "watermark_tick",
-        "watermark_block", "as_of", "mode", "budget", "timings_ms", "error", "schema",
+        "watermark_block", "as_of", "mode", "budget", "timings_ms", "error", "learning",
+        "schema",
     ),
     "ToolEventV1": (
         "agent_id", "ts", "tool", "event_id", "args", "args_digest", "result", "error",
@@ -303,7 +317,7 @@ def test_json_bytes_are_those_of_the_faust_records() -> None:
         b'"kind":"episode","layer":"observation","gist":"disk full","ts":1767225600000,'
         b'"score":0.5,"lanes":["canonical"],"source_event_id":"ev-1","text":null,'
         b'"reasons":null,"scores":{"a":1.0},"tokens":null,"session_id":null,'
-        b'"hyperedge_ids":null,"episode":null}],"watermark":3,'
+        b'"hyperedge_ids":null,"episode":null,"causal":null}],"watermark":3,'
         b'"schema":"grimoire.recall_result/1"}'
     )
 

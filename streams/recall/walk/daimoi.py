@@ -39,14 +39,21 @@ Semantics (all deterministic, no clock, no randomness):
   admitted is not walked either. A memory reached several times keeps its best
   score (ties: fewer hops, then lower walker) and the sorted union of its keys.
 * Output is sorted by (-score, memory_id).
+* Facts (a graph that also offers `KeyLinks`): a node holding `entity:X` also
+  holds, as extra keys, the `entity:Y` that active facts link X to (at most
+  `MAX_LINKED_KEYS_PER_NODE` per node, taken in (own key, linked key) order), so
+  a walk crosses from a memory about alice to memories about acme when alice
+  works at acme. A neighbour reached over such a key names the fact in
+  `via_facts`. One `linked_keys` call per batch of nodes read, for entity keys
+  not looked up yet.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from grimoire.streams.model.decay import recency
 from grimoire.streams.model.nexus_keys import (
@@ -64,6 +71,9 @@ if TYPE_CHECKING:
 DEFAULT_FIELD_BONUS = 1.4
 DEFAULT_HALF_LIFE_MS = 7 * 24 * 3600 * 1000
 MAX_REPLACEMENT_DEPTH = 3
+# Extra keys facts may give one node: bounds what a hub entity adds to a walk.
+MAX_LINKED_KEYS_PER_NODE = 4
+ENTITY_KEY_PREFIX = "entity:"
 
 # Kind preference (summary > aggregate > human > bot). Kinds other than summary and
 # aggregate are judged by their actor; an unknown actor counts as human.
@@ -150,6 +160,17 @@ class Related(NamedTuple):
     via_keys: tuple[str, ...]
     hops: int
     walker: int
+    via_facts: tuple[str, ...] = ()  # facts whose entity links it was reached over
+
+
+@runtime_checkable
+class KeyLinks(Protocol):
+    """A graph whose entity keys facts link to other entity keys."""
+
+    async def linked_keys(self, keys: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """Per `entity:` key, the (linked entity key, fact id) pairs of its active
+        facts, sorted; keys without any may be left out."""
+        ...
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -239,6 +260,7 @@ class _Hit:
     hops: int
     walker: int
     keys: set[str] = field(default_factory=set)
+    facts: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -269,6 +291,11 @@ class _Caches:
     # key -> its members as (live id standing for each, node factor): every
     # expansion over the key scores the same members, only scaled differently
     members: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    # Facts: the graph's entity links (None: it has none), each entity key's
+    # links as read, and per node the keys facts added to it -> the fact id.
+    linker: KeyLinks | None = None
+    links: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    node_links: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 async def _load_nodes(graph: GraphView, caches: _Caches, ids: Iterable[str]) -> None:
@@ -276,8 +303,44 @@ async def _load_nodes(graph: GraphView, caches: _Caches, ids: Iterable[str]) -> 
     if not missing:
         return
     found = await graph.nodes(missing)
+    if caches.linker is not None and found:
+        found = await _with_links(caches.linker, caches, found)
     for memory_id in missing:
         caches.nodes[memory_id] = found.get(memory_id)
+
+
+async def _with_links(
+    linker: KeyLinks, caches: _Caches, found: Mapping[str, NodeInfo]
+) -> dict[str, NodeInfo]:
+    """`found` with each node's fact-linked entity keys added (see the module
+    docstring); one `linked_keys` call for entity keys not looked up yet."""
+    unknown = sorted(
+        {
+            key
+            for node in found.values()
+            for key in node.keys
+            if key.startswith(ENTITY_KEY_PREFIX) and key not in caches.links
+        }
+    )
+    if unknown:
+        got = await linker.linked_keys(unknown)
+        for key in unknown:
+            caches.links[key] = list(got.get(key, ()))
+    out: dict[str, NodeInfo] = {}
+    for memory_id, node in found.items():
+        own = set(node.keys)
+        extra: dict[str, str] = {}
+        for key in sorted(k for k in own if k.startswith(ENTITY_KEY_PREFIX)):
+            for linked, fact_id in caches.links.get(key, ()):
+                if len(extra) >= MAX_LINKED_KEYS_PER_NODE:
+                    break
+                if linked not in own and linked not in extra:
+                    extra[linked] = fact_id
+        if extra:
+            caches.node_links[memory_id] = extra
+            node = replace(node, keys=(*node.keys, *extra))
+        out[memory_id] = node
+    return out
 
 
 async def _load_degrees(graph: GraphView, caches: _Caches, keys: Iterable[str]) -> None:
@@ -529,7 +592,7 @@ async def walk(
         if seed.memory_id not in best_seed or seed.score > best_seed[seed.memory_id]:
             best_seed[seed.memory_id] = seed.score
     seed_ids = frozenset(best_seed)
-    caches = _Caches()
+    caches = _Caches(linker=graph if isinstance(graph, KeyLinks) else None)
     await _load_nodes(graph, caches, seed_ids)
     usable = sorted(
         (i for i in seed_ids if _live(caches, i) is not None),
@@ -552,7 +615,11 @@ async def walk(
     cap = budget.max_total_candidates
 
     def admit(
-        walker: _Walker, child_hops: int, scores: dict[str, float], via: dict[str, list[str]]
+        walker: _Walker,
+        child_hops: int,
+        scores: dict[str, float],
+        via: dict[str, list[str]],
+        links: Mapping[str, str],
     ) -> None:
         fresh = [i for i in scores if i not in hits and i not in seed_ids]
         room = cap - len(hits)
@@ -562,6 +629,8 @@ async def walk(
         index = walker.index
         for child_id in fresh:
             hits[child_id] = _Hit(scores[child_id], child_hops, index, set(via[child_id]))
+            if links:
+                hits[child_id].facts.update(links[k] for k in via[child_id] if k in links)
         frontier, expanded = walker.frontier, walker.expanded
         admitted = set(fresh)
         for child_id, score in scores.items():
@@ -576,6 +645,8 @@ async def walk(
                 ):
                     hit.score, hit.hops, hit.walker = score, child_hops, index
                 hit.keys.update(via[child_id])
+                if links:
+                    hit.facts.update(links[k] for k in via[child_id] if k in links)
             prev = frontier.get(child_id)
             if prev is None:
                 frontier[child_id] = (score, child_hops)
@@ -616,7 +687,7 @@ async def walk(
                     now_ms=now_ms,
                     half_life_ms=recency_half_life_ms,
                 )
-                admit(walker, hops + 1, scores, via)
+                admit(walker, hops + 1, scores, via, caches.node_links.get(memory_id, {}))
             if not free:
                 walker.steps += 1
                 if walker.steps >= budget.max_hops:
@@ -636,6 +707,7 @@ async def walk(
             via_keys=tuple(sorted(hit.keys)),
             hops=hit.hops,
             walker=hit.walker,
+            via_facts=tuple(sorted(hit.facts)),
         )
         for memory_id, hit in hits.items()
     ]

@@ -1,0 +1,456 @@
+"""The generated world of `grimoire bench learning`: pure, seeded, no I/O.
+
+Agents meet recurring situations (a disk filling up, an RPC endpoint timing out, …);
+each situation has a few candidate actions whose success probabilities are hidden
+from the agent: one good (~0.85), the others poor (0.15 to 0.35). An agent recalls
+before acting, follows the action of the top memory it recalled for the situation
+(or explores), and the world draws the run's outcome.
+
+Everything is drawn from `random.Random` seeded with strings (seeded by SHA-512,
+so the same in every process), one stream per (agent slot, run, purpose): the
+details of a run's texts and its outcome draw never depend on how the bench's
+agents interleave or on what any recall returned. The outcome is drawn as one
+uniform number per run whatever the action (common random numbers): the learner's
+and the shadow's world is the same run for run.
+
+How the bench scores a recall (`success_first`): among the recalled items that are
+memories of the situation's own runs, the first (top) one; the recall counts as
+"success first" when that memory's run succeeded. Recalls in an agent's first
+`warmup` visits of a situation are not scored (too few memories to rank), and a
+recall with no memory of the situation is counted apart.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "SUCCESS_QUALITY",
+    "T0_MS",
+    "ActionSpec",
+    "Environment",
+    "Run",
+    "RunTexts",
+    "ScoredRecall",
+    "Situation",
+    "build_environment",
+    "choose_action",
+    "draw_outcome",
+    "epsilon",
+    "regret",
+    "render_run",
+    "run_id",
+    "schedule",
+    "success_first",
+    "top_run",
+]
+
+T0_MS = 1_790_000_000_000
+RUN_SPACING_MS = 300_000  # event time between an agent's runs
+SUCCESS_QUALITY = 0.5  # a run with quality at or above this succeeded
+
+# ε-greedy with a decaying ε: ε(n) = max(EPS_MIN, EPS0 / (1 + n / EPS_DECAY)),
+# n = the agent's earlier visits of the situation.
+EPS0 = 0.5
+EPS_DECAY = 4.0
+EPS_MIN = 0.05
+
+_HOSTS = ("db", "api", "edge", "batch", "cache", "ledger", "relay", "search", "auth", "queue")
+_REGIONS = ("eu-west-1", "us-east-2", "ap-south-1", "sa-east-1", "eu-central-1", "us-west-2")
+_PEOPLE = ("Ines", "Marek", "Yuki", "Tobias", "Amara", "Priya", "Lars", "Chen", "Olga", "Diego")
+_WHEN = (
+    "during the nightly batch window",
+    "right after the {ver} deploy",
+    "while {who} was on call",
+    "in the middle of a traffic spike",
+    "shortly after a config push by {who}",
+    "at the start of the {region} business day",
+    "during a partial network partition in {region}",
+    "while a backup job was running",
+    "after the weekly maintenance reboot",
+    "while the canary for {ver} was at {pct}%",
+)
+_NOTES = (
+    "Dashboards show {n} related warnings in the last hour.",
+    "The incident channel has {n} people in it.",
+    "Customer reports mention checkout errors in {region}.",
+    "The runbook page was last edited {n} days ago.",
+    "A similar page fired {n} times this quarter.",
+    "Error budget for the month is down to {pct}%.",
+    "No change freeze is in effect.",
+    "{who} suspects the last schema migration.",
+    "Synthetic probes from {region} agree.",
+    "Paging escalated to the secondary after {n} minutes.",
+)
+
+
+_OPENERS = ("alert raised", "page received", "warning fired", "incident opened", "monitor tripped")
+_HOW = (
+    "through the deploy pipeline",
+    "by hand from the bastion host",
+    "with the runbook's step {n}.{m}",
+    "after paging the owning team",
+    "as a change request approved by {who}",
+    "from the ops chatbot",
+    "with a feature flag flip",
+    "in a maintenance window opened for {region}",
+    "after a dry run on staging",
+    "from the incident commander's checklist",
+)
+_CHECK = (
+    "Checked {m} minutes later by {who}.",
+    "Verified against the {region} dashboards.",
+    "Synthetic checks confirmed it after {n} runs.",
+    "Noted in the postmortem draft for {ticket}.",
+    "The pager stayed {quiet} for the next hour.",
+    "{who} signed off on the incident ticket.",
+    "Graphs reviewed at the {n} o'clock standup.",
+    "Customer support reported back within {m}0 minutes.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    key: str
+    query: str
+    trigger: str  # format fields: host, region, n, m, pct, ticket, ver, who
+    actions: tuple[tuple[str, str], ...]  # (name, text template)
+    fixed: str
+    broken: str
+
+
+_TEMPLATES = (
+    _Template(
+        "disk-pressure",
+        "disk filling up on a database host: what should be done?",
+        "disk usage at {pct}% on {host} (volume /var/lib/pg{n}), growing {m} GB per hour; "
+        "ticket {ticket}",
+        (
+            ("rotate-logs", "rotated and compressed the service logs on {host}"),
+            ("prune-wal", "pruned archived write-ahead log segments on {host}"),
+            ("expand-volume", "grew the data volume on {host} by {m}0 GB"),
+            ("restart-database", "restarted the database service on {host}"),
+        ),
+        "disk usage on {host} back down to {m}0%, alert cleared",
+        "disk usage on {host} still climbing past {pct}%, alert still firing",
+    ),
+    _Template(
+        "rpc-timeouts",
+        "RPC endpoint timing out for a service: how to fix it?",
+        "RPC endpoint https://rpc-{n}.{region}.example.net/v1 timing out, {m} of {pct} "
+        "calls failed for {host}; ticket {ticket}",
+        (
+            ("failover-endpoint", "failed {host} over to the standby RPC provider"),
+            ("raise-timeout", "raised the RPC client timeout of {host} to {m} seconds"),
+            ("retry-backoff", "enabled jittered retries with backoff on {host}"),
+            ("restart-client", "restarted the RPC client pool of {host}"),
+        ),
+        "RPC calls from {host} healthy again, error rate under 1%",
+        "RPC calls from {host} still timing out, {m} failures in the last minute",
+    ),
+    _Template(
+        "consumer-lag",
+        "message consumers lagging behind on a topic: what helps?",
+        "consumer lag of {n}{m}00 messages on topic orders-{pct} for group {host}; ticket {ticket}",
+        (
+            ("scale-consumers", "scaled consumer group {host} out by {m} replicas"),
+            ("increase-batch", "raised the fetch batch size of {host} to {n}00"),
+            ("reset-offsets", "reset the offsets of {host} to the latest position"),
+            ("restart-consumers", "restarted every consumer of group {host}"),
+        ),
+        "consumer lag of {host} drained to zero within {m} minutes",
+        "consumer lag of {host} kept growing, now {pct}{n}00 messages",
+    ),
+    _Template(
+        "oom-kills",
+        "a service keeps getting OOM-killed: what should be done?",
+        "pod {host}-{n}f{m} OOM-killed {m} times in {pct} minutes (limit {n}12 MiB); "
+        "ticket {ticket}",
+        (
+            ("raise-limit", "raised the memory limit of {host} to {n}024 MiB"),
+            ("tune-heap", "capped the heap of {host} at {pct}% of the container"),
+            ("rollback-release", "rolled {host} back to the previous release"),
+            ("shed-load", "shed {pct}% of the traffic away from {host}"),
+        ),
+        "{host} stable for {m} hours without another OOM kill",
+        "{host} OOM-killed again {m} minutes later",
+    ),
+    _Template(
+        "cert-expiry",
+        "a TLS certificate is about to expire and renewal failed: what works?",
+        "TLS certificate for {host}.example.org expires in {m} days, renewal job "
+        "acme-{n} failed; ticket {ticket}",
+        (
+            ("rerun-acme", "re-ran the ACME renewal for {host}.example.org"),
+            ("dns-challenge", "switched {host}.example.org to the DNS-01 challenge"),
+            ("manual-certificate", "installed a manually issued certificate on {host}"),
+            ("restart-ingress", "restarted the ingress controllers serving {host}"),
+        ),
+        "certificate of {host}.example.org renewed, valid for 90 days",
+        "certificate of {host}.example.org still expiring in {m} days",
+    ),
+    _Template(
+        "latency-slo",
+        "p99 latency over the SLO for a service: how to bring it down?",
+        "p99 latency of {host} at {n}{m}0 ms against an SLO of {pct}0 ms in {region}; "
+        "ticket {ticket}",
+        (
+            ("add-cache", "put a read-through cache in front of {host}"),
+            ("scale-out", "scaled {host} out by {m} instances in {region}"),
+            ("kill-slow-queries", "killed the slow queries behind {host}"),
+            ("drain-region", "drained traffic of {host} away from {region}"),
+        ),
+        "p99 latency of {host} back under the SLO after {m} minutes",
+        "p99 latency of {host} still over the SLO at {n}{pct}0 ms",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    name: str
+    text: str  # a format template (see _Template)
+    p_success: float  # hidden from the agent
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    key: str
+    query: str  # what the agent asks before acting
+    trigger: str
+    actions: tuple[ActionSpec, ...]
+    fixed: str
+    broken: str
+
+    @property
+    def best(self) -> int:
+        return max(range(len(self.actions)), key=lambda i: (self.actions[i].p_success, -i))
+
+    @property
+    def p_best(self) -> float:
+        return self.actions[self.best].p_success
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    seed: int
+    agents: int
+    runs_per_agent: int
+    situations: tuple[Situation, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {s.key: {a.name: round(a.p_success, 3) for a in s.actions} for s in self.situations}
+
+
+def build_environment(
+    *, seed: int, agents: int, situations: int, actions: int, runs_per_agent: int
+) -> Environment:
+    if not 1 <= situations <= len(_TEMPLATES):
+        raise ValueError(f"situations must be 1..{len(_TEMPLATES)}")
+    if not 2 <= actions <= 4:
+        raise ValueError("actions must be 2..4")
+    if agents < 1 or runs_per_agent < 1:
+        raise ValueError("agents and runs must be at least 1")
+    rng = random.Random(f"learning-env/{seed}")
+    chosen = rng.sample(_TEMPLATES, situations)
+    built: list[Situation] = []
+    for template in chosen:
+        names = rng.sample(template.actions, actions)
+        best = rng.randrange(actions)
+        specs = tuple(
+            ActionSpec(
+                name,
+                text,
+                round(rng.uniform(0.80, 0.90) if i == best else rng.uniform(0.15, 0.35), 3),
+            )
+            for i, (name, text) in enumerate(names)
+        )
+        built.append(
+            Situation(
+                template.key,
+                template.query,
+                template.trigger,
+                specs,
+                template.fixed,
+                template.broken,
+            )
+        )
+    return Environment(seed, agents, runs_per_agent, tuple(built))
+
+
+def _rng(env: Environment, slot: int, run: int, purpose: str) -> random.Random:
+    return random.Random(f"learning/{env.seed}/{slot}/{run}/{purpose}")
+
+
+def schedule(env: Environment, slot: int) -> list[int]:
+    """The situation of each of the slot's runs: every situation once per cycle, in a
+    seeded order per cycle."""
+    rng = random.Random(f"learning/{env.seed}/{slot}/schedule")
+    order: list[int] = []
+    while len(order) < env.runs_per_agent:
+        cycle = list(range(len(env.situations)))
+        rng.shuffle(cycle)
+        order.extend(cycle)
+    return order[: env.runs_per_agent]
+
+
+def run_id(bench_id: str, slot: int, run: int) -> str:
+    return f"{bench_id}-s{slot}-r{run:03d}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunTexts:
+    trigger: str
+    action: str
+    outcome: str
+
+
+def _fill(template: str, details: Mapping[str, str]) -> str:
+    return template.format(**details)
+
+
+def render_run(
+    env: Environment, slot: int, run: int, situation: int, action: int, success: bool
+) -> RunTexts:
+    """The run's three episode texts. Hosts, numbers, tickets and two context
+    clauses vary per run so that no two runs' texts are near-duplicates (the write
+    path folds those into one aggregate memory)."""
+    rng = _rng(env, slot, run, "texts")
+    details = {
+        "host": f"{rng.choice(_HOSTS)}-{rng.randrange(2, 99)}",
+        "region": rng.choice(_REGIONS),
+        "n": str(rng.randrange(1, 9)),
+        "m": str(rng.randrange(2, 9)),
+        "pct": str(rng.randrange(61, 99)),
+        "ticket": f"INC-{rng.randrange(1000, 99999)}",
+        "ver": f"v{rng.randrange(1, 9)}.{rng.randrange(0, 30)}.{rng.randrange(0, 9)}",
+        "who": rng.choice(_PEOPLE),
+    }
+    details["quiet"] = "quiet" if success else "loud"
+    when = f"{rng.choice(_OPENERS)} {_fill(rng.choice(_WHEN), details)}"
+    note = " ".join(_fill(n, details) for n in rng.sample(_NOTES, 2))
+    how = _fill(rng.choice(_HOW), details)
+    check = _fill(rng.choice(_CHECK), details)
+    spec = env.situations[situation]
+    chosen = spec.actions[action]
+    result = _fill(spec.fixed if success else spec.broken, details)
+    return RunTexts(
+        trigger=f"{when.capitalize()}, {_fill(spec.trigger, details)}. {note}",
+        action=f"{how.capitalize()}, {_fill(chosen.text, details)} ({chosen.name}) for "
+        f"{details['ticket']}, {rng.choice(_PEOPLE)} watching",
+        outcome=f"{check} Outcome of {chosen.name} on {details['ticket']}: {result}.",
+    )
+
+
+def epsilon(visits: int) -> float:
+    return max(EPS_MIN, EPS0 / (1.0 + visits / EPS_DECAY))
+
+
+def choose_action(
+    env: Environment, slot: int, run: int, situation: int, visits: int, recalled: int | None
+) -> tuple[int, bool]:
+    """(action, explored): the recalled run's action, unless nothing of the
+    situation was recalled or the ε draw says explore (uniform over the actions)."""
+    rng = _rng(env, slot, run, "policy")
+    explore_draw = rng.random()
+    pick = rng.randrange(len(env.situations[situation].actions))
+    if recalled is None or explore_draw < epsilon(visits):
+        return pick, True
+    return recalled, False
+
+
+def draw_outcome(
+    env: Environment, slot: int, run: int, situation: int, action: int
+) -> tuple[bool, float]:
+    """(success, quality): one uniform draw against the action's hidden probability;
+    quality in [0.7, 1.0] for a success, [0.0, 0.3] for a failure."""
+    rng = _rng(env, slot, run, "outcome")
+    draw, grade = rng.random(), rng.random()
+    success = draw < env.situations[situation].actions[action].p_success
+    quality = 0.7 + 0.3 * grade if success else 0.3 * grade
+    return success, round(quality, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What the bench remembers of one run it published (learner and shadow alike)."""
+
+    run_id: str
+    slot: int
+    index: int
+    situation: int
+    action: int
+    success: bool
+    quality: float
+
+
+def top_run(
+    items: Iterable[Mapping[str, Any]], runs_by_event: Mapping[str, Run], situation: int
+) -> tuple[Run, str] | None:
+    """The run behind the first recalled item that is a memory of `situation`'s runs,
+    and that item's source event id (items are matched by it; others are skipped)."""
+    for item in items:
+        source = str(item.get("source_event_id", ""))
+        run = runs_by_event.get(source)
+        if run is not None and run.situation == situation:
+            return run, source
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredRecall:
+    """One recall made before a run, learner and shadow side by side: whether the
+    top memory of the situation came from a successful run (None: none recalled)."""
+
+    slot: int
+    situation: int
+    visit: int  # the slot's earlier visits of the situation
+    learner: bool | None
+    shadow: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rate:
+    scored: int = 0
+    success_first: int = 0
+    without_memory: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        return round(self.success_first / self.scored, 4) if self.scored else None
+
+
+@dataclass(frozen=True, slots=True)
+class SuccessFirst:
+    learner: _Rate = field(default_factory=_Rate)
+    shadow: _Rate = field(default_factory=_Rate)
+    warmup_skipped: int = 0
+    top_differs: int = 0  # scored recalls where learner and shadow disagree
+
+
+def success_first(recalls: Sequence[ScoredRecall], warmup: int) -> SuccessFirst:
+    """Rates over the recalls past each (slot, situation)'s first `warmup` visits."""
+    counted = [r for r in recalls if r.visit >= warmup]
+
+    def rate(values: list[bool | None]) -> _Rate:
+        known = [v for v in values if v is not None]
+        return _Rate(len(known), sum(known), len(values) - len(known))
+
+    return SuccessFirst(
+        learner=rate([r.learner for r in counted]),
+        shadow=rate([r.shadow for r in counted]),
+        warmup_skipped=len(recalls) - len(counted),
+        top_differs=sum(1 for r in counted if r.learner != r.shadow),
+    )
+
+
+def regret(env: Environment, runs: Iterable[Run]) -> float:
+    """sum of (p_best - p_chosen) over the runs: what the choices cost in expectation."""
+    total = 0.0
+    for run in runs:
+        spec = env.situations[run.situation]
+        total += spec.p_best - spec.actions[run.action].p_success
+    return round(total, 4)

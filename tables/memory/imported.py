@@ -1,0 +1,262 @@
+"""An agent's state as export lines: read for `grimoire export`, written verbatim by
+the import handler (docs/export-format.md).
+
+Reading takes the agent's footprint (`tables/trust/agent_keys.py`) and reads every
+family the state digest covers (`STATE_EXCLUDED_FAMILIES` are left out: the
+journal's bookkeeping and the maintenance lease), each key as it is stored, so a
+new family added to the footprint is exported without a change here. Finished
+compaction plans are left out too (they expire, and the digest skips them).
+
+Writing puts each line back under the importing prefix, by the same family tables,
+in one MULTI/EXEC per chunk together with the chunk's mark (`applied_imports`): a
+chunk read again changes nothing. A successor's chunk also gets what the write
+path derives for a new memory: its search-term counts (counted only when the
+memory is new) and its walk node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+from grimoire.streams.exchange.format import Pairs, StateLine, hash_of, split_line
+from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.compaction_store import Phase
+from grimoire.tables.memory.graph import RedisGraph
+from grimoire.tables.memory.rebuild import memory_terms
+from grimoire.tables.memory.scripts import RedisScripts
+from grimoire.tables.trust.agent_keys import (
+    FIXED_FAMILIES,
+    MEMBER_FAMILIES,
+    MEMORY_FAMILIES,
+    SCANNED_FAMILIES,
+    agent_footprint,
+    scan_head,
+)
+from grimoire.tables.trust.digest import STATE_EXCLUDED_FAMILIES
+
+__all__ = [
+    "VECTOR_FIELDS",
+    "ImportRefused",
+    "ImportWriter",
+    "read_state_lines",
+]
+
+logger = logging.getLogger(__name__)
+
+# The memory hash's vector fields (tables/schema/memory_index.yaml).
+VECTOR_FIELDS: Final = (b"canonical", b"eidolon")
+MAX_ENTRIES: Final = 500  # entries of a hash, sorted set or set per line
+_PAGE: Final = 500
+
+
+class ImportRefused(ValueError):
+    """A chunk that would write over another agent's memory."""
+
+
+def _b(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+async def read_state_lines(
+    redis: Redis,
+    prefix: str,
+    agent_id: str,
+    *,
+    vectors: bool = True,
+    max_entries: int = MAX_ENTRIES,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[StateLine]:
+    """Every state line of the agent, in file order (`StateLine.sort_key`)."""
+    footprint = await agent_footprint(redis, prefix, agent_id)
+    named = sorted(
+        (family, footprint.name_of(family, key), key)
+        for family, keys in footprint.families.items()
+        if family not in STATE_EXCLUDED_FAMILIES
+        for key in keys
+    )
+    lines: list[StateLine] = []
+    for start in range(0, len(named), _PAGE):
+        page = named[start : start + _PAGE]
+        for (family, name, _), (kind, value) in zip(
+            page, await _read_raw(redis, [key for _, _, key in page]), strict=True
+        ):
+            if kind == "none":
+                continue
+            if family == "compaction_plan" and (b"phase", Phase.DONE.value.encode()) in value:
+                continue
+            if family == "memory" and not vectors:
+                value = tuple(pair for pair in value if pair[0] not in VECTOR_FIELDS)
+            lines.extend(split_line(StateLine(family, name, kind, value), max_entries))
+        if progress is not None:
+            progress(min(start + _PAGE, len(named)), len(named))
+    keys = Keyspace(prefix)
+    for family in sorted(footprint.members):
+        if family in STATE_EXCLUDED_FAMILIES:
+            continue
+        key = MEMBER_FAMILIES[family](keys)
+        if family == "field_state":
+            raw = await redis.hget(key, agent_id)
+            if raw is not None:
+                lines.append(StateLine(family, "", "member", _b(raw)))
+        else:
+            score = await redis.zscore(key, agent_id)
+            if score is not None:
+                lines.append(StateLine(family, "", "score", float(score)))
+    return sorted(lines, key=StateLine.sort_key)
+
+
+async def _read_raw(redis: Redis, keys: Sequence[str]) -> list[tuple[str, Any]]:
+    """(type, value in `StoredValue` form) of each key: two pipelined round trips."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.type(key)
+        kinds = [text_of(kind) for kind in await pipe.execute()]
+    async with redis.pipeline(transaction=False) as pipe:
+        for key, kind in zip(keys, kinds, strict=True):
+            if kind == "string":
+                pipe.get(key)
+            elif kind == "hash":
+                pipe.hgetall(key)
+            elif kind in ("list",):
+                pipe.lrange(key, 0, -1)
+            elif kind == "set":
+                pipe.smembers(key)
+            elif kind == "zset":
+                pipe.zrange(key, 0, -1, withscores=True)
+            elif kind == "stream":
+                pipe.xrange(key, "-", "+")
+            else:
+                pipe.exists(key)
+        raws = await pipe.execute()
+    out: list[tuple[str, Any]] = []
+    for kind, raw in zip(kinds, raws, strict=True):
+        value: Any
+        if kind == "string":
+            if raw is None:
+                kind, value = "none", None
+            else:
+                value = _b(raw)
+        elif kind == "hash":
+            value = _pairs(raw.items())
+        elif kind == "list":
+            value = tuple(_b(item) for item in raw)
+        elif kind == "set":
+            value = tuple(sorted(_b(member) for member in raw))
+        elif kind == "zset":
+            value = tuple(sorted((_b(member), float(score)) for member, score in raw))
+        elif kind == "stream":
+            value = tuple(_pairs(fields.items()) for _, fields in raw)
+        elif kind == "none":
+            value = None
+        else:
+            raise ValueError(f"no export for a Redis {kind}")
+        out.append((kind, value))
+    return out
+
+
+def _pairs(items: Any) -> Pairs:
+    return tuple(sorted((_b(field), _b(value)) for field, value in items))
+
+
+class ImportWriter:
+    """Writes import chunks' lines under one prefix."""
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self.keys = Keyspace(prefix)
+        self._graph = RedisGraph(redis, prefix)
+        self._scripts = RedisScripts(redis)
+
+    def key_of(self, agent_id: str, line: StateLine) -> str:
+        """Where a line is written; `ValueError` for a family this version does not
+        know (the footprint's tables are the only ones consulted)."""
+        family = line.type
+        if family in MEMORY_FAMILIES:
+            if not line.name:
+                raise ValueError(f"a {family} line needs the memory id as its name")
+            return MEMORY_FAMILIES[family](self.keys, line.name)
+        if family in FIXED_FAMILIES:
+            return FIXED_FAMILIES[family](self.keys, agent_id)
+        if family in SCANNED_FAMILIES:
+            pattern, _ = SCANNED_FAMILIES[family]
+            return scan_head(pattern(self.keys, agent_id)) + line.name
+        if family in MEMBER_FAMILIES:
+            return MEMBER_FAMILIES[family](self.keys)
+        raise ValueError(f"unknown state family {family!r}")
+
+    async def applied(self, agent_id: str, chunk_id: str) -> bool:
+        return bool(await self._redis.sismember(self.keys.applied_imports(agent_id), chunk_id))
+
+    async def write(
+        self,
+        agent_id: str,
+        chunk_id: str,
+        lines: Sequence[StateLine],
+        *,
+        derive: bool = False,
+    ) -> list[str]:
+        """Write `lines` and mark `chunk_id` applied, in one transaction; the memory
+        ids written. `derive`: also count each new memory's terms and pack its walk
+        node (a successor's memories come without the predecessor's derived keys).
+        Raises `ImportRefused` when a memory id is held by another agent."""
+        targets = [(line, self.key_of(agent_id, line)) for line in lines]
+        memories = [(line, key) for line, key in targets if line.type == "memory"]
+        if memories:
+            owners = await self._owners([key for _, key in memories])
+            for (line, _), owner in zip(memories, owners, strict=True):
+                if owner is not None and text_of(owner) != agent_id:
+                    raise ImportRefused(f"memory {line.name} belongs to another agent")
+        written = sorted({line.name for line, _ in memories})
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for line, key in targets:
+                if derive and line.type == "memory":
+                    terms = memory_terms(text_of(hash_of(line).get(b"text", b"")))
+                    self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), list(terms))
+                _queue(pipe, agent_id, line, key, only_up=derive)
+            if derive:
+                self._graph.sync_nodes(pipe, agent_id, written)
+            pipe.sadd(self.keys.applied_imports(agent_id), chunk_id)
+            await pipe.execute()
+        return written
+
+    async def _owners(self, keys: Sequence[str]) -> list[Any]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hget(key, "agent_id")
+            return list(await pipe.execute())
+
+
+def _queue(pipe: Any, agent_id: str, line: StateLine, key: str, *, only_up: bool) -> None:
+    value: Any = line.value
+    kind = line.kind
+    if kind == "hash":
+        if value:
+            pipe.hset(key, mapping=dict(value))
+    elif kind == "zset":
+        if value:
+            pipe.zadd(key, dict(value))
+    elif kind == "set":
+        if value:
+            pipe.sadd(key, *value)
+    elif kind == "list":
+        if value:
+            pipe.rpush(key, *value)
+    elif kind == "stream":
+        for entry in value:
+            pipe.xadd(key, dict(entry))
+    elif kind == "string":
+        pipe.set(key, value)
+    elif kind == "member":
+        pipe.hset(key, agent_id, value)
+    elif kind == "score":
+        # A successor's watermark only moves forward; an ordinary import restores it.
+        pipe.zadd(key, {agent_id: value}, gt=only_up)
+    else:
+        raise ValueError(f"unknown kind {kind!r}")

@@ -1,0 +1,325 @@
+"""Export and import through the real broker, workers and Redis (issue "Export /
+import", SPEC §7).
+
+Two workers of their own, on two prefixes (maintenance off, so nothing but the
+inputs moves the state):
+
+- agent A's episodes (one run: a hyperedge), tool events, transcript lines, an
+  outcome and recalls (usage counters) on the first prefix, exported; imported on
+  the second prefix through its journal: the state digests are equal, and the
+  second prefix exports byte for byte the same file; a re-sent import changes
+  nothing;
+- B imported as A's successor on the first prefix: B's recall returns A's entries
+  under new ids, with provenance `predecessor` and half A's confidence;
+- wipe the first prefix and replay its journal (import entries included): every
+  digest is what it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from grimoire.infra.exchange import export_agent, import_file
+from grimoire.infra.local.worker_process import stop_worker
+from grimoire.infra.replay import replay
+from grimoire.infra.settings import Settings
+from grimoire.streams.exchange.inherit import successor_memory_id
+from grimoire.streams.model.decay import effective_confidence
+from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.memory.wipe import wipe_memory_state
+from grimoire.tables.trust.agent_keys import agent_memory_ids
+from grimoire.tables.trust.digest import agent_digest, state_digest
+from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.schemas import EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
+from tests.support.handlers import mid
+from tests.support.workers import start_ready_worker
+
+BASE_TS = 1_790_000_000_000
+READY_S = 120.0
+TOPICS = (
+    "pool depth thin",
+    "gas price spiked to 90 gwei",
+    "oracle lagged two blocks",
+    "bridge withdrawal stuck in queue",
+    "liquidation cascade started",
+    "mempool flooded with arbitrage bots",
+    "funding rate flipped negative",
+    "validator missed its attestations",
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _prefixed(settings: Settings, head: str) -> Settings:
+    return settings.model_copy(
+        update={"topic_prefix": f"{head}{uuid.uuid4().hex[:8]}", "block_interval_s": 3_600.0}
+    )
+
+
+@pytest.fixture(scope="module")
+def source_settings(settings: Settings) -> Settings:
+    return _prefixed(settings, "xa")
+
+
+@pytest.fixture(scope="module")
+def target_settings(settings: Settings) -> Settings:
+    return _prefixed(settings, "xb")
+
+
+@pytest.fixture(scope="module")
+async def workers(
+    source_settings: Settings, target_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[dict[str, Any]]:
+    logs = tmp_path_factory.mktemp("exchange-workers")
+    held: dict[str, Any] = {"logs": logs}
+    try:
+        held["source"] = await start_ready_worker(source_settings, logs / "a.log", timeout=READY_S)
+        held["target"] = await start_ready_worker(target_settings, logs / "b.log", timeout=READY_S)
+        yield held
+    finally:
+        for name in ("source", "target"):
+            process: subprocess.Popen[bytes] | None = held.get(name)
+            if process is not None:
+                stop_worker(process)
+
+
+@pytest.fixture(scope="module")
+def state() -> dict[str, Any]:
+    """What one test leaves for the next (they run in file order)."""
+    return {"agent": f"pred-{uuid.uuid4().hex[:6]}", "successor": f"succ-{uuid.uuid4().hex[:6]}"}
+
+
+def _client(settings: Settings) -> GrimoireClient:
+    return GrimoireClient(
+        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+    )
+
+
+async def _settled(redis: Redis, prefix: str, agents: list[str], eventually: Any) -> list[str]:
+    """Every agent's full digest once it stops moving."""
+
+    async def quiet() -> Any:
+        first = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
+        await asyncio.sleep(2.0)
+        second = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
+        return second if first == second else None
+
+    return list(await eventually(quiet, timeout=120, interval=0.1))
+
+
+async def _history(client: GrimoireClient, agent: str) -> None:
+    await asyncio.gather(
+        *[
+            client.publish_episode(
+                EpisodeV1(
+                    agent_id=agent,
+                    ts=BASE_TS + i * 12_000,
+                    tick=i,
+                    event_id=f"ep-{i}",
+                    run_id="run-7",
+                    text=f"{TOPICS[i]} on venue {i % 3}, slippage {i} percent",
+                    tags=[f"venue/{i % 3}"],
+                )
+            )
+            for i in range(8)
+        ],
+        *[
+            client.publish_tool_event(
+                ToolEventV1(
+                    agent_id=agent,
+                    ts=BASE_TS + 6_000 + i * 12_000,
+                    tool="swap",
+                    event_id=f"tool-{i}",
+                    error=f"execution reverted: slippage {i}" if i % 2 else None,
+                    result=None if i % 2 else f"filled {i}",
+                )
+            )
+            for i in range(4)
+        ],
+        *[
+            client.publish_transcript(
+                TranscriptV1(
+                    agent_id=agent,
+                    ts=BASE_TS + 3_000 + i * 12_000,
+                    session_id="s-1",
+                    event_id=f"line-{i}",
+                    turn_id=f"t-{i}",
+                    line={"role": "user", "content": f"should we rebalance venue {i} now"},
+                )
+            )
+            for i in range(3)
+        ],
+    )
+    await client.publish_outcome(
+        OutcomeV1(
+            agent_id=agent,
+            ts=BASE_TS + 200_000,
+            outcome="positive",
+            memory_ids=[mid(agent, "ep-3", BASE_TS + 3 * 12_000)],
+            event_id="out-1",
+        )
+    )
+
+
+async def test_an_export_imported_elsewhere_has_the_same_state_digest(
+    source_settings: Settings,
+    target_settings: Settings,
+    workers: dict[str, Any],
+    state: dict[str, Any],
+    tmp_path: Path,
+    eventually: Any,
+) -> None:
+    agent = state["agent"]
+    redis = Redis.from_url(source_settings.redis_url)
+    source, target = source_settings.topic_prefix, target_settings.topic_prefix
+    try:
+        async with _client(source_settings) as client:
+            await _history(client, agent)
+
+            await _settled(redis, source, [agent], eventually)
+            assert len(await agent_memory_ids(redis, source, agent)) >= 8
+            answer = await client.recall(agent, "slippage on venue", k=4, timeout=30)
+            assert answer.items
+            used = [item.id for item in answer.items]
+
+            async def counted() -> bool:  # the recall's usage entry was applied
+                keys = Keyspace(source)
+                return all([await redis.exists(keys.usage(m)) for m in used])
+
+            await eventually(counted, timeout=60)
+        await _settled(redis, source, [agent], eventually)
+        path = tmp_path / "a.jsonl"
+        with path.open("wb") as out:
+            exported = await export_agent(source_settings, agent, out, progress=False)
+        assert exported.counts["memory"] >= 8 and exported.counts["usage"] >= 1
+        assert exported.counts["hyperedge"] >= 1 and exported.counts["outcomes"] == 1
+        header = orjson.loads(path.read_bytes().splitlines()[0])
+        assert header["format"] == "grimoire.export" and header["watermark"] == BASE_TS + 7 * 12_000
+
+        report = await import_file(target_settings, path, timeout_s=120, progress=False)
+        assert report.applied and report.memories == exported.counts["memory"]
+        await _settled(redis, target, [agent], eventually)
+        before = await state_digest(redis, source, agent)
+        after = await state_digest(redis, target, agent)
+        assert after.counts == before.counts
+        assert after.sha256 == before.sha256
+        # The whole digest differs only by the journal's bookkeeping.
+        assert (await agent_digest(redis, source, agent)).sha256 != (
+            await agent_digest(redis, target, agent)
+        ).sha256
+        again = tmp_path / "b.jsonl"
+        with again.open("wb") as out:
+            await export_agent(target_settings, agent, out, progress=False)
+        assert again.read_bytes() == path.read_bytes()
+        assert (await audit(RedisWitnessLog(redis, target), agent)).ok
+
+        # The same file again is the same import: every chunk is recognised.
+        resent = await import_file(target_settings, path, timeout_s=120, progress=False)
+        assert resent.applied and resent.import_id == report.import_id
+        await _settled(redis, target, [agent], eventually)
+        assert (await state_digest(redis, target, agent)).sha256 == before.sha256
+        state["file"] = path
+    finally:
+        await redis.aclose()
+
+
+async def _fields(redis: Redis, key: str) -> dict[str, str]:
+    """A memory hash's fields as text, vectors left out."""
+    raw = await redis.hgetall(key)
+    return {k.decode(): v.decode() for k, v in raw.items() if k not in (b"canonical", b"eidolon")}
+
+
+async def test_a_successor_recalls_its_predecessors_entries_at_a_discount(
+    source_settings: Settings,
+    workers: dict[str, Any],
+    state: dict[str, Any],
+    eventually: Any,
+) -> None:
+    agent, successor = state["agent"], state["successor"]
+    prefix = source_settings.topic_prefix
+    keys = Keyspace(prefix)
+    redis = Redis.from_url(source_settings.redis_url)
+    try:
+        report = await import_file(
+            source_settings,
+            state["file"],
+            agent_id=successor,
+            successor_of=agent,
+            timeout_s=120,
+            progress=False,
+        )
+        assert report.applied and report.successor_of == agent and report.memories >= 8
+        as_of = BASE_TS + 300_000
+        async with _client(source_settings) as client:
+            answer = await client.recall(
+                successor, "slippage on venue", k=5, as_of=as_of, explain=True, timeout=30
+            )
+        assert answer.items
+        for item in answer.items:
+            inherited = await _fields(redis, keys.memory(item.id))
+            old_id = inherited["predecessor_memory_id"]
+            original = await _fields(redis, keys.memory(old_id))
+            assert item.agent_id == successor and original["agent_id"] == agent
+            assert item.id == successor_memory_id(successor, agent, old_id, int(original["ts"]))
+            assert inherited["provenance"] == "predecessor"
+            assert float(inherited["confidence"]) == float(original["confidence"]) * 0.5
+            assert inherited["included_count_total"] == "0"
+            assert await redis.exists(keys.usage(item.id)) == 0  # usage starts afresh
+            assert item.text is None or item.text == original["text"]
+            # The rerank's confidence factor, computed by hand from the stored fields.
+            expected = effective_confidence(
+                float(original["confidence"]) * 0.5,
+                int(float(inherited["last_accessed"])),
+                as_of,
+                kind=inherited["kind"],
+                decay_class=inherited.get("decay_class") or None,
+                provenance="predecessor",
+                quality=float(inherited["quality"]),
+                strength=float(inherited.get("strength", "1")),
+            )
+            assert item.scores is not None
+            assert item.scores["effective_confidence"] == pytest.approx(min(expected, 1.0))
+    finally:
+        await redis.aclose()
+
+
+async def test_a_replay_with_imports_in_the_journal_rebuilds_the_same_digests(
+    source_settings: Settings,
+    target_settings: Settings,
+    workers: dict[str, Any],
+    state: dict[str, Any],
+    eventually: Any,
+) -> None:
+    agents = [state["agent"], state["successor"]]
+    redis = Redis.from_url(source_settings.redis_url)
+    try:
+        for settings, name, who in (
+            (source_settings, "source", agents),
+            (target_settings, "target", agents[:1]),
+        ):
+            prefix = settings.topic_prefix
+            before = await _settled(redis, prefix, who, eventually)
+            states = [(await state_digest(redis, prefix, a)).sha256 for a in who]
+            stop_worker(workers[name])
+            assert await wipe_memory_state(redis, prefix) > 0
+            result = await replay(settings, progress=False)
+            assert result.entries > 0 and result.dead_lettered == 0
+            assert [(await agent_digest(redis, prefix, a)).sha256 for a in who] == before
+            assert [(await state_digest(redis, prefix, a)).sha256 for a in who] == states
+            for agent in who:
+                assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
+            workers[name] = await start_ready_worker(
+                settings, workers["logs"] / f"{name}-2.log", timeout=READY_S
+            )
+    finally:
+        await redis.aclose()

@@ -1,0 +1,306 @@
+"""Learning from outcomes (SPEC §7), end to end through the real broker, worker and
+Redis.
+
+1. The SPEC's MUST: after mixed successful and failed runs, recall for a similar
+   query ranks the memories of the successful runs above those of the failed ones.
+   A twin agent with learning switched off gets the same events and shows the
+   order is learned: without learning, failed runs' memories are mixed in.
+2. Credit by role, strength only for what was recalled and then followed by a
+   success, the causal edge of a run and the learned weights, values by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from grimoire.infra.settings import Settings
+from grimoire.streams.model.ids import memory_id
+from grimoire.tables.keyspace import Keyspace
+from grimoire.topics.client import GrimoireClient
+from grimoire.topics.options import RecallBudgets
+from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1
+
+BASE_TS = 1_791_000_000_000
+MINUTE = 60_000
+LEARNING_OFF = {"learn_from_outcomes": False, "use_learned_weights": False}
+# Parallel wording within a role, so each run's memory answers the query about as
+# well as any other's, yet distinct enough that none folds into another (pairwise
+# cosine below 0.90). The names were picked so that, per role, the six texts'
+# cosines to QUERY (all-MiniLM-L6-v2) lie within 0.04 of each other: learning has
+# to reorder memories of equal relevance, not outweigh relevance.
+SERVICES = ("payment", "cart", "search", "auth", "inventory", "shipping", "billing", "catalog",
+            "review", "pricing", "profile", "session")  # fmt: skip
+CITIES = ("Frankfurt", "Virginia", "Mumbai", "Stockholm", "Oregon", "Sao Paulo", "Dublin",
+          "Tokyo", "Sydney", "Paris", "Toronto", "Seoul")  # fmt: skip
+PICKED = (1, 4, 6, 7, 10, 8)  # run n uses names PICKED[n - 1]; odd runs succeed
+QUERY = "how was the checkout deploy timeout on this build handled, and with what result?"
+
+
+def _run(agent: str, number: int, success: bool) -> list[EpisodeV1]:
+    run_id = f"{agent}-run-{number}"
+    ts = BASE_TS + number * 10 * MINUTE
+    i = PICKED[number - 1]
+    common = {"agent_id": agent, "run_id": run_id}
+    build = 401 + i
+    service = SERVICES[i]
+    result = "fixed" if success else "did not fix"
+    return [
+        EpisodeV1(
+            **common,
+            ts=ts,
+            event_id=f"{run_id}-alert",
+            episode_type="alert",
+            text=f"alert: the checkout deploy of build {build} timed out in {CITIES[i]}",
+        ),
+        EpisodeV1(
+            **common,
+            ts=ts + MINUTE,
+            event_id=f"{run_id}-act",
+            episode_type="action",
+            text=f"for the checkout deploy timeout on build {build} I restarted the {service} "
+            "pods and retried the rollout",
+        ),
+        EpisodeV1(
+            **common,
+            ts=ts + 2 * MINUTE,
+            event_id=f"{run_id}-result",
+            episode_type="report",
+            outcome="success" if success else "failure",
+            text=f"the {service} restart {result} the checkout deploy of build {build} in "
+            f"{CITIES[i]}",
+        ),
+    ]
+
+
+def _run_ended(agent: str, number: int, quality: float) -> OutcomeV1:
+    run_id = f"{agent}-run-{number}"
+    return OutcomeV1(
+        agent_id=agent,
+        ts=BASE_TS + number * 10 * MINUTE + 3 * MINUTE,
+        outcome="run_ended",
+        run_id=run_id,
+        quality=quality,
+        event_id=f"{run_id}-ended",
+    )
+
+
+def _mid(agent: str, number: int, part: str) -> str:
+    ts = BASE_TS + number * 10 * MINUTE + {"alert": 0, "act": 1, "result": 2}[part] * MINUTE
+    return memory_id(agent, f"{agent}-run-{number}-{part}", 0, ts)
+
+
+async def _hash(redis: Redis, settings: Settings, mid: str, *names: str) -> dict[str, str]:
+    values = await redis.hmget(Keyspace(settings.topic_prefix).memory(mid), list(names))
+    return {n: v.decode() for n, v in zip(names, values, strict=True) if v is not None}
+
+
+async def _all_applied(redis: Redis, settings: Settings, agent: str, ids: list[str]) -> bool:
+    applied = await redis.smembers(Keyspace(settings.topic_prefix).applied_outcomes(agent))
+    return {i.encode() for i in ids} <= applied
+
+
+async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
+    client: GrimoireClient,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+    redis_client: Redis,
+    settings: Settings,
+) -> None:
+    learner, control = agent_ids
+    await client.send_command(CommandV1(agent_id=control, command="configure", config=LEARNING_OFF))
+    outcome_ids: dict[str, list[str]] = {learner: [], control: []}
+    for agent in (learner, control):
+        for number in range(1, 7):
+            success = number % 2 == 1
+            for episode in _run(agent, number, success):
+                await client.publish_episode(episode)
+            ended = _run_ended(agent, number, 0.9 if success else 0.1)
+            await client.publish_outcome(ended)
+            outcome_ids[agent].append(ended.event_id or "")
+
+    members = [(n, p) for n in range(1, 7) for p in ("alert", "act", "result")]
+    keys = Keyspace(settings.topic_prefix)
+
+    async def settled() -> bool:
+        for agent in (learner, control):
+            if not await _all_applied(redis_client, settings, agent, outcome_ids[agent]):
+                return False
+            decided = await redis_client.hkeys(keys.decided(agent))
+            if any(_mid(agent, n, p).encode() not in decided for n, p in members):
+                return False
+        # A run's outcome may be journaled before some of its members (they come
+        # from another topic): those are credited as they are written.
+        for number, part in members:
+            stored = await _hash(
+                redis_client, settings, _mid(learner, number, part), "validated_count",
+                "contradicted_count",
+            )  # fmt: skip
+            if stored and stored["validated_count"] == stored["contradicted_count"]:
+                return False
+        return True
+
+    await eventually(settled, timeout=60)
+    # Every member of a successful run validated once, of a failed one contradicted
+    # once (admission may have turned an input away: the test needs most of them).
+    written = 0
+    for number, part in members:
+        stored = await _hash(
+            redis_client, settings, _mid(learner, number, part), "validated_count",
+            "contradicted_count",
+        )  # fmt: skip
+        if not stored:
+            continue
+        written += 1
+        expected = ("1", "0") if number % 2 == 1 else ("0", "1")
+        assert (stored["validated_count"], stored["contradicted_count"]) == expected
+    assert written >= 15, written
+
+    def ranked(agent: str, items: Any) -> dict[str, list[bool]]:
+        """Per role, success (True) or failure of each run's memory, in rank order."""
+        where = {_mid(agent, n, p): (n, p) for n, p in members}
+        order: dict[str, list[bool]] = {"alert": [], "act": [], "result": []}
+        for item in items:
+            # The memories the query is about: relevance (the evidence it answers the
+            # query, 1 for the best) at least a quarter of the best's. Below that
+            # (here the result reports) the lanes' scores are near zero and their
+            # order says nothing.
+            if item.id in where and (item.scores or {}).get("relevance", 0.0) >= 0.25:
+                number, part = where[item.id]
+                order[part].append(number % 2 == 1)
+        return order
+
+    # No word of the query is in only one side's texts (e.g. "did" of "did not fix").
+    query = QUERY
+    wide = RecallBudgets(max_items=18, token_budget=4000)
+    learned = await client.recall(learner, query, budgets=wide, record_usage=False, explain=True)
+    by_role = ranked(learner, learned.items)
+    assert len(by_role["alert"]) + len(by_role["act"]) >= 10, by_role
+    for role, order in by_role.items():
+        if not order:
+            continue
+        assert order.count(True) and order.count(False), (role, order)
+        # Every successful run's memory ranks above every failed run's of the role.
+        assert order == sorted(order, reverse=True), (role, order)
+
+    unlearned = await client.recall(control, query, budgets=wide, record_usage=False, explain=True)
+    control_by_role = ranked(control, unlearned.items)
+    # Without learning the same memories are not in that order.
+    assert any(order != sorted(order, reverse=True) for order in control_by_role.values()), (
+        control_by_role
+    )
+
+
+async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_weights(
+    client: GrimoireClient,
+    agent_ids: tuple[str, str],
+    eventually: Any,
+    redis_client: Redis,
+    settings: Settings,
+) -> None:
+    agent, _ = agent_ids
+    keys = Keyspace(settings.topic_prefix)
+    fields = ("confidence", "strength", "validated_count", "contradicted_count", "causal_uplift")
+    # Run 1 succeeds with nothing recalled.
+    for episode in _run(agent, 1, True):
+        await client.publish_episode(episode)
+    await client.publish_outcome(_run_ended(agent, 1, 0.9))
+
+    async def run_1_learned() -> bool:
+        return await _all_applied(redis_client, settings, agent, [f"{agent}-run-1-ended"])
+
+    await eventually(run_1_learned, timeout=30)
+    run_1 = {p: _mid(agent, 1, p) for p in ("alert", "act", "result")}
+    after_1 = {p: await _hash(redis_client, settings, m, *fields) for p, m in run_1.items()}
+    # Members never gain strength (nothing recalled them); the action is the cause of
+    # the run's only causal edge: weight 0.8 (quality 0.9 → signal (0.9-0.5)/0.5),
+    # evidence 1, so its uplift is 0.8·1/(1+1).
+    assert {p: float(v["strength"]) for p, v in after_1.items()} == {
+        "alert": 1.0, "act": 1.0, "result": 1.0,
+    }  # fmt: skip
+    assert float(after_1["act"]["causal_uplift"]) == 0.4
+    edge = await redis_client.hget(keys.causal_edges(agent), f"{run_1['act']}\x1f{run_1['result']}")
+    assert edge == b"0.8|1|0"
+
+    # Run 2 recalls run 1 before acting, then succeeds fully (quality 1: signal 1).
+    answer = await client.recall(
+        agent,
+        "checkout deploy timed out, what fixed it",
+        k=3,
+        serving_run_id=f"{agent}-run-2",
+        include_causal=True,
+        explain=True,
+    )
+    recalled = [item.id for item in answer.items]
+    assert set(recalled) <= set(run_1.values()) and recalled, recalled
+    assert answer.learning is not None and answer.learning["source"] == "static"
+    by_id = {item.id: item for item in answer.items}
+    if run_1["act"] in by_id:
+        assert by_id[run_1["act"]].causal == [
+            {"cause": run_1["act"], "effect": run_1["result"], "weight": 0.8, "evidence": 1,
+             "last_block": 0}
+        ]  # fmt: skip
+
+    async def recalls_kept() -> bool:
+        return bool(await redis_client.hget(keys.run_recalls(agent), f"{agent}-run-2"))
+
+    await eventually(recalls_kept, timeout=30)
+    for episode in _run(agent, 2, True):
+        await client.publish_episode(episode)
+    await client.publish_outcome(_run_ended(agent, 2, 1.0))
+
+    async def run_2_learned() -> bool:
+        return await _all_applied(redis_client, settings, agent, [f"{agent}-run-2-ended"])
+
+    await eventually(run_2_learned, timeout=30)
+    for memory in recalled:
+        part = next(p for p, m in run_1.items() if m == memory)
+        now = await _hash(redis_client, settings, memory, *fields)
+        # Recalled, then a success: strength +1; confidence + 0.10 · 0.6 (recalled's share).
+        assert float(now["strength"]) == float(after_1[part]["strength"]) + 1.0
+        assert abs(float(now["confidence"]) - float(after_1[part]["confidence"]) - 0.06) < 1e-9
+        assert int(now["validated_count"]) == int(after_1[part]["validated_count"]) + 1
+    # The run's own members: credit by role at signal 1, no strength.
+    shares = {"alert": 0.3, "act": 1.0, "result": 0.5}
+    for part, share in shares.items():
+        now = await _hash(redis_client, settings, _mid(agent, 2, part), *fields)
+        assert float(now["strength"]) == 1.0
+        assert now["validated_count"] == "1" and now["contradicted_count"] == "0"
+        assert "confidence" in now and share > 0
+    assert await redis_client.hget(keys.run_recalls(agent), f"{agent}-run-2") is None
+    weights = orjson.loads(await redis_client.get(keys.learned_weights(agent)))
+    assert weights["updates"] == 1 and abs(sum(weights["weights"].values()) - 1.0) < 1e-6
+    explained = await client.recall(agent, "checkout deploy", k=1, explain=True, record_usage=False)
+    assert explained.learning is not None
+    assert explained.learning["source"] == "learned" and explained.learning["updates"] == 1
+
+    # Run 3 recalls, then fails outright (quality 0: signal -1): no strength, blame.
+    answer = await client.recall(
+        agent, "checkout deploy timed out, what fixed it", k=2, serving_run_id=f"{agent}-run-3"
+    )
+    blamed = [item.id for item in answer.items]
+    before = {m: await _hash(redis_client, settings, m, *fields) for m in blamed}
+
+    async def recalls_kept_3() -> bool:
+        return bool(await redis_client.hget(keys.run_recalls(agent), f"{agent}-run-3"))
+
+    await eventually(recalls_kept_3, timeout=30)
+    for episode in _run(agent, 3, False):
+        await client.publish_episode(episode)
+    await client.publish_outcome(_run_ended(agent, 3, 0.0))
+
+    async def run_3_learned() -> bool:
+        return await _all_applied(redis_client, settings, agent, [f"{agent}-run-3-ended"])
+
+    await eventually(run_3_learned, timeout=30)
+    for memory in blamed:
+        now = await _hash(redis_client, settings, memory, *fields)
+        assert float(now["strength"]) == float(before[memory]["strength"])
+        # Blame 0.15 · 0.6 at signal -1.
+        drop = float(before[memory]["confidence"]) - float(now["confidence"])
+        assert abs(drop - 0.09) < 1e-9 or float(now["confidence"]) == 0.0
+        assert int(now["contradicted_count"]) == int(before[memory]["contradicted_count"]) + 1
+    act_3 = await _hash(redis_client, settings, _mid(agent, 3, "act"), *fields)
+    assert float(act_3["causal_uplift"]) == -0.5  # weight -1, evidence 1: -1·1/(1+1)
