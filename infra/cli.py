@@ -279,14 +279,17 @@ def _keys_command(settings: Settings, args: argparse.Namespace) -> int:
 
 #: The `grimoire` commands built by `_add_ops_parsers` and run by `_ops_command`.
 _OPS_COMMANDS = frozenset(
-    {"agents", "search", "memory", "episodes", "config", "retract", "forget", "pin", "unpin",
-     "events"}
+    {"agents", "search", "memory", "causal", "episodes", "config", "retract", "forget", "pin",
+     "unpin", "events"}
 )  # fmt: skip
 #: `events --kind` → the input stream (infra/http/events.py `EVENT_KINDS`, kept equal
 #: by a test: naming them here keeps `grimoire --help` from loading the HTTP app).
 _EVENT_KINDS = ("episode", "tool_event", "transcript")
 _MAX_EPISODES = 500  # as GET …/episodes?limit
 _MAX_DEPTH = 3  # as GET …/graph?depth
+_MAX_CAUSAL_HOPS = 4  # as GET …/causal/{id}?hops
+_MAX_CAUSAL_LIMIT = 500  # ... and its limit
+_CAUSAL_DIRECTIONS = ("effects", "causes", "both")
 
 
 class _Refused(Exception):
@@ -431,6 +434,23 @@ async def _episode(settings: Settings, agent_id: str, episode_id: str) -> list[d
     return [asdict(member) for member in members]
 
 
+async def _causal(
+    settings: Settings, agent_id: str, memory_id: str, hops: int, direction: str, limit: int
+) -> dict[str, object]:
+    """The memory's causal neighbours, as GET …/causal/{memory_id} answers."""
+    from grimoire.infra.http.causal import causal_neighbours, neighbours_json
+    from grimoire.streams.learn.causal import Direction
+    from grimoire.tables.learn.store import RedisLearningStore
+
+    way = Direction(direction)
+    async with _memory_redis(settings) as redis:
+        store = RedisLearningStore(redis, settings.topic_prefix)
+        found = await causal_neighbours(
+            store, agent_id, memory_id, hops=hops, direction=way, limit=limit
+        )
+    return neighbours_json(memory_id, hops, way, limit, found)
+
+
 async def _memory_exists(settings: Settings, agent_id: str, memory_id: str) -> bool:
     from grimoire.tables.memory.inspect import memory_exists
 
@@ -551,6 +571,14 @@ def _run_memory(settings: Settings, args: argparse.Namespace) -> int:
     if found is None:
         raise _Refused(1, f"agent {args.agent!r} has no memory {memory_id!r}")
     _print_line(found)
+    return 0
+
+
+def _run_causal(settings: Settings, args: argparse.Namespace) -> int:
+    memory_id = _checked_id("MEMORY_ID", args.memory_id)
+    hops = _checked_range("--hops", args.hops, 1, _MAX_CAUSAL_HOPS)
+    limit = _checked_range("--limit", args.limit, 1, _MAX_CAUSAL_LIMIT)
+    _print_line(asyncio.run(_causal(settings, args.agent, memory_id, hops, args.direction, limit)))
     return 0
 
 
@@ -715,6 +743,7 @@ _OPS_RUNNERS = {
     "agents": _run_agents,
     "search": _run_search,
     "memory": _run_memory,
+    "causal": _run_causal,
     "episodes": _run_episodes,
     "config": _run_config,
     "retract": _run_retract,
@@ -801,6 +830,33 @@ def _add_ops_parsers(sub: Any) -> None:
         "--depth", type=int, default=1, help=f"--graph: hops from it, 1-{_MAX_DEPTH} (default 1)"
     )
     memory.add_argument("memory_id", metavar="MEMORY_ID")
+
+    causal = sub.add_parser(
+        "causal",
+        help="a memory's causal neighbours, k hops away (JSON)",
+        description="The memory's neighbours in the agent's causal graph (cause → effect "
+        "edges learned from runs' outcomes), breadth-first up to --hops edges away, each "
+        "with the edge it was reached by, as GET /v1/agents/{agent}/causal/{id}. One JSON "
+        "object {memory_id, hops, direction, nodes, truncated}; a memory without edges "
+        "has no nodes.",
+    )
+    causal.add_argument("--agent", required=True)
+    causal.add_argument(
+        "--hops", type=int, default=1, help=f"edges away, 1-{_MAX_CAUSAL_HOPS} (default 1)"
+    )
+    causal.add_argument(
+        "--direction",
+        choices=_CAUSAL_DIRECTIONS,
+        default="effects",
+        help="effects: cause → effect, causes: effect → cause, both (default effects)",
+    )
+    causal.add_argument(
+        "--limit",
+        type=int,
+        default=200,
+        help=f"most neighbours, 1-{_MAX_CAUSAL_LIMIT} (default 200)",
+    )
+    causal.add_argument("memory_id", metavar="MEMORY_ID")
 
     episodes = sub.add_parser(
         "episodes",

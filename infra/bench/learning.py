@@ -5,7 +5,8 @@ A generated world (`learning_env.py`): agents meet recurring situations whose
 candidate actions have hidden success probabilities. Each run, through the real
 pipeline (tansu + Redis + a worker process), an agent recalls before acting (the
 request names the run it serves), follows the action of the top memory of the
-situation it recalled (or explores), publishes the run's trigger, action and
+situation it recalled, unless that memory's run failed (it then tries another
+action) or the ε draw says explore, publishes the run's trigger, action and
 outcome episodes under one `run_id`, then the run's end (`run_ended` with the
 run's quality). The next recall of that agent waits until the run is applied (its
 episodes decided, then its end witnessed, read on memory-events).
@@ -410,6 +411,7 @@ async def _slot(
     )
     runs_by_event: dict[str, Run] = {}
     visits: Counter[int] = Counter()
+    succeeded: set[int] = set()  # situations with a successful run so far
     used: Counter[str] = Counter()
     for index, situation in enumerate(schedule(env, slot)):
         began = time.perf_counter()
@@ -431,7 +433,13 @@ async def _slot(
             counts[_role(top[1]) if top else "none"] += 1
         mine, theirs = (top[0] if top else None for top in tops)
         action, explored = choose_action(
-            env, slot, index, situation, visits[situation], mine.action if mine else None
+            env,
+            slot,
+            index,
+            situation,
+            visits[situation],
+            mine.action if mine else None,
+            recalled_failed=mine is not None and not mine.success,
         )
         tally.explored += explored
         success, quality = draw_outcome(env, slot, index, situation, action)
@@ -443,9 +451,12 @@ async def _slot(
                 visits[situation],
                 mine.success if mine else None,
                 theirs.success if theirs else None,
+                success_known=situation in succeeded,
             )
         )
         tally.runs.append(run)
+        if success:
+            succeeded.add(situation)
         texts = render_run(env, slot, index, situation, action, success)
         ts = T0_MS + index * RUN_SPACING_MS
         for agent in agents:
@@ -512,7 +523,10 @@ def _mean_weights(per_agent: Mapping[str, Mapping[str, float]]) -> dict[str, flo
 def _report(
     env: Environment, options: LearningOptions, tally: _Tally, watch: _Watch
 ) -> dict[str, Any]:
-    rates = success_first(tally.scored, options.warmup)
+    # The headline rate is over the recalls that could put a successful run's memory
+    # first (the situation had one); over every recall it is reported beside it.
+    rates = success_first([r for r in tally.scored if r.success_known], options.warmup)
+    every = success_first(tally.scored, options.warmup)
     runs = len(tally.runs)
     total_regret = regret(env, tally.runs)
     uniform = sum(
@@ -526,6 +540,9 @@ def _report(
         "runs": runs,
         "success_first_rate": rates.learner.rate,
         "success_first_rate_without_learning": rates.shadow.rate,
+        "success_first_rate_all_recalls": every.learner.rate,
+        "success_first_rate_all_recalls_without_learning": every.shadow.rate,
+        "recalls_before_any_success": sum(1 for r in tally.scored if not r.success_known),
         "target": TARGET,
         "regret": total_regret,
         "regret_per_run": round(total_regret / runs, 4) if runs else None,
@@ -542,9 +559,16 @@ def _report(
         "rule": "per recall before a run: the first recalled item that is a memory of the "
         "situation's runs (any role); success-first when that run's quality >= "
         f"{SUCCESS_QUALITY}; an agent's first {options.warmup} visits of each situation "
-        "are not scored, recalls with no memory of the situation are counted apart",
+        "are not scored, recalls with no memory of the situation are counted apart, and so "
+        "are recalls made before any run of the situation succeeded (no ranking can put a "
+        "success first then; success_first_rate_all_recalls includes them)",
         "warmup_visits": options.warmup,
-        "warmup_recalls_skipped": rates.warmup_skipped,
+        "warmup_recalls_skipped": every.warmup_skipped,
+        # past warm-up, the recalls made while no run of the situation had succeeded
+        "before_any_success": every.learner.scored
+        + every.learner.without_memory
+        - rates.learner.scored
+        - rates.learner.without_memory,
         "learning": {
             "scored": rates.learner.scored,
             "success_first": rates.learner.success_first,

@@ -350,13 +350,26 @@ def epsilon(visits: int) -> float:
 
 
 def choose_action(
-    env: Environment, slot: int, run: int, situation: int, visits: int, recalled: int | None
+    env: Environment,
+    slot: int,
+    run: int,
+    situation: int,
+    visits: int,
+    recalled: int | None,
+    recalled_failed: bool = False,
 ) -> tuple[int, bool]:
     """(action, explored): the recalled run's action, unless nothing of the
-    situation was recalled or the ε draw says explore (uniform over the actions)."""
+    situation was recalled or the ε draw says explore (uniform over the actions).
+    When the top memory says its run failed (as its outcome memory does, to an
+    agent reading it) the agent does not repeat that action: it explores the
+    others."""
     rng = _rng(env, slot, run, "policy")
     explore_draw = rng.random()
-    pick = rng.randrange(len(env.situations[situation].actions))
+    count = len(env.situations[situation].actions)
+    pick = rng.randrange(count)
+    if recalled is not None and recalled_failed:
+        others = [a for a in range(count) if a != recalled]
+        return others[pick % len(others)], True
     if recalled is None or explore_draw < epsilon(visits):
         return pick, True
     return recalled, False
@@ -410,6 +423,9 @@ class ScoredRecall:
     visit: int  # the slot's earlier visits of the situation
     learner: bool | None
     shadow: bool | None
+    # Whether any earlier run of the slot in this situation succeeded: when none
+    # did, no ranking can put a successful run's memory first.
+    success_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)

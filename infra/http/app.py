@@ -19,7 +19,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from grimoire.infra.http import agents, commands, config, episodes, events, memories, recall
+from grimoire.infra.http import (
+    agents,
+    causal,
+    commands,
+    config,
+    episodes,
+    events,
+    memories,
+    recall,
+)
 from grimoire.infra.http.deps import HttpDeps
 from grimoire.infra.http.errors import http_exception_handler
 from grimoire.infra.http.inspector import inspector_routes
@@ -58,6 +67,7 @@ def api_routes() -> list[BaseRoute]:
         *recall.routes(),
         *events.routes(),
         *memories.routes(),
+        *causal.routes(),
         *episodes.routes(),
         *commands.routes(),
         *config.routes(),

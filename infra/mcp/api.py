@@ -1,9 +1,10 @@
 """A small typed async client over the HTTP API's routes, for the MCP server.
 
 Only the routes the MCP tools need: publish an event, recall, search, a memory by id,
-the playbook, retract and forget. Each call sends the key as `Authorization: Bearer`
-and turns a refusal (4xx/5xx with the API's `{"error", "detail"}` body) into an
-`ApiError` that names the status, the code and the API's own message.
+its causal neighbours, the playbook, retract and forget. Each call sends the key as
+`Authorization: Bearer` and turns a refusal (4xx/5xx with the API's `{"error",
+"detail"}` body) into an `ApiError` that names the status, the code and the API's own
+message.
 """
 
 from __future__ import annotations
@@ -222,6 +223,13 @@ class GrimoireApi:
         """`GET .../memories/{memory_id}`: the memory with its full text."""
         path = self._agent_path(agent_id, "memories", _segment(memory_id, "memory_id"))
         return self._object(await self._call("GET", path))
+
+    async def causal(
+        self, agent_id: str, memory_id: str, hops: int = 1, direction: str = "effects"
+    ) -> dict[str, Any]:
+        """`GET .../causal/{memory_id}`: the memory's causal neighbours, k hops away."""
+        path = self._agent_path(agent_id, "causal", _segment(memory_id, "memory_id"))
+        return self._object(await self._call("GET", path, hops=hops, direction=direction))
 
     async def playbook(self, agent_id: str) -> str:
         """`GET .../playbook`: the agent's PLAYBOOK.md (text/markdown)."""

@@ -38,7 +38,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Always listed.
-READ_WRITE_TOOLS: Final = ("remember", "recall", "search", "fetch_memory", "read_playbook")
+READ_WRITE_TOOLS: Final = (
+    "remember",
+    "recall",
+    "search",
+    "fetch_memory",
+    "read_playbook",
+    "causal_neighbours",
+)
 #: Listed only with `allow_destructive`.
 DESTRUCTIVE_TOOLS: Final = ("retract", "forget")
 
@@ -358,6 +365,34 @@ class _Tools:
         except (ApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
 
+    async def causal_neighbours(
+        self,
+        ctx: Context,
+        memory_id: Annotated[
+            str, Field(min_length=1, description="An item's `id` from recall or search.")
+        ],
+        hops: Annotated[
+            int, Field(ge=1, le=4, description="How many cause → effect edges away (1-4).")
+        ] = 1,
+        direction: Annotated[
+            Literal["effects", "causes", "both"],
+            Field(
+                description="effects: what followed this memory; causes: what led to it; "
+                "both: either way."
+            ),
+        ] = "effects",
+        agent: Agent = None,
+    ) -> str:
+        """The memory's neighbours in the agent's causal graph (learned from runs'
+        outcomes): what tended to follow doing it, or what led to it, each with the
+        edge's weight (-1 failure ... 1 success) and evidence."""
+        agent_id = self._agent(agent)
+        try:
+            answer = await self._api(ctx).causal(agent_id, memory_id, hops, direction)
+        except (ApiError, ValueError) as failure:
+            raise ToolError(str(failure)) from failure
+        return _json_text(answer)
+
     async def read_playbook(self, ctx: Context, agent: Agent = None) -> str:
         """The agent's PLAYBOOK.md: the heuristics and warnings the curator distilled
         from its experience (markdown)."""
@@ -491,6 +526,7 @@ def build_server(
         ("search", tools.search),
         ("fetch_memory", tools.fetch_memory),
         ("read_playbook", tools.read_playbook),
+        ("causal_neighbours", tools.causal_neighbours),
     ):
         server.add_tool(fn, name=name, annotations=_READ_ONLY, structured_output=False)
     if options.allow_destructive:

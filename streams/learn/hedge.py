@@ -3,8 +3,10 @@ factors, per agent.
 
 Each rerank factor is an expert that votes for the memories it scores high. When
 a run that recalled memories ends, each factor is charged a loss for what it said
-about them: on a success, `1 - value` (it should have scored them high), on a
-failure, `value` (it should have scored them low). Hedge multiplies each weight
+about the memories the run acted on (`value`: how much the factor favoured one
+over the rest of its reply, see `grimoire.streams.learn.runs`): on a success,
+`1 - value` (it should have favoured them), on a failure, `value` (it should not
+have). Hedge multiplies each weight
 by `exp(-eta · mean loss)` and renormalises, so weight flows to the factors that
 tell what worked from what did not, in the agent's own experience.
 
@@ -31,6 +33,7 @@ from grimoire.streams.recall.rerank import RerankWeights
 __all__ = [
     "DEFAULT_HEDGE_POLICY",
     "LEARNED_FACTORS",
+    "RANK",
     "HedgePolicy",
     "LearnedWeights",
     "Observation",
@@ -49,6 +52,8 @@ LEARNED_FACTORS: Final = (
     "causal",
 )
 _PRIORS: Final = LEARNED_FACTORS[1:]
+# Recorded beside the factor values: the memory's place in the reply (0 = top).
+RANK: Final = "rank"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,7 @@ class Observation:
 
     factors: Mapping[str, float]
     success: bool
+    weight: float = 1.0  # how much it counts: the agent acts on the top of a reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,26 +135,35 @@ def hedge_update(
     if not observations:
         return current
     weights = dict(current.weights)
+    # An inactive factor is no expert this round: its weight is set aside and the
+    # active ones share the rest (renormalising it with them would reward it for
+    # losing nothing).
+    idle = {n: w for n, w in weights.items() if n not in active}
     for name in LEARNED_FACTORS:
         if name not in active:
             continue
         losses = [
-            (1.0 - _unit(o.factors.get(name, 0.5)))
-            if o.success
-            else _unit(o.factors.get(name, 0.5))
+            o.weight
+            * (
+                (1.0 - _unit(o.factors.get(name, 0.5)))
+                if o.success
+                else _unit(o.factors.get(name, 0.5))
+            )
             for o in observations
         ]
-        weights[name] *= math.exp(-policy.eta * sum(losses) / len(losses))
-    weights = _normalised(weights)
-    start = dict(initial.weights)
-    weights = {n: (1.0 - policy.mix) * weights[n] + policy.mix * start[n] for n in LEARNED_FACTORS}
-    weights = _normalised(weights)
+        total = sum(o.weight for o in observations)
+        if total > 0:
+            weights[name] *= math.exp(-policy.eta * sum(losses) / total)
+    share = 1.0 - sum(idle.values())
+    start = _within({n: w for n, w in initial.weights if n not in idle}, share)
+    weights = _within({n: w for n, w in weights.items() if n not in idle}, share)
+    weights = {n: (1.0 - policy.mix) * weights[n] + policy.mix * start[n] for n in weights}
     if weights["relevance"] < policy.relevance_floor:
-        rest = 1.0 - weights["relevance"]
-        scale = (1.0 - policy.relevance_floor) / rest if rest > 0 else 0.0
+        rest = share - weights["relevance"]
+        scale = (share - policy.relevance_floor) / rest if rest > 0 else 0.0
         weights = {n: w * scale for n, w in weights.items()}
         weights["relevance"] = policy.relevance_floor
-    return LearnedWeights(_ordered(weights), current.updates + 1)
+    return LearnedWeights(_ordered({**weights, **idle}), current.updates + 1)
 
 
 def rerank_weights(base: RerankWeights, learned: LearnedWeights, *, causal: bool) -> RerankWeights:
@@ -176,11 +191,12 @@ def _unit(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-def _normalised(weights: Mapping[str, float]) -> dict[str, float]:
-    total = sum(weights[n] for n in LEARNED_FACTORS)
-    if total <= 0.0:
-        return {n: 1.0 / len(LEARNED_FACTORS) for n in LEARNED_FACTORS}
-    return {n: weights[n] / total for n in LEARNED_FACTORS}
+def _within(weights: Mapping[str, float], total: float) -> dict[str, float]:
+    """`weights` scaled to sum to `total` (equal shares if they sum to nothing)."""
+    whole = sum(weights.values())
+    if whole <= 0.0:
+        return {n: total / len(weights) for n in weights}
+    return {n: w * total / whole for n, w in weights.items()}
 
 
 def _ordered(weights: Mapping[str, float]) -> tuple[tuple[str, float], ...]:

@@ -8,8 +8,11 @@ result; the trigger only says when it happened. Blame is larger than credit
 (loss aversion: a memory that led to a failure should fall faster than one that
 led to a success rises), which is the SPEC's asymmetric confidence.
 
-What the run recalled before acting is credited too, and only those memories
-gain strength, and only on a success: strength means "retrieved and then
+A member's run record (validated / contradicted) counts the runs it was part
+of, which is what recall's outcome bias reads. What the run recalled before
+acting is credited too (the top `recalled_depth`
+of each reply: what the agent acted on, not everything it was shown), and only
+those memories gain strength, and only on a success: strength means "retrieved and then
 followed by a good result", never "retrieved" (which an agent could game by
 recalling a memory over and over).
 
@@ -26,6 +29,7 @@ from grimoire.streams.learn.causal import CausalEdge, causal_uplift, reinforce, 
 from grimoire.streams.learn.hedge import (
     DEFAULT_HEDGE_POLICY,
     LEARNED_FACTORS,
+    RANK,
     HedgePolicy,
     LearnedWeights,
     Observation,
@@ -70,8 +74,8 @@ def _default_roles() -> tuple[tuple[str, RoleWeight], ...]:
     return (
         ("action", RoleWeight(1.0, 1.0)),
         ("outcome", RoleWeight(0.5, 0.5)),
-        ("context", RoleWeight(0.4, 0.3)),
-        ("trigger", RoleWeight(0.3, 0.2)),
+        ("context", RoleWeight(0.4, 0.4)),
+        ("trigger", RoleWeight(0.3, 0.3)),
         (RECALLED, RoleWeight(0.6, 0.6)),
     )
 
@@ -82,6 +86,9 @@ class RunPolicy:
     loss: float = 0.15  # confidence taken from an action of a worthless run
     success_line: float = 0.5  # quality at or above it is a success
     strength_gain: float = 1.0  # per recalled memory, on a success only
+    # How deep into a run's recalls credit reaches: the agent acts on the top of a
+    # reply, so the memories below were shown, not used.
+    recalled_depth: int = 3
     roles: tuple[tuple[str, RoleWeight], ...] = field(default_factory=_default_roles)
 
     def role(self, name: str) -> RoleWeight:
@@ -149,8 +156,10 @@ def credit_run(
                 roles=tuple(roles),
                 confidence_delta=round(delta, 9),
                 strength_delta=strength,
-                validated=1 if success else 0,
-                contradicted=0 if success else 1,
+                # The run record is the runs a memory was part of: a memory the run
+                # only recalled may have been read and rejected, not acted on.
+                validated=1 if success and memory_id in members else 0,
+                contradicted=1 if not success and memory_id in members else 0,
             )
         )
     return tuple(credits)
@@ -184,8 +193,10 @@ def learn_from_run(
     """A run's outcome, planned: credits by role, the run's action → outcome edges
     reinforced with the signed quality, each cause's new uplift, and one Hedge step
     from what the run recalled. `out_edges`: the causes' stored out-edges."""
+    success = quality >= policy.success_line
     signal = signed_quality(quality, policy)
-    credits = credit_run(quality, members, frozenset(recalled), policy)
+    used = {m: f for m, f in recalled.items() if _rank(f) < policy.recalled_depth}
+    credits = credit_run(quality, members, frozenset(used), policy)
     current = {(e.cause, e.effect): e for edges in out_edges.values() for e in edges}
     changed: list[CausalEdge] = []
     for cause, effect, sighting in run_links(members, signal):
@@ -198,9 +209,11 @@ def learn_from_run(
         for cause in causes
     )
     new_weights: LearnedWeights | None = None
-    if learn_weights and recalled:
-        success = quality >= policy.success_line
-        observations = [Observation(recalled[m], success) for m in sorted(recalled)]
+    if learn_weights and used:
+        observations = [
+            Observation(_preference(used[m], recalled), success, 1.0 / (1.0 + _rank(used[m])))
+            for m in sorted(used)
+        ]
         active = frozenset(LEARNED_FACTORS) - (frozenset() if causal_active else {"causal"})
         new_weights = hedge_update(
             weights if weights is not None else initial,
@@ -210,6 +223,25 @@ def learn_from_run(
             policy=hedge,
         )
     return RunLearning(credits, tuple(changed), uplifts, new_weights)
+
+
+def _preference(
+    factors: Mapping[str, float], shown: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """How much each factor favoured this memory over the others the reply showed,
+    in [0, 1] (0.5: no more than the average). A factor's raw value says little: the
+    top of a reply always has the best relevance, success or not; what tells a
+    factor that separates what worked from what did not is whether it put the
+    used memory ahead of the rest."""
+    out: dict[str, float] = {}
+    for name in LEARNED_FACTORS:
+        mean = sum(f.get(name, 0.5) for f in shown.values()) / len(shown)
+        out[name] = min(1.0, max(0.0, 0.5 + factors.get(name, 0.5) - mean))
+    return out
+
+
+def _rank(factors: Mapping[str, float]) -> int:
+    return int(factors.get(RANK, 0.0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from grimoire.streams.inbound.recall_request import RecallQuery
-from grimoire.streams.learn.hedge import LEARNED_FACTORS
+from grimoire.streams.learn.hedge import LEARNED_FACTORS, RANK
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.streams.model.field_state import Affect
 from grimoire.streams.recall.anti_rumination import (
@@ -251,8 +251,8 @@ async def run_recall(
         tuple(i for i in injected if i in kept),
         used_ids=used_ids,
         used_factors=tuple(
-            (memory_id, _learnable(by_id[memory_id].factors))
-            for memory_id in used_ids
+            (memory_id, (*_learnable(by_id[memory_id].factors), (RANK, float(rank))))
+            for rank, memory_id in enumerate(used_ids)
             if memory_id in by_id
         ),
     )

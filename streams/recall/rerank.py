@@ -187,8 +187,12 @@ def affect_congruence(memory: Affect | None, state: Affect | None) -> float:
 
 
 def outcome_bias(validated: int, contradicted: int) -> float:
-    """The run record as a Beta(1, 1) posterior mean: 0.5 with no record."""
-    return (max(validated, 0) + 1.0) / (max(validated, 0) + max(contradicted, 0) + 2.0)
+    """The run record as a Beta(1/2, 1/2) (Jeffreys) posterior mean: 0.5 with no
+    record, 0.75 after one success, 0.25 after one failure. The lighter prior lets
+    a single run say something, as one run is often all an agent has of a
+    situation."""
+    v, c = max(validated, 0), max(contradicted, 0)
+    return (v + 0.5) / (v + c + 1.0)
 
 
 def causal_utility(

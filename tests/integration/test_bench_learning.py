@@ -46,7 +46,10 @@ async def test_a_tiny_learning_bench_runs_end_to_end_and_its_counts_add_up(
         ("without_learning", "success_first_rate_without_learning"),
     ):
         counted = scoring[side]
-        assert counted["scored"] + counted["without_situation_memory"] == RUNS - 1
+        assert (
+            counted["scored"] + counted["without_situation_memory"] + scoring["before_any_success"]
+            == RUNS - 1
+        )
         assert 0 <= counted["success_first"] <= counted["scored"]
         rate = report[rate_key]
         if counted["scored"]:
