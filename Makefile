@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user browser run smoke demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning services-up services-down services-status clean
+.PHONY: help setup qemu-user browser run smoke demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -67,7 +67,7 @@ typecheck: setup ## mypy --strict on the pure core
 	mkdir -p $(TYPECHECK_PATH) && ln -sfn "$(CURDIR)" $(TYPECHECK_PATH)/grimoire
 	MYPYPATH=$(TYPECHECK_PATH) $(VENV)/bin/mypy -p grimoire.streams
 
-bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning ## every benchmark (each prints one JSON object as its last line)
+bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet ## every benchmark (each prints one JSON object as its last line)
 
 bench-ingest: setup ## the real write path on 20,000 generated events (repetitive and all-distinct)
 	mkdir -p bench-results
@@ -88,6 +88,10 @@ bench-faults: setup ## worker SIGKILLs, a Redis restart and 10,000 hostile messa
 bench-learning: setup ## agents learning from run outcomes: success-first recall against the same recalls without learning (RUNS per agent)
 	mkdir -p bench-results
 	$(PY) -m grimoire.infra.cli bench learning --runs $${RUNS:-60} | tee bench-results/learning.json
+
+bench-fleet: setup ## AGENTS (1,000) on the 12 s block cadence: lag, recall, maintenance share, the largest fleet under one block (FLEET_ARGS)
+	mkdir -p bench-results
+	$(PY) -m grimoire.infra.cli bench fleet --agents $${AGENTS:-1000} $(FLEET_ARGS) | tee bench-results/fleet.log | tail -1 > bench-results/fleet.json; cat bench-results/fleet.json
 
 bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline (LOCOMO_ARGS="--data F --conversations a,b")
 	mkdir -p bench-results

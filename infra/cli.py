@@ -1026,6 +1026,26 @@ def _add_exchange_parsers(sub: Any) -> None:
     _add_api_key(importing)
 
 
+def _import_key_check(settings: Settings, api_key: str | None) -> Any:
+    """Where the workers check keys, an import's key must reach every agent it
+    touches (the target; a successor's predecessor too): refused here, before a
+    chunk is sent, rather than dead-lettered chunk by chunk while the CLI waits."""
+    if not settings.auth_enabled:
+        return None
+
+    async def check(agents: list[str]) -> None:
+        from grimoire.tables.trust.api_keys import Authenticator
+
+        async with _api_keys(settings) as store:
+            authenticator = Authenticator(store, enabled=True, ttl_s=0.0)
+            for agent in agents:
+                decision = await authenticator.check(api_key, agent)
+                if not decision.ok:
+                    raise _Refused(1, f"the key is refused for {agent!r}: {decision.detail}")
+
+    return check
+
+
 def _exchange_command(settings: Settings, args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -1062,6 +1082,7 @@ def _exchange_command(settings: Settings, args: argparse.Namespace) -> int:
                 wait=not args.no_wait,
                 timeout_s=args.timeout,
                 progress=not args.no_progress,
+                check_key=_import_key_check(settings, _api_key(args)),
             )
         )
     except _Refused as refused:
@@ -1215,6 +1236,14 @@ def main(argv: list[str] | None = None) -> int:
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
     locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
+    fleet = bench_kind.add_parser("fleet", help="N agents on the 12 s block cadence (lag, recall)")
+    fleet.add_argument("--agents", type=int, default=1_000)
+    fleet.add_argument("--blocks", type=int, default=10)
+    fleet.add_argument("--speed", type=float, default=1.0, help="accelerated clock: 12/S s a block")
+    fleet.add_argument("--workers", type=int, default=1)
+    fleet.add_argument("--search", action=argparse.BooleanOptionalAction, default=True)
+    fleet.add_argument("--search-blocks", type=int, default=4)
+    fleet.add_argument("--search-cap-s", type=float, default=900.0)
     mcp_cmd = sub.add_parser(
         "mcp", help="the MCP server (stdio or streamable HTTP), a client of the HTTP API"
     )
@@ -1380,6 +1409,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         wanted = tuple(c for c in args.conversations.split(",") if c)
         result = run_locomo_bench(settings, data_path=data, conversation_ids=wanted)
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return 0
+    if args.command == "bench" and args.bench == "fleet":
+        from grimoire.infra.bench.fleet import FleetOptions, run_fleet_bench
+
+        fleet_options = FleetOptions(
+            agents=args.agents,
+            blocks=args.blocks,
+            speed=args.speed,
+            workers=args.workers,
+            search=args.search,
+            search_blocks=args.search_blocks,
+            search_cap_s=args.search_cap_s,
+        )
+        result = run_fleet_bench(settings, fleet_options)
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     return 2

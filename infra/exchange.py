@@ -15,7 +15,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -45,10 +45,14 @@ from grimoire.topics.schemas import CommandV1
 
 __all__ = [
     "ExportReport",
+    "ImportPlan",
     "ImportReport",
+    "chunk_command",
     "export_agent",
+    "export_state",
     "import_file",
     "plan_import",
+    "read_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -115,8 +119,6 @@ async def export_agent(
     out_name: str = "-",
 ) -> ExportReport:
     """Write the agent's export to `out`; what was written."""
-    prefix = settings.topic_prefix
-    keys = Keyspace(prefix)
     redis = create_redis(settings.redis_url, 2)
     try:
         reading = _bar(0, "export: read", "key", progress)
@@ -129,24 +131,13 @@ async def export_agent(
             bar.n = done
             bar.refresh()
 
-        lines = await read_state_lines(redis, prefix, agent_id, vectors=vectors, progress=advance)
+        header, lines = await export_state(
+            redis, settings.topic_prefix, agent_id, vectors=vectors, progress=advance
+        )
         reading.close()
-        watermark = await redis.zscore(keys.watermarks, agent_id)
-        space = await redis.get(keys.vector_space)
-        dims = await _dims(redis, keys, lines)
     finally:
         await redis.aclose()
-    counts: dict[str, int] = {}
-    for line in lines:
-        counts[line.type] = counts.get(line.type, 0) + 1
-    header = ExportHeader(
-        agent_id=agent_id,
-        watermark=None if watermark is None else int(watermark),
-        counts=counts,
-        vectors=vectors,
-        space=None if space is None else text_of(space),
-        dims=dims,
-    )
+    counts = dict(header.counts)
     writer = ExportWriter()
     out.write(writer.header(header))
     bar = _bar(len(lines), "export: write", "line", progress)
@@ -158,6 +149,35 @@ async def export_agent(
     out.write(writer.trailer())
     out.flush()
     return ExportReport(agent_id, len(lines), dict(sorted(counts.items())), vectors, sha, out_name)
+
+
+async def export_state(
+    redis: Any,
+    prefix: str,
+    agent_id: str,
+    *,
+    vectors: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[ExportHeader, list[StateLine]]:
+    """The export's header and state lines, read from `redis` (the CLI's export
+    and `GET /v1/agents/{agent}/export` both write these)."""
+    keys = Keyspace(prefix)
+    lines = await read_state_lines(redis, prefix, agent_id, vectors=vectors, progress=progress)
+    watermark = await redis.zscore(keys.watermarks, agent_id)
+    space = await redis.get(keys.vector_space)
+    dims = await _dims(redis, keys, lines)
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line.type] = counts.get(line.type, 0) + 1
+    header = ExportHeader(
+        agent_id=agent_id,
+        watermark=None if watermark is None else int(watermark),
+        counts=counts,
+        vectors=vectors,
+        space=None if space is None else text_of(space),
+        dims=dims,
+    )
+    return header, list(lines)
 
 
 async def _dims(redis: Any, keys: Keyspace, lines: Sequence[StateLine]) -> int:
@@ -267,9 +287,12 @@ async def import_file(
     wait: bool = True,
     timeout_s: float = 600.0,
     progress: bool = True,
+    check_key: Callable[[Sequence[str]], Awaitable[None]] | None = None,
 ) -> ImportReport:
     """Validate `path`, publish it as `import` commands and (by default) wait until
-    the agent's journal has applied every chunk."""
+    the agent's journal has applied every chunk. `check_key` is given the agents
+    the import writes or reads (the target, and a successor's predecessor) before
+    anything is sent, and raises to refuse."""
     options = options or InheritanceOptions()
     with path.open("rb") as handle:
         header, lines, trailer = read_file(handle)
@@ -286,6 +309,8 @@ async def import_file(
             options=options,
             target_space=None if space is None else text_of(space),
         )
+        if check_key is not None:
+            await check_key([plan.agent_id, *([plan.successor_of] if plan.successor_of else [])])
         await _publish(settings, plan, api_key, progress)
         applied: bool | None = None
         if wait:

@@ -164,7 +164,9 @@ class Settings(BaseSettings):
     maintenance_compaction_trigger_memories: int = Field(50_000, ge=1)
     maintenance_throttle_lag: int = Field(5_000, ge=1)
     maintenance_pause_lag: int = Field(50_000, ge=1)
-    maintenance_decay_pass_limit: int = Field(2_000, ge=1)
+    # Decay entries per pass (per tick): the rest stay due in the schedule, oldest
+    # first, so a pass costs the same at any store size (README, Maintenance).
+    maintenance_decay_pass_limit: int = Field(64, ge=1)
     maintenance_compaction_budget: int = Field(16, ge=1)  # clusters per pass
     maintenance_compaction_min_age_h: float = Field(168.0, ge=0)  # younger memories stay
     maintenance_lease_s: float = Field(120.0, gt=0)
@@ -191,10 +193,8 @@ class Settings(BaseSettings):
     http_metrics_cache_s: float = Field(5.0, ge=0)
     # Agents with series of their own (the most recently active first); 0: none.
     http_metrics_agents: int = Field(100, ge=0)
-    # The cognitive metrics' window (event time, ending at the agent's watermark)
-    # and how many of an agent's newest memories the retrieval hit rate looks at.
+    # The cognitive metrics' window (event time, ending at the agent's watermark).
     http_cognitive_window_h: float = Field(168.0, gt=0)
-    http_hit_rate_sample: int = Field(2_000, ge=1)
 
     data_dir: Path = Path(".grimoire/worker")  # Faust's local state (small; tables live in Redis)
     web_enabled: bool = False

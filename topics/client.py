@@ -340,10 +340,20 @@ class GrimoireClient:
             api_key=self._api_key,
             **fields,
         )
+        return await self._request(
+            self.topics.fact_queries, agent_id, correlation_id, request.dumps_json(), timeout
+        )
+
+    async def _request(
+        self, topic: str, agent_id: str, correlation_id: str, value: bytes, timeout: float
+    ) -> dict[str, Any]:
+        """Publish one request and await its reply on the reply topic: no reply within
+        `timeout` raises `RecallTimeout`, an error reply `RecallFailed` (or
+        `RecallUnauthorized` for a refused key)."""
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = future
         try:
-            await self.publish_raw(self.topics.fact_queries, agent_id, request.dumps_json())
+            await self.publish_raw(topic, agent_id, value)
             payload = await asyncio.wait_for(future, timeout)
         except TimeoutError as exc:
             raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
@@ -410,20 +420,9 @@ class GrimoireClient:
             include_causal=include_causal,
             api_key=self._api_key,
         )
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = future
-        try:
-            await self.publish_raw(self.topics.recall_requests, agent_id, request.dumps_json())
-            payload = await asyncio.wait_for(future, timeout)
-        except TimeoutError as exc:
-            raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
-        finally:
-            self._pending.pop(correlation_id, None)
-        error = payload.get("error")
-        if error:
-            if str(error).startswith(_UNAUTHORIZED):
-                raise RecallUnauthorized(error)
-            raise RecallFailed(error)
+        payload = await self._request(
+            self.topics.recall_requests, agent_id, correlation_id, request.dumps_json(), timeout
+        )
         return _answer(payload)
 
 

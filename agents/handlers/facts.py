@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grimoire.agents.handlers.auth import authorize, redacted
-from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
-from grimoire.agents.ports import UNKNOWN_AGENT, EventSink, InputMessage
-from grimoire.streams.exceptions import InvalidEvent
+from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.handlers.replies import admitted, reply_error
+from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.facts.queries import (
     as_known_at,
     neighbours,
@@ -34,9 +33,8 @@ from grimoire.streams.facts.queries import (
 )
 from grimoire.streams.facts.timeline import assert_fact, retract
 from grimoire.streams.facts.values import Fact, FactChanges, entity_name, fact_id_for
-from grimoire.streams.inbound.events import Rejection, decode_object
+from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.fact import FactQuery, FactQueryKind, parse_fact, parse_fact_query
-from grimoire.streams.inbound.recall_request import reply_address
 from grimoire.streams.inbound.validators import Fields, InputLimits
 from grimoire.tables.facts.store import FactStore
 from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
@@ -169,25 +167,12 @@ class FactQueryHandler:
     auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
 
     async def handle(self, message: InputMessage) -> None:
-        query = parse_fact_query(
+        parsed = parse_fact_query(
             message.value, self.limits, reply_namespace=self.topics.reply_namespace
         )
-        if isinstance(query, Rejection):
-            await dead_letter(self.sink, self.topics.dead_letters, redacted(message), query)
-            await self._reply_error(message.value, query)
+        query = await admitted(self, parsed, message)
+        if query is None:
             return
-        if self.authenticator is not None and self.authenticator.enabled:
-            refused = await authorize(
-                self.authenticator,
-                self.auth_metrics,
-                message,
-                decode_object(message.value),
-                query.agent_id,
-            )
-            if refused is not None:
-                await dead_letter(self.sink, self.topics.dead_letters, redacted(message), refused)
-                await self._reply_error(message.value, refused)
-                return
         result = await self.answer(query)
         await self.sink.send(query.reply_to, query.agent_id, result.dumps_json())
 
@@ -247,19 +232,17 @@ class FactQueryHandler:
 
     async def reply_failure(self, message: InputMessage, reason: str) -> None:
         failure = Rejection(reason, "the fact query could not be served", None, None)
-        await self._reply_error(message.value, failure)
+        await self.reply_rejection(message.value, failure)
 
-    async def _reply_error(self, raw: bytes, rejection: Rejection) -> None:
-        try:
-            data = Fields(decode_object(raw), self.limits)
-            reply_to, correlation_id = reply_address(data, self.topics.reply_namespace)
-            query = data.identifier("query")
-        except InvalidEvent:
-            return
-        error = FactResultV1(
-            correlation_id=correlation_id,
-            agent_id=rejection.agent_id or "",
-            query=query,
-            error=f"{rejection.reason}: {bounded_detail(rejection.detail)}",
-        )
-        await self.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error.dumps_json())
+    async def reply_rejection(self, raw: bytes, rejection: Rejection) -> None:
+        """Answer a rejected request with an error `FactResultV1` (`replies.reply_error`)."""
+
+        def payload(data: Fields, correlation_id: str, error: str) -> bytes:
+            return FactResultV1(
+                correlation_id=correlation_id,
+                agent_id=rejection.agent_id or "",
+                query=data.identifier("query"),
+                error=error,
+            ).dumps_json()
+
+        await reply_error(self, raw, rejection, self.limits, payload)

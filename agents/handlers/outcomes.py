@@ -32,6 +32,7 @@ from grimoire.streams.learn.runs import (
     RunPolicy,
     learn_from_run,
     run_edge_id,
+    run_recall_counters,
 )
 from grimoire.streams.recall.rerank import DEFAULT_RERANK_WEIGHTS, RerankWeights
 from grimoire.tables.config.store import ConfigStore
@@ -130,7 +131,13 @@ class OutcomeHandler:
         part = await learning.outcome_part(
             LearningWrite(agent, outcome.run_id, plan.edges, plan.weights, ended)
         )
-        changed = await self.store.apply_credits(outcome, plan.credits, dict(plan.uplifts), [part])
+        changed = await self.store.apply_credits(
+            outcome,
+            plan.credits,
+            dict(plan.uplifts),
+            [part],
+            counters=run_recall_counters(plan.credits, recalled),
+        )
         if changed >= 0:
             await self._report(outcome, changed, len(plan.edges), len(recalled), "")
         return changed

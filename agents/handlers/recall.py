@@ -11,10 +11,8 @@ from itertools import accumulate
 
 import orjson
 
-from grimoire.agents.handlers.auth import authorize, redacted
-from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
+from grimoire.agents.handlers.replies import admitted, reply_error
 from grimoire.agents.ports import (
-    UNKNOWN_AGENT,
     Embedder,
     EventSink,
     InputMessage,
@@ -22,13 +20,11 @@ from grimoire.agents.ports import (
     source_of,
 )
 from grimoire.streams.config.agent_config import AgentConfig
-from grimoire.streams.exceptions import InvalidEvent
-from grimoire.streams.inbound.events import Rejection, decode_object
+from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.recall_request import (
     RecallLimits,
     RecallQuery,
     parse_recall_request,
-    reply_address,
 )
 from grimoire.streams.inbound.validators import Fields, InputLimits
 from grimoire.streams.journal.usage import RecallUsage
@@ -88,30 +84,15 @@ class RecallHandler:
             )
 
     async def handle(self, message: InputMessage) -> None:
-        parsed = parse_recall_request(
+        decoded = parse_recall_request(
             message.value,
             self.limits,
             self.input_limits,
             reply_namespace=self.topics.reply_namespace,
         )
-        if isinstance(parsed, Rejection):
-            await dead_letter(self.sink, self.topics.dead_letters, redacted(message), parsed)
-            await self._reply_error(message.value, parsed)
+        parsed = await admitted(self, decoded, message)
+        if parsed is None:
             return
-        if self.authenticator is not None and self.authenticator.enabled:
-            # Checked on a valid request only: its agent id and reply address are
-            # known, so the refusal can be answered where the caller listens.
-            refused = await authorize(
-                self.authenticator,
-                self.auth_metrics,
-                message,
-                decode_object(message.value),
-                parsed.agent_id,
-            )
-            if refused is not None:
-                await dead_letter(self.sink, self.topics.dead_letters, redacted(message), refused)
-                await self._reply_error(message.value, refused)
-                return
         config = await self._config(parsed.agent_id)
         if config.top_k is not None:
             # The agent's default item count, for a request that names none.
@@ -289,26 +270,20 @@ class RecallHandler:
     async def reply_failure(self, message: InputMessage, reason: str) -> None:
         """Tell the caller its request could not be served (not its fault)."""
         failure = Rejection(reason, "the recall could not be served", None, None)
-        await self._reply_error(message.value, failure)
+        await self.reply_rejection(message.value, failure)
 
-    async def _reply_error(self, raw: bytes, rejection: Rejection) -> None:
-        """Answer a bad request when it names a valid place to reply, so callers need
-        not time out. The reply address is validated as a good request's is: a bad
-        `reply_to` or `correlation_id` gets no reply at all (its dead letter says
-        why), so an error reply can neither land outside the reply namespace nor
-        echo a megabyte of correlation id (which the producer refuses)."""
-        try:
-            data = Fields(decode_object(raw), self.input_limits)
-            reply_to, correlation_id = reply_address(data, self.topics.reply_namespace)
-        except InvalidEvent:
-            return
-        error = RecallResultV1(
-            correlation_id=correlation_id,
-            agent_id=rejection.agent_id or "",
-            items=[],
-            error=f"{rejection.reason}: {bounded_detail(rejection.detail)}",
-        )
-        await self.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error.dumps_json())
+    async def reply_rejection(self, raw: bytes, rejection: Rejection) -> None:
+        """Answer a rejected request with an error `RecallResultV1` (`replies.reply_error`)."""
+
+        def payload(_data: Fields, correlation_id: str, error: str) -> bytes:
+            return RecallResultV1(
+                correlation_id=correlation_id,
+                agent_id=rejection.agent_id or "",
+                items=[],
+                error=error,
+            ).dumps_json()
+
+        await reply_error(self, raw, rejection, self.input_limits, payload)
 
 
 DISABLED_MODE = "disabled"

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import math
 import random
+import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -487,12 +488,27 @@ class CorpusLoader:
         self._latest: dict[str, _Stored] = {}  # template → its latest admitted memory
         self._aggregates: set[str] = set()
 
-    async def load_until(self, memories: int) -> LoadReport:
+    async def load_until(self, memories: int, *, progress: bool = True) -> LoadReport:
+        """Load until the store holds `memories`; a progress bar on stderr (a
+        100,000-memory load takes minutes)."""
+        from tqdm import tqdm
+
         started = time.perf_counter()
+        bar = tqdm(
+            total=memories,
+            initial=self.memories,
+            unit="memory",
+            desc="bench load",
+            file=sys.stderr,
+            disable=not progress,
+        )
         while self.memories < memories:
             # A candidate adds at most one memory, so the last batches shrink to
             # land exactly on the target.
+            before = self.memories
             await self._load_batch(min(self.batch_size, memories - self.memories))
+            bar.update(self.memories - before)
+        bar.close()
         return LoadReport(
             memories=self.memories,
             candidates=self.candidates,

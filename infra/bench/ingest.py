@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import random
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from redis.asyncio import Redis
+from tqdm import tqdm
 
 from grimoire.infra.bench.event_stream import BenchEvent, generate
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
@@ -151,8 +153,13 @@ async def _run_mix(
             for event in stream:
                 await client.publish_raw(event.topic, event.key, event.value, wait=False)
             await client.flush()
-            while await _decided(state, agent_ids) < len(texts):
+            # The load's progress: candidates the workers have decided so far.
+            bar = tqdm(total=len(texts), unit="candidate", desc="bench ingest", file=sys.stderr)
+            while (decided := int(await _decided(state, agent_ids))) < len(texts):
+                bar.update(decided - bar.n)
                 await asyncio.sleep(0.1)
+            bar.update(len(texts) - bar.n)
+            bar.close()
             ingest_s = time.perf_counter() - started
             # Maintenance commands issued during the load sit behind it in the
             # journal: the probes time a fresh event on a worker that has caught

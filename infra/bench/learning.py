@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import statistics
@@ -60,9 +59,9 @@ from grimoire.infra.bench.learning_env import (
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
-from grimoire.topics.client import GrimoireClient, RecallFailed, RecallTimeout
+from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
-from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, RecallRequestV1
+from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1
 
 __all__ = [
     "LEARNING_OFF",
@@ -99,7 +98,7 @@ class LearningOptions:
     step_timeout_s: float = 120.0  # how long one step may wait on the pipeline
 
 
-# -- the one place a recall carries what the SDK does not take yet ------------------
+# -- the recall an agent makes before acting -----------------------------------------
 
 
 async def recall_before_run(
@@ -112,50 +111,16 @@ async def recall_before_run(
     timeout: float,
 ) -> dict[str, Any]:
     """The recall an agent makes before acting in run `serving_run_id`, with explain:
-    `{"items": [item as on the wire], "learning": the reply's learning section}`.
-
-    Through the SDK's `recall(serving_run_id=...)` where the SDK has it; an SDK
-    without it gets the request it would send with the field added, on its own
-    reply path (the fallback goes once every SDK takes the parameter)."""
-    if _SDK_SERVES_RUNS:
-        answer = await client.recall(
-            agent_id,
-            query,
-            k=k,
-            explain=True,
-            serving_run_id=serving_run_id,  # type: ignore[call-arg,unused-ignore]
-            timeout=timeout,
-        )
-        return {
-            "items": [item.asdict() for item in answer.items],
-            "learning": getattr(answer, "learning", None),
-        }
-    correlation_id = uuid.uuid4().hex
-    request = RecallRequestV1(
-        agent_id=agent_id,
-        query=query,
-        reply_to=client.reply_topic,
-        correlation_id=correlation_id,
+    `{"items": [item as on the wire], "learning": the reply's learning section}`."""
+    answer = await client.recall(
+        agent_id,
+        query,
         k=k,
         explain=True,
-    ).asdict()
-    payload = {name: value for name, value in request.items() if value is not None}
-    payload["serving_run_id"] = serving_run_id
-    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-    client._pending[correlation_id] = future  # the SDK's reply reader resolves it
-    try:
-        await client.publish_raw(client.topics.recall_requests, agent_id, orjson.dumps(payload))
-        reply = await asyncio.wait_for(future, timeout)
-    except TimeoutError as exc:
-        raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
-    finally:
-        client._pending.pop(correlation_id, None)
-    if reply.get("error"):
-        raise RecallFailed(str(reply["error"]))
-    return reply
-
-
-_SDK_SERVES_RUNS = "serving_run_id" in inspect.signature(GrimoireClient.recall).parameters
+        serving_run_id=serving_run_id,
+        timeout=timeout,
+    )
+    return {"items": [item.asdict() for item in answer.items], "learning": answer.learning}
 
 
 def learned_weights(reply: Mapping[str, Any]) -> dict[str, float] | None:

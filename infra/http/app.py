@@ -26,6 +26,8 @@ from grimoire.infra.http import (
     config,
     episodes,
     events,
+    exchange,
+    facts,
     memories,
     recall,
 )
@@ -68,6 +70,8 @@ def api_routes() -> list[BaseRoute]:
         *events.routes(),
         *memories.routes(),
         *causal.routes(),
+        *facts.routes(),
+        *exchange.routes(),
         *episodes.routes(),
         *commands.routes(),
         *config.routes(),

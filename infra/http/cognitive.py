@@ -8,8 +8,11 @@ stats` and the metrics scrape report them.
   (7 days of event time by default); healthy 0.5-0.8, alarm < 0.4.
 - grimoire size: live (active) memories, and how many the window added; healthy
   "slow growth, plateau", alarm "unbounded growth".
-- retrieval hit rate: of the newest live memories a recall returned, the share a
-  positive outcome also named; healthy > 30 % after 7 days, alarm < 10 %.
+- retrieval hit rate: the share of recalled items later followed by a positive
+  outcome: of the memories the agent's ended runs recalled, those a successful
+  run credited (two counters in the agent's stats, incremented with the run's
+  credits by the journal's fold, so a replay counts the same); healthy > 30 %
+  after 7 days, alarm < 10 %.
 
 Grimoire size has no numeric range in the seed ("slow growth, plateau"), so it is
 reported unrated with its growth over the window beside it.
@@ -98,7 +101,7 @@ RANGES: Final = (
     ),
     HealthyRange(
         "retrieval_hit_rate",
-        "of the newest live memories a recall returned, the share a positive outcome named",
+        "of the memories ended runs recalled, the share a successful run credited",
         "> 30% after 7 days",
         "< 10%",
         low=0.30,
@@ -132,7 +135,6 @@ def assess(reading: CognitiveReading) -> dict[str, dict[str, Any]]:
             "added_in_window": reading.window_memories,
         },
         "retrieval_hit_rate": {
-            "sampled": reading.sampled,
             "recalled": reading.recalled,
             "hits": reading.hits,
         },

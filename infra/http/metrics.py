@@ -195,7 +195,6 @@ class StoreCollector(Collector):
                     self._prefix,
                     agent_id,
                     window_ms=window_ms,
-                    sample=self._settings.http_hit_rate_sample,
                 )
                 runs = await maintenance_runs(self._redis, self._prefix, agent_id)
             return _AgentReading(

@@ -30,7 +30,6 @@ async def agent_stats(
         prefix,
         agent_id,
         window_ms=int(settings.http_cognitive_window_h * 3_600_000),
-        sample=settings.http_hit_rate_sample,
     )
     return {
         "agent_id": agent_id,

@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 T0 = 1_790_000_000_000
 AGENT = "smoke-fleet/golem-1"
 DOOMED = "smoke-fleet/golem-2"  # forgotten at the end
+HEIR = "smoke-fleet/golem-3"  # inherits AGENT's export through POST …/import
+# A fact of AGENT, asserted while seeding (valid from block 0).
+FACT = {"ts": T0 + 5, "subject": "node-seven", "predicate": "hosts", "object": "rpc-endpoint",
+        "valid_from": 0, "event_id": "smoke-fact-0"}  # fmt: skip
 OTHER = "smoke-rival"
 TEXTS = (
     "alert: rpc endpoint on node seven timed out during the deploy window",
@@ -101,6 +105,13 @@ async def _seed(http: httpx.AsyncClient, key: dict[str, str], timeout_s: float) 
         return ids if len(ids) >= 2 else []
 
     found: list[str] = await _eventually(recalled, timeout_s)
+    (await http.post(f"/v1/agents/{AGENT}/facts", json=FACT, headers=key)).raise_for_status()
+
+    async def fact_applied() -> bool:
+        answer = await http.get(f"/v1/agents/{AGENT}/facts?valid_at=1", headers=key)
+        return answer.status_code == 200 and bool(answer.json().get("facts"))
+
+    await _eventually(fact_applied, 60)
     await http.post(f"/v1/agents/{AGENT}/compact", headers=key)
 
     async def playbook() -> bool:
@@ -139,18 +150,34 @@ async def _every_route(
         "events": {"kind": "episode", "ts": T0 + 9, "text": "smoke: one more event"},
         "retract": {"source_event_id": "smoke-0"},
         "config": {"top_k": 5},
+        "facts": {**FACT, "object": "rpc-gateway", "valid_from": 10, "event_id": "smoke-fact-1"},
     }
+    # Routes whose query is required, or worth setting (by the path's last segment).
+    queries: dict[str, dict[str, Any]] = {
+        "facts": {"valid_at": 1},
+        "neighbours": {"entity": "node-seven", "hops": 2},
+        "export": {"vectors": "false"},
+        "import": {"as_successor_of": AGENT},
+    }
+    exported = await http.get(f"/v1/agents/{AGENT}/export", headers=key)
     routes = sorted(_documented(), key=lambda r: any(r[1].endswith(late) for late in _LATE))
     for method, path in routes:
-        agent = DOOMED if path.endswith("/forget") else AGENT
+        agent = DOOMED if path.endswith("/forget") else HEIR if path.endswith("/import") else AGENT
         filled = (
             path.replace("{agent}", agent)
             .replace("{memory_id}", memory_id)
             .replace("{episode_id}", episode_id)
             .replace("{name}", "inspector.js")
         )
-        body = bodies.get(path.rsplit("/", 1)[-1]) if method in {"POST", "PUT"} else None
-        answer = await http.request(method, filled, json=body, headers=key)
+        tail = path.rsplit("/", 1)[-1]
+        body = bodies.get(tail) if method in {"POST", "PUT"} else None
+        query = queries.get(tail) if method == "GET" or tail == "import" else None
+        if tail == "import":  # the body is an export file, not JSON
+            answer = await http.request(
+                method, filled, content=exported.content, params=query, headers=key
+            )
+        else:
+            answer = await http.request(method, filled, json=body, params=query, headers=key)
         report.endpoints += 1
         if answer.status_code < 300:
             report.ok += 1
@@ -223,7 +250,7 @@ async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
     return unauthorized, outside
 
 
-async def _mcp(stack: Stack) -> dict[str, Any]:
+async def _mcp(stack: Stack, memory_id: str) -> dict[str, Any]:
     from mcp import Client
 
     async with Client(stack.mcp_url) as client:
@@ -235,9 +262,16 @@ async def _mcp(stack: Stack) -> dict[str, Any]:
             ("search", {"query": "disk full", "agent": AGENT}),
             ("read_playbook", {"agent": AGENT}),
             ("remember", {"text": "smoke: remembered through MCP", "agent": AGENT}),
+            ("fetch_memory", {"memory_id": memory_id, "agent": AGENT}),
+            ("causal_neighbours", {"memory_id": memory_id, "hops": 2, "agent": AGENT}),
+            ("facts", {"neighbours_of": "node-seven", "agent": AGENT}),
         ):
             if name in tools:
                 calls[name] = not (await client.call_tool(name, arguments)).is_error
+        if "facts" in tools:
+            read = await client.call_tool("facts", {"valid_at": 1, "agent": AGENT})
+            text = "".join(getattr(part, "text", "") for part in read.content)
+            calls["facts_valid_at"] = not read.is_error and "rpc-endpoint" in text
     return {"tools": tools, "recall_ok": calls["recall"], "calls": calls}
 
 
@@ -252,7 +286,7 @@ async def _smoke(stack: Stack, options: SmokeOptions) -> dict[str, Any]:
         memory_ids = await _seed(http, key, options.ready_timeout_s)
         unauthorized, cross_tenant = await _tenant_refusals(http, stack)
         kafka_unauthorized, outside = await _kafka_refusals(stack)
-        mcp = await _mcp(stack)
+        mcp = await _mcp(stack, memory_ids[0])
         inspector = await inspect_in_browser(stack, options.screenshot)
         routes = _Http()
         await _every_route(http, key, memory_ids[0], routes)
@@ -327,6 +361,7 @@ def run_smoke(settings: Settings, options: SmokeOptions) -> dict[str, Any]:
         and report["http"]["cross_tenant_rejected"]
         and all(report["kafka_auth"].values())
         and report["mcp"]["recall_ok"]
+        and all(report["mcp"]["calls"].values())
         and report["inspector"].get("graph_nodes", 0) >= 2
     )
     return report

@@ -1,7 +1,7 @@
 """A small typed async client over the HTTP API's routes, for the MCP server.
 
 Only the routes the MCP tools need: publish an event, recall, search, a memory by id,
-its causal neighbours, the playbook, retract and forget. Each call sends the key as
+its causal neighbours, facts, the playbook, retract and forget. Each call sends the key as
 `Authorization: Bearer` and turns a refusal (4xx/5xx with the API's `{"error",
 "detail"}` body) into an `ApiError` that names the status, the code and the API's own
 message.
@@ -230,6 +230,33 @@ class GrimoireApi:
         """`GET .../causal/{memory_id}`: the memory's causal neighbours, k hops away."""
         path = self._agent_path(agent_id, "causal", _segment(memory_id, "memory_id"))
         return self._object(await self._call("GET", path, hops=hops, direction=direction))
+
+    async def facts(
+        self,
+        agent_id: str,
+        *,
+        valid_at: int | None = None,
+        known_at: int | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+    ) -> dict[str, Any]:
+        """`GET .../facts`: the agent's facts valid at a block, or as known at a time."""
+        path = self._agent_path(agent_id, "facts")
+        return self._object(
+            await self._call(
+                "GET", path, valid_at=valid_at, known_at=known_at, subject=subject,
+                predicate=predicate,
+            )
+        )  # fmt: skip
+
+    async def fact_neighbours(
+        self, agent_id: str, entity: str, hops: int = 1, valid_at: int | None = None
+    ) -> dict[str, Any]:
+        """`GET .../facts/neighbours`: entities within `hops` fact links of `entity`."""
+        path = self._agent_path(agent_id, "facts", "neighbours")
+        return self._object(
+            await self._call("GET", path, entity=entity, hops=hops, valid_at=valid_at)
+        )
 
     async def playbook(self, agent_id: str) -> str:
         """`GET .../playbook`: the agent's PLAYBOOK.md (text/markdown)."""

@@ -45,6 +45,7 @@ READ_WRITE_TOOLS: Final = (
     "fetch_memory",
     "read_playbook",
     "causal_neighbours",
+    "facts",
 )
 #: Listed only with `allow_destructive`.
 DESTRUCTIVE_TOOLS: Final = ("retract", "forget")
@@ -56,7 +57,7 @@ _INSTRUCTIONS: Final = (
     "transcript turn; `recall` answers a question from memory (and counts the use); "
     "`search` looks without counting; a recalled item may carry only a gist: "
     "`fetch_memory` gives its full text. `read_playbook` returns the agent's curated "
-    "PLAYBOOK.md. Results are compact JSON."
+    "PLAYBOOK.md; `facts` reads its bi-temporal facts. Results are compact JSON."
 )
 
 
@@ -393,6 +394,55 @@ class _Tools:
             raise ToolError(str(failure)) from failure
         return _json_text(answer)
 
+    async def facts(
+        self,
+        ctx: Context,
+        valid_at: Annotated[
+            int | None,
+            Field(ge=0, description="A block: the facts that held then (as known now)."),
+        ] = None,
+        known_at: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                description="An event time (ms): what the agent knew then (with valid_at: "
+                "what it then believed held at that block).",
+            ),
+        ] = None,
+        subject: Annotated[str | None, Field(description="Only this subject entity.")] = None,
+        predicate: Annotated[str | None, Field(description="Only this relation.")] = None,
+        neighbours_of: Annotated[
+            str | None,
+            Field(
+                description="An entity: list the entities linked to it by facts instead "
+                "(within `hops`; active facts, or those valid at `valid_at`)."
+            ),
+        ] = None,
+        hops: Annotated[int, Field(ge=1, le=4, description="neighbours_of: links away.")] = 1,
+        agent: Agent = None,
+    ) -> str:
+        """The agent's bi-temporal facts (subject, predicate, object, valid from/until a
+        block, known from a time): those valid at a block, those known at a time, or
+        the entities near one (`neighbours_of`). Read-only."""
+        agent_id = self._agent(agent)
+        api = self._api(ctx)
+        try:
+            if neighbours_of is not None:
+                answer = await api.fact_neighbours(agent_id, neighbours_of, hops, valid_at)
+            elif valid_at is None and known_at is None:
+                raise ValueError("give valid_at (a block), known_at (ms) or neighbours_of")
+            else:
+                answer = await api.facts(
+                    agent_id,
+                    valid_at=valid_at,
+                    known_at=known_at,
+                    subject=subject,
+                    predicate=predicate,
+                )
+        except (ApiError, ValueError) as failure:
+            raise ToolError(str(failure)) from failure
+        return _json_text(answer)
+
     async def read_playbook(self, ctx: Context, agent: Agent = None) -> str:
         """The agent's PLAYBOOK.md: the heuristics and warnings the curator distilled
         from its experience (markdown)."""
@@ -527,6 +577,7 @@ def build_server(
         ("fetch_memory", tools.fetch_memory),
         ("read_playbook", tools.read_playbook),
         ("causal_neighbours", tools.causal_neighbours),
+        ("facts", tools.facts),
     ):
         server.add_tool(fn, name=name, annotations=_READ_ONLY, structured_output=False)
     if options.allow_destructive:

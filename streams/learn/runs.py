@@ -40,6 +40,8 @@ __all__ = [
     "DEFAULT_RUN_POLICY",
     "RECALLED",
     "RUN_EDGE_PREFIX",
+    "RUN_RECALLED",
+    "RUN_RECALLED_HITS",
     "EndedRun",
     "MemoryCredit",
     "RoleWeight",
@@ -49,6 +51,7 @@ __all__ = [
     "learn_from_late_members",
     "learn_from_run",
     "run_edge_id",
+    "run_recall_counters",
     "signed_quality",
 ]
 
@@ -57,6 +60,12 @@ RECALLED: Final = "recalled"
 
 
 RUN_EDGE_PREFIX: Final = "run:"
+
+# The agent's stats counters behind the retrieval hit rate (SPEC §8, seed 001: the
+# share of recalled items later followed by a positive outcome): memories the
+# ended runs recalled, and those of them a successful run credited.
+RUN_RECALLED: Final = "run_recalled"
+RUN_RECALLED_HITS: Final = "run_recalled_hits"
 
 
 def run_edge_id(run_id: str) -> str:
@@ -284,3 +293,13 @@ def learn_from_late_members(
         for cause in causes
     )
     return RunLearning(credits, tuple(changed), uplifts, None)
+
+
+def run_recall_counters(
+    credits: Sequence[MemoryCredit], recalled: Mapping[str, object] | frozenset[str] | set[str]
+) -> tuple[tuple[str, int], tuple[str, int]]:
+    """A learned run's increments of the hit-rate counters: every distinct memory
+    it recalled, and those a success credited as recalled (they gained strength:
+    a success credits the top `recalled_depth` of each reply, which the run used)."""
+    hits = sum(1 for c in credits if RECALLED in c.roles and c.strength_delta > 0)
+    return ((RUN_RECALLED, len(recalled)), (RUN_RECALLED_HITS, hits))

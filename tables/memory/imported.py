@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from grimoire.streams.exchange.format import Pairs, StateLine, hash_of, split_line
+from grimoire.streams.exchange.format import StateLine, hash_of, split_line
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import Phase
@@ -38,6 +38,7 @@ from grimoire.tables.trust.agent_keys import (
     scan_head,
 )
 from grimoire.tables.trust.digest import STATE_EXCLUDED_FAMILIES
+from grimoire.tables.trust.stored_values import member_value, read_stored
 
 __all__ = [
     "VECTOR_FIELDS",
@@ -56,12 +57,6 @@ _PAGE: Final = 500
 
 class ImportRefused(ValueError):
     """A chunk that would write over another agent's memory."""
-
-
-def _b(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    return str(value).encode()
 
 
 async def read_state_lines(
@@ -85,7 +80,7 @@ async def read_state_lines(
     for start in range(0, len(named), _PAGE):
         page = named[start : start + _PAGE]
         for (family, name, _), (kind, value) in zip(
-            page, await _read_raw(redis, [key for _, _, key in page]), strict=True
+            page, await read_stored(redis, [key for _, _, key in page]), strict=True
         ):
             if kind == "none":
                 continue
@@ -100,69 +95,11 @@ async def read_state_lines(
     for family in sorted(footprint.members):
         if family in STATE_EXCLUDED_FAMILIES:
             continue
-        key = MEMBER_FAMILIES[family](keys)
-        if family == "field_state":
-            raw = await redis.hget(key, agent_id)
-            if raw is not None:
-                lines.append(StateLine(family, "", "member", _b(raw)))
-        else:
-            score = await redis.zscore(key, agent_id)
-            if score is not None:
-                lines.append(StateLine(family, "", "score", float(score)))
+        value = await member_value(redis, keys, family, agent_id)
+        if value is not None:
+            kind = "member" if family == "field_state" else "score"
+            lines.append(StateLine(family, "", kind, value))
     return sorted(lines, key=StateLine.sort_key)
-
-
-async def _read_raw(redis: Redis, keys: Sequence[str]) -> list[tuple[str, Any]]:
-    """(type, value in `StoredValue` form) of each key: two pipelined round trips."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.type(key)
-        kinds = [text_of(kind) for kind in await pipe.execute()]
-    async with redis.pipeline(transaction=False) as pipe:
-        for key, kind in zip(keys, kinds, strict=True):
-            if kind == "string":
-                pipe.get(key)
-            elif kind == "hash":
-                pipe.hgetall(key)
-            elif kind in ("list",):
-                pipe.lrange(key, 0, -1)
-            elif kind == "set":
-                pipe.smembers(key)
-            elif kind == "zset":
-                pipe.zrange(key, 0, -1, withscores=True)
-            elif kind == "stream":
-                pipe.xrange(key, "-", "+")
-            else:
-                pipe.exists(key)
-        raws = await pipe.execute()
-    out: list[tuple[str, Any]] = []
-    for kind, raw in zip(kinds, raws, strict=True):
-        value: Any
-        if kind == "string":
-            if raw is None:
-                kind, value = "none", None
-            else:
-                value = _b(raw)
-        elif kind == "hash":
-            value = _pairs(raw.items())
-        elif kind == "list":
-            value = tuple(_b(item) for item in raw)
-        elif kind == "set":
-            value = tuple(sorted(_b(member) for member in raw))
-        elif kind == "zset":
-            value = tuple(sorted((_b(member), float(score)) for member, score in raw))
-        elif kind == "stream":
-            value = tuple(_pairs(fields.items()) for _, fields in raw)
-        elif kind == "none":
-            value = None
-        else:
-            raise ValueError(f"no export for a Redis {kind}")
-        out.append((kind, value))
-    return out
-
-
-def _pairs(items: Any) -> Pairs:
-    return tuple(sorted((_b(field), _b(value)) for field, value in items))
 
 
 class ImportWriter:

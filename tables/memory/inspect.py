@@ -19,6 +19,7 @@ import orjson
 from redis.asyncio import Redis
 from redisvl.query.filter import FilterExpression, Num
 
+from grimoire.streams.learn.runs import RUN_RECALLED, RUN_RECALLED_HITS
 from grimoire.tables.codec.hash_values import stored_list, stored_number, stored_text, text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
@@ -429,9 +430,11 @@ class CognitiveReading:
     window_memories: int  # live memories written in the window
     window_quality: float | None  # their mean quality
     live: int
-    sampled: int  # newest live memories looked at for the hit rate
-    recalled: int  # of those, returned by a recall that counted usage
-    hits: int  # of those, also followed by a positive outcome (strength > 1)
+    # The hit rate's counters (`streams.learn.runs.run_recall_counters`, in the
+    # agent's stats, applied with each run's credits): memories the ended runs
+    # recalled, and those of them a successful run credited.
+    recalled: int
+    hits: int
 
     @property
     def admission_rate(self) -> float | None:
@@ -459,47 +462,12 @@ async def _window_quality(
     return count, (mean if count and mean == mean else None)
 
 
-async def _hit_sample(
-    redis: Redis, prefix: str, agent_id: str, sample: int
-) -> tuple[int, int, int]:
-    """(sampled, recalled, hits) over the agent's newest `sample` live memories.
-
-    No index lists the memories a recall returned, so the newest ones stand for
-    them; a positive outcome is the only thing that raises `strength` (+1), so
-    strength > 1 marks a memory some positive outcome named."""
-    keys = Keyspace(prefix)
-    reply = await redis.execute_command(
-        "FT.SEARCH", keys.index_name, str(live_filter(agent_id)),
-        "NOCONTENT", "SORTBY", "ts", "DESC", "LIMIT", 0, sample, "DIALECT", 2,
-    )  # fmt: skip
-    if isinstance(reply, dict):
-        rows = reply.get("results", reply.get(b"results", []))
-        ids = [keys.memory_id_of(text_of(row.get("id", row.get(b"id")))) for row in rows]
-    else:
-        ids = [keys.memory_id_of(text_of(key)) for key in list(reply)[1:]]
-    if not ids:
-        return 0, 0, 0
-    async with redis.pipeline(transaction=False) as pipe:
-        for memory_id in ids:
-            pipe.hget(keys.usage(memory_id), "included_count_total")
-            pipe.hget(keys.memory(memory_id), "strength")
-        values = await pipe.execute()
-    recalled = hits = 0
-    for used, strength in zip(values[0::2], values[1::2], strict=True):
-        if stored_number(used, 0.0) > 0:
-            recalled += 1
-            if stored_number(strength, 1.0) > 1.0:
-                hits += 1
-    return len(ids), recalled, hits
-
-
 async def cognitive_reading(
     redis: Redis,
     prefix: str,
     agent_id: str,
     *,
     window_ms: int = 7 * 24 * 3_600_000,
-    sample: int = 2_000,
 ) -> CognitiveReading:
     counters = (await agent_counters(redis, prefix, [agent_id]))[agent_id]
     score = await redis.zscore(Keyspace(prefix).watermarks, agent_id)
@@ -509,7 +477,6 @@ async def cognitive_reading(
         window_count, window_quality = await _window_quality(
             redis, prefix, agent_id, end - window_ms
         )
-    sampled, recalled, hits = await _hit_sample(redis, prefix, agent_id, sample)
     return CognitiveReading(
         candidates=int(counters.get("candidates", 0)),
         stored=int(counters.get("admit", 0) + counters.get("quarantine", 0)),
@@ -518,9 +485,8 @@ async def cognitive_reading(
         window_memories=window_count,
         window_quality=window_quality,
         live=await live_count(redis, prefix, agent_id),
-        sampled=sampled,
-        recalled=recalled,
-        hits=hits,
+        recalled=int(counters.get(RUN_RECALLED, 0)),
+        hits=int(counters.get(RUN_RECALLED_HITS, 0)),
     )
 
 

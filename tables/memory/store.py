@@ -109,10 +109,12 @@ class MemoryStore(Protocol):
         credits: Sequence[MemoryCredit],
         uplifts: Mapping[str, float],
         also: Sequence[TransactionPart] = (),
+        counters: Sequence[tuple[str, float]] = (),
     ) -> int:
         """Apply a run's credits and the causes' new causal uplift once per outcome
-        id, with `also` in the same transaction; -1 when applied before (and then
-        `also` is not written), else how many of the agent's memories changed."""
+        id, with `also` and the agent's stats `counters` (increments) in the same
+        transaction; -1 when applied before (and then neither is written), else how
+        many of the agent's memories changed."""
         ...
 
     async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]: ...
@@ -488,6 +490,7 @@ class RedisMemoryStore:
         credits: Sequence[MemoryCredit],
         uplifts: Mapping[str, float],
         also: Sequence[TransactionPart] = (),
+        counters: Sequence[tuple[str, float]] = (),
     ) -> int:
         marker = self.keys.applied_outcomes(outcome.agent_id)
         # The partition's one writer checks, then writes: nothing runs in between.
@@ -512,6 +515,7 @@ class RedisMemoryStore:
             self._scripts.apply_credits_in(pipe, keys, args)
             for part in also:
                 part.queue(pipe)
+            self.state.count(pipe, outcome.agent_id, counters)
             results = await pipe.execute()
         changed = int(results[0])
         if changed > 0:

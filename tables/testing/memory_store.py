@@ -337,12 +337,16 @@ class InMemoryMemoryStore:
         credits: Sequence[MemoryCredit],
         uplifts: Mapping[str, float],
         also: Sequence[TransactionPart] = (),
+        counters: Sequence[tuple[str, float]] = (),
     ) -> int:
         """The credits script's effect (see scripts._APPLY_CREDITS)."""
         applied = self._outcomes.setdefault(outcome.agent_id, set())
         if outcome.outcome_id in applied:
             return -1
         applied.add(outcome.outcome_id)
+        stats = self._stats.setdefault(outcome.agent_id, {})
+        for name, amount in counters:
+            stats[name] = stats.get(name, 0) + amount
         by_id = {credit.memory_id: credit for credit in credits}
         ids = sorted(set(by_id) | set(uplifts))
         changed = 0

@@ -40,17 +40,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from grimoire.streams.trust.witness import canonical_bytes
-from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import Phase
 from grimoire.tables.trust.agent_keys import AgentFootprint, agent_footprint
+from grimoire.tables.trust.stored_values import member_value, read_stored
 
 __all__ = [
     "DIGEST_DOMAIN",
@@ -140,7 +140,7 @@ async def footprint_digest(
         named = sorted((footprint.name_of(family, key), key) for key in footprint.families[family])
         for start in range(0, len(named), CHUNK):
             chunk = named[start : start + CHUNK]
-            values = await _read(redis, [key for _, key in chunk])
+            values = await read_stored(redis, [key for _, key in chunk])
             for (name, _), (kind, value) in zip(chunk, values, strict=True):
                 if kind == "none":
                     continue  # gone since the footprint was taken
@@ -152,7 +152,7 @@ async def footprint_digest(
                 counts[family] = counts.get(family, 0) + 1
     keys = Keyspace(footprint.prefix)
     for family in sorted(footprint.members):
-        value = await _member_value(redis, keys, family, footprint.agent_id)
+        value = await member_value(redis, keys, family, footprint.agent_id)
         if value is None:
             continue
         hasher.update(canonical_bytes([family, value]))
@@ -160,84 +160,17 @@ async def footprint_digest(
     return AgentDigest(footprint.agent_id, hasher.hexdigest(), counts, excluded)
 
 
-async def _read(redis: Redis, keys: Sequence[str]) -> list[tuple[str, Any]]:
-    """(type, canonical value) of each key: two pipelined round trips."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.type(key)
-        kinds = [text_of(kind) for kind in await pipe.execute()]
-    async with redis.pipeline(transaction=False) as pipe:
-        for key, kind in zip(keys, kinds, strict=True):
-            if kind == "string":
-                pipe.get(key)
-            elif kind == "hash":
-                pipe.hgetall(key)
-            elif kind == "list":
-                pipe.lrange(key, 0, -1)
-            elif kind == "set":
-                pipe.smembers(key)
-            elif kind == "zset":
-                pipe.zrange(key, 0, -1, withscores=True)
-            elif kind == "stream":
-                pipe.xrange(key, "-", "+")
-            else:
-                pipe.exists(key)  # "none" (gone), or a type we never write
-        raws = await pipe.execute()
-    out: list[tuple[str, Any]] = []
-    for kind, raw in zip(kinds, raws, strict=True):
-        if kind == "string":
-            value: Any = None if raw is None else _b(raw)
-        elif kind == "hash":
-            value = _pairs(raw.items())
-        elif kind == "list":
-            value = [_b(item) for item in raw]
-        elif kind == "set":
-            value = sorted(_b(member) for member in raw)
-        elif kind == "zset":
-            value = sorted([_b(member), float(score)] for member, score in raw)
-        elif kind == "stream":
-            # Entry ids left out: the maintenance log's are wall-clock times.
-            value = [_pairs(fields.items()) for _, fields in raw]
-        elif kind == "none":
-            value = None
-        else:
-            raise ValueError(f"no digest for a Redis {kind}")
-        out.append((kind, value))
-    return out
-
-
-def _pairs(items: Any) -> list[list[bytes]]:
-    return sorted([_b(field), _b(value)] for field, value in items)
-
-
 def _without(kind: str, value: Any, fields: frozenset[bytes]) -> Any:
     """A hash's pairs, or a stream's entries, without the excluded fields."""
     if not fields:
         return value
     if kind == "hash":
-        return [pair for pair in value if pair[0] not in fields]
+        return tuple(pair for pair in value if pair[0] not in fields)
     if kind == "stream":
-        return [[pair for pair in entry if pair[0] not in fields] for entry in value]
+        return tuple(tuple(pair for pair in entry if pair[0] not in fields) for entry in value)
     return value
 
 
 def _finished(kind: str, value: Any) -> bool:
     """Whether a compaction plan's hash says it is done."""
-    return kind == "hash" and any(pair == [b"phase", Phase.DONE.value.encode()] for pair in value)
-
-
-async def _member_value(redis: Redis, keys: Keyspace, family: str, agent_id: str) -> Any:
-    if family == "field_state":
-        raw = await redis.hget(keys.field_states, agent_id)
-        return None if raw is None else _b(raw)
-    key = keys.watermarks if family == "watermark" else keys.contrarian_windows
-    score = await redis.zscore(key, agent_id)
-    return None if score is None else float(score)
-
-
-def _b(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return str(value).encode()
+    return kind == "hash" and (b"phase", Phase.DONE.value.encode()) in value

@@ -18,7 +18,6 @@ inputs moves the state):
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,10 +41,10 @@ from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.handlers import mid
-from tests.support.workers import start_ready_worker
+from tests.support.stored import memory_fields, settled_digests
+from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
 
 BASE_TS = 1_790_000_000_000
-READY_S = 120.0
 TOPICS = (
     "pool depth thin",
     "gas price spiked to 90 gwei",
@@ -60,20 +59,14 @@ TOPICS = (
 pytestmark = pytest.mark.timeout(600)
 
 
-def _prefixed(settings: Settings, head: str) -> Settings:
-    return settings.model_copy(
-        update={"topic_prefix": f"{head}{uuid.uuid4().hex[:8]}", "block_interval_s": 3_600.0}
-    )
-
-
 @pytest.fixture(scope="module")
 def source_settings(settings: Settings) -> Settings:
-    return _prefixed(settings, "xa")
+    return prefixed_settings(settings, "xa", block_interval_s=3_600.0)
 
 
 @pytest.fixture(scope="module")
 def target_settings(settings: Settings) -> Settings:
-    return _prefixed(settings, "xb")
+    return prefixed_settings(settings, "xb", block_interval_s=3_600.0)
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +74,8 @@ async def workers(
     source_settings: Settings, target_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[dict[str, Any]]:
     logs = tmp_path_factory.mktemp("exchange-workers")
-    held: dict[str, Any] = {"logs": logs}
-    try:
-        held["source"] = await start_ready_worker(source_settings, logs / "a.log", timeout=READY_S)
-        held["target"] = await start_ready_worker(target_settings, logs / "b.log", timeout=READY_S)
+    async with running_workers(logs, source=source_settings, target=target_settings) as held:
         yield held
-    finally:
-        for name in ("source", "target"):
-            process: subprocess.Popen[bytes] | None = held.get(name)
-            if process is not None:
-                stop_worker(process)
 
 
 @pytest.fixture(scope="module")
@@ -99,22 +84,9 @@ def state() -> dict[str, Any]:
     return {"agent": f"pred-{uuid.uuid4().hex[:6]}", "successor": f"succ-{uuid.uuid4().hex[:6]}"}
 
 
-def _client(settings: Settings) -> GrimoireClient:
-    return GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
-    )
-
-
 async def _settled(redis: Redis, prefix: str, agents: list[str], eventually: Any) -> list[str]:
     """Every agent's full digest once it stops moving."""
-
-    async def quiet() -> Any:
-        first = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
-        await asyncio.sleep(2.0)
-        second = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
-        return second if first == second else None
-
-    return list(await eventually(quiet, timeout=120, interval=0.1))
+    return await settled_digests(redis, prefix, agents, eventually, quiet_s=2.0)
 
 
 async def _history(client: GrimoireClient, agent: str) -> None:
@@ -183,7 +155,7 @@ async def test_an_export_imported_elsewhere_has_the_same_state_digest(
     redis = Redis.from_url(source_settings.redis_url)
     source, target = source_settings.topic_prefix, target_settings.topic_prefix
     try:
-        async with _client(source_settings) as client:
+        async with client_for(source_settings) as client:
             await _history(client, agent)
 
             await _settled(redis, source, [agent], eventually)
@@ -233,12 +205,6 @@ async def test_an_export_imported_elsewhere_has_the_same_state_digest(
         await redis.aclose()
 
 
-async def _fields(redis: Redis, key: str) -> dict[str, str]:
-    """A memory hash's fields as text, vectors left out."""
-    raw = await redis.hgetall(key)
-    return {k.decode(): v.decode() for k, v in raw.items() if k not in (b"canonical", b"eidolon")}
-
-
 async def test_a_successor_recalls_its_predecessors_entries_at_a_discount(
     source_settings: Settings,
     workers: dict[str, Any],
@@ -260,15 +226,22 @@ async def test_a_successor_recalls_its_predecessors_entries_at_a_discount(
         )
         assert report.applied and report.successor_of == agent and report.memories >= 8
         as_of = BASE_TS + 300_000
-        async with _client(source_settings) as client:
+        async with client_for(source_settings) as client:
             answer = await client.recall(
-                successor, "slippage on venue", k=5, as_of=as_of, explain=True, timeout=30
+                successor,
+                "slippage on venue",
+                k=5,
+                as_of=as_of,
+                explain=True,
+                # A read: a recorded use would start the usage hashes checked below.
+                record_usage=False,
+                timeout=30,
             )
         assert answer.items
         for item in answer.items:
-            inherited = await _fields(redis, keys.memory(item.id))
+            inherited = await memory_fields(redis, keys, item.id)
             old_id = inherited["predecessor_memory_id"]
-            original = await _fields(redis, keys.memory(old_id))
+            original = await memory_fields(redis, keys, old_id)
             assert item.agent_id == successor and original["agent_id"] == agent
             assert item.id == successor_memory_id(successor, agent, old_id, int(original["ts"]))
             assert inherited["provenance"] == "predecessor"
@@ -318,8 +291,6 @@ async def test_a_replay_with_imports_in_the_journal_rebuilds_the_same_digests(
             assert [(await state_digest(redis, prefix, a)).sha256 for a in who] == states
             for agent in who:
                 assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
-            workers[name] = await start_ready_worker(
-                settings, workers["logs"] / f"{name}-2.log", timeout=READY_S
-            )
+            await add_worker(workers, name, settings)
     finally:
         await redis.aclose()

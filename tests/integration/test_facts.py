@@ -37,7 +37,7 @@ from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, FactV1
-from tests.support.workers import start_ready_worker
+from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
 
 BASE_TS = 1_790_000_000_000
 pytestmark = pytest.mark.timeout(600)
@@ -47,7 +47,7 @@ AGENTS: list[str] = []  # every agent that asserted facts here: the replay compa
 
 @pytest.fixture(scope="module")
 def facts_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"topic_prefix": f"fx{uuid.uuid4().hex[:8]}"})
+    return prefixed_settings(settings, "fx")
 
 
 @pytest.fixture(scope="module")
@@ -55,21 +55,15 @@ async def facts_worker(
     facts_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[dict[str, Any]]:
     logs = tmp_path_factory.mktemp("facts-worker")
-    process = await start_ready_worker(facts_settings, logs / "1.log", timeout=120.0)
-    holder: dict[str, Any] = {"process": process, "logs": logs}
-    yield holder
-    stop_worker(holder["process"])
+    async with running_workers(logs, process=facts_settings) as held:
+        yield held
 
 
 @pytest.fixture
 async def fclient(
     facts_settings: Settings, facts_worker: dict[str, Any]
 ) -> AsyncIterator[GrimoireClient]:
-    async with GrimoireClient(
-        facts_settings.bootstrap_servers,
-        facts_settings.topic_prefix,
-        partitions=facts_settings.partitions,
-    ) as client:
+    async with client_for(facts_settings) as client:
         yield client
 
 
@@ -266,8 +260,6 @@ async def test_a_wiped_store_replays_facts_to_the_same_digests(
         assert [d.sha256 for d in after] == [d.sha256 for d in before]
         for agent in AGENTS:
             assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
-        facts_worker["process"] = await start_ready_worker(
-            facts_settings, facts_worker["logs"] / "2.log", timeout=120.0
-        )
+        await add_worker(facts_worker, "process", facts_settings)
     finally:
         await redis.aclose()

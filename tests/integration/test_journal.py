@@ -15,10 +15,8 @@ replay touch nothing of the other tests):
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -55,27 +53,21 @@ from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.embedders import FakeEmbedder
 from tests.support.handlers import mid
-from tests.support.workers import start_ready_worker
+from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
 
 BASE_TS = 1_790_000_000_000
-READY_S = 120.0
 
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
 def journal_settings(settings: Settings) -> Settings:
-    return settings.model_copy(
-        update={
-            "topic_prefix": f"jr{uuid.uuid4().hex[:8]}",
-            "maintenance_enabled": True,
-            "block_interval_s": 3_600.0,  # the timer stays out of it: commands are sent
-        }
+    return prefixed_settings(
+        settings,
+        "jr",
+        maintenance_enabled=True,
+        block_interval_s=3_600.0,  # the timer stays out of it: commands are sent
     )
-
-
-async def _start(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    return await start_ready_worker(settings, log, timeout=READY_S)
 
 
 @pytest.fixture(scope="module")
@@ -83,23 +75,15 @@ async def journal_worker(
     journal_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[dict[str, Any]]:
     logs = tmp_path_factory.mktemp("journal-worker")
-    holder: dict[str, Any] = {
-        "logs": logs,
-        "process": await _start(journal_settings, logs / "1.log"),
-    }
-    yield holder
-    stop_worker(holder["process"])
+    async with running_workers(logs, process=journal_settings) as held:
+        yield held
 
 
 @pytest.fixture
 async def jclient(
     journal_settings: Settings, journal_worker: dict[str, Any]
 ) -> AsyncIterator[GrimoireClient]:
-    async with GrimoireClient(
-        journal_settings.bootstrap_servers,
-        journal_settings.topic_prefix,
-        partitions=journal_settings.partitions,
-    ) as client:
+    async with client_for(journal_settings) as client:
         yield client
 
 
@@ -357,7 +341,7 @@ async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
         for agent in agents:
             assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
 
-        journal_worker["process"] = await _start(journal_settings, journal_worker["logs"] / "2.log")
+        await add_worker(journal_worker, "process", journal_settings)
         assert await ask() == answers
     finally:
         await redis.aclose()

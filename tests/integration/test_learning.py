@@ -22,6 +22,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1
+from tests.support.stored import memory_fields, outcomes_applied, wait_outcomes_applied
 
 BASE_TS = 1_791_000_000_000
 MINUTE = 60_000
@@ -92,14 +93,18 @@ def _mid(agent: str, number: int, part: str) -> str:
     return memory_id(agent, f"{agent}-run-{number}-{part}", 0, ts)
 
 
-async def _hash(redis: Redis, settings: Settings, mid: str, *names: str) -> dict[str, str]:
-    values = await redis.hmget(Keyspace(settings.topic_prefix).memory(mid), list(names))
-    return {n: v.decode() for n, v in zip(names, values, strict=True) if v is not None}
+async def _publish_run(client: GrimoireClient, agent: str, number: int, quality: float) -> str:
+    """Run `number` (a success at quality 0.5 or more) and its end; the end's event id."""
+    for episode in _run(agent, number, quality >= 0.5):
+        await client.publish_episode(episode)
+    ended = _run_ended(agent, number, quality)
+    await client.publish_outcome(ended)
+    return ended.event_id or ""
 
 
-async def _all_applied(redis: Redis, settings: Settings, agent: str, ids: list[str]) -> bool:
-    applied = await redis.smembers(Keyspace(settings.topic_prefix).applied_outcomes(agent))
-    return {i.encode() for i in ids} <= applied
+async def _run_record(redis: Redis, keys: Keyspace, memory: str) -> dict[str, str]:
+    """How often the memory's own run validated and contradicted it."""
+    return await memory_fields(redis, keys, memory, "validated_count", "contradicted_count")
 
 
 async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
@@ -114,19 +119,15 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
     outcome_ids: dict[str, list[str]] = {learner: [], control: []}
     for agent in (learner, control):
         for number in range(1, 7):
-            success = number % 2 == 1
-            for episode in _run(agent, number, success):
-                await client.publish_episode(episode)
-            ended = _run_ended(agent, number, 0.9 if success else 0.1)
-            await client.publish_outcome(ended)
-            outcome_ids[agent].append(ended.event_id or "")
+            quality = 0.9 if number % 2 == 1 else 0.1
+            outcome_ids[agent].append(await _publish_run(client, agent, number, quality))
 
     members = [(n, p) for n in range(1, 7) for p in ("alert", "act", "result")]
     keys = Keyspace(settings.topic_prefix)
 
     async def settled() -> bool:
         for agent in (learner, control):
-            if not await _all_applied(redis_client, settings, agent, outcome_ids[agent]):
+            if not await outcomes_applied(redis_client, keys, agent, outcome_ids[agent]):
                 return False
             decided = await redis_client.hkeys(keys.decided(agent))
             if any(_mid(agent, n, p).encode() not in decided for n, p in members):
@@ -134,10 +135,7 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
         # A run's outcome may be journaled before some of its members (they come
         # from another topic): those are credited as they are written.
         for number, part in members:
-            stored = await _hash(
-                redis_client, settings, _mid(learner, number, part), "validated_count",
-                "contradicted_count",
-            )  # fmt: skip
+            stored = await _run_record(redis_client, keys, _mid(learner, number, part))
             if stored and stored["validated_count"] == stored["contradicted_count"]:
                 return False
         return True
@@ -147,10 +145,7 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
     # once (admission may have turned an input away: the test needs most of them).
     written = 0
     for number, part in members:
-        stored = await _hash(
-            redis_client, settings, _mid(learner, number, part), "validated_count",
-            "contradicted_count",
-        )  # fmt: skip
+        stored = await _run_record(redis_client, keys, _mid(learner, number, part))
         if not stored:
             continue
         written += 1
@@ -203,17 +198,38 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
     agent, _ = agent_ids
     keys = Keyspace(settings.topic_prefix)
     fields = ("confidence", "strength", "validated_count", "contradicted_count", "causal_uplift")
+
+    async def run_learned(number: int, quality: float) -> None:
+        """Run `number` published, once its end is applied to every member (a member
+        journaled after the end, on another topic, is credited when it is written)."""
+        ended = await _publish_run(client, agent, number, quality)
+        await wait_outcomes_applied(eventually, redis_client, keys, agent, [ended], timeout=30)
+        record = "validated_count" if quality >= 0.5 else "contradicted_count"
+
+        async def credited() -> bool:
+            for part in ("alert", "act", "result"):
+                found = await memory_fields(redis_client, keys, _mid(agent, number, part), record)
+                if found.get(record) != "1":
+                    return False
+            return True
+
+        await eventually(credited, timeout=30)
+
+    async def recalls_kept(number: int) -> None:
+        """Once the recall made for run `number` is kept for its end."""
+
+        async def kept() -> bool:
+            return bool(await redis_client.hget(keys.run_recalls(agent), f"{agent}-run-{number}"))
+
+        await eventually(kept, timeout=30)
+
+    async def stored(memory: str) -> dict[str, str]:
+        return await memory_fields(redis_client, keys, memory, *fields)
+
     # Run 1 succeeds with nothing recalled.
-    for episode in _run(agent, 1, True):
-        await client.publish_episode(episode)
-    await client.publish_outcome(_run_ended(agent, 1, 0.9))
-
-    async def run_1_learned() -> bool:
-        return await _all_applied(redis_client, settings, agent, [f"{agent}-run-1-ended"])
-
-    await eventually(run_1_learned, timeout=30)
+    await run_learned(1, 0.9)
     run_1 = {p: _mid(agent, 1, p) for p in ("alert", "act", "result")}
-    after_1 = {p: await _hash(redis_client, settings, m, *fields) for p, m in run_1.items()}
+    after_1 = {p: await stored(m) for p, m in run_1.items()}
     # Members never gain strength (nothing recalled them); the action is the cause of
     # the run's only causal edge: weight 0.8 (quality 0.9 → signal (0.9-0.5)/0.5),
     # evidence 1, so its uplift is 0.8·1/(1+1).
@@ -243,21 +259,11 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
              "last_block": 0}
         ]  # fmt: skip
 
-    async def recalls_kept() -> bool:
-        return bool(await redis_client.hget(keys.run_recalls(agent), f"{agent}-run-2"))
-
-    await eventually(recalls_kept, timeout=30)
-    for episode in _run(agent, 2, True):
-        await client.publish_episode(episode)
-    await client.publish_outcome(_run_ended(agent, 2, 1.0))
-
-    async def run_2_learned() -> bool:
-        return await _all_applied(redis_client, settings, agent, [f"{agent}-run-2-ended"])
-
-    await eventually(run_2_learned, timeout=30)
+    await recalls_kept(2)
+    await run_learned(2, 1.0)
     for memory in recalled:
         part = next(p for p, m in run_1.items() if m == memory)
-        now = await _hash(redis_client, settings, memory, *fields)
+        now = await stored(memory)
         # Recalled, then a success: strength +1; confidence + 0.10 · 0.6 (recalled's share).
         assert float(now["strength"]) == float(after_1[part]["strength"]) + 1.0
         assert abs(float(now["confidence"]) - float(after_1[part]["confidence"]) - 0.06) < 1e-9
@@ -266,7 +272,7 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
     # The run's own members: credit by role at signal 1, no strength.
     shares = {"alert": 0.3, "act": 1.0, "result": 0.5}
     for part, share in shares.items():
-        now = await _hash(redis_client, settings, _mid(agent, 2, part), *fields)
+        now = await stored(_mid(agent, 2, part))
         assert float(now["strength"]) == 1.0
         assert now["validated_count"] == "1" and now["contradicted_count"] == "0"
         assert "confidence" in now and share > 0
@@ -282,26 +288,15 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
         agent, "checkout deploy timed out, what fixed it", k=2, serving_run_id=f"{agent}-run-3"
     )
     blamed = [item.id for item in answer.items]
-    before = {m: await _hash(redis_client, settings, m, *fields) for m in blamed}
-
-    async def recalls_kept_3() -> bool:
-        return bool(await redis_client.hget(keys.run_recalls(agent), f"{agent}-run-3"))
-
-    await eventually(recalls_kept_3, timeout=30)
-    for episode in _run(agent, 3, False):
-        await client.publish_episode(episode)
-    await client.publish_outcome(_run_ended(agent, 3, 0.0))
-
-    async def run_3_learned() -> bool:
-        return await _all_applied(redis_client, settings, agent, [f"{agent}-run-3-ended"])
-
-    await eventually(run_3_learned, timeout=30)
+    before = {m: await stored(m) for m in blamed}
+    await recalls_kept(3)
+    await run_learned(3, 0.0)
     for memory in blamed:
-        now = await _hash(redis_client, settings, memory, *fields)
+        now = await stored(memory)
         assert float(now["strength"]) == float(before[memory]["strength"])
         # Blame 0.15 · 0.6 at signal -1.
         drop = float(before[memory]["confidence"]) - float(now["confidence"])
         assert abs(drop - 0.09) < 1e-9 or float(now["confidence"]) == 0.0
         assert now["contradicted_count"] == before[memory]["contradicted_count"]
-    act_3 = await _hash(redis_client, settings, _mid(agent, 3, "act"), *fields)
+    act_3 = await stored(_mid(agent, 3, "act"))
     assert float(act_3["causal_uplift"]) == -0.5  # weight -1, evidence 1: -1·1/(1+1)

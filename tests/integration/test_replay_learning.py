@@ -24,7 +24,6 @@ mismatch the assertion names every key that differs, family by family.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -45,19 +44,19 @@ from grimoire.tables.trust.agent_keys import agent_footprint
 from grimoire.tables.trust.digest import (
     EXCLUDED_FAMILIES,
     EXCLUDED_FIELDS,
-    _read,
     _without,
     agent_digest,
     state_digest,
 )
+from grimoire.tables.trust.stored_values import member_value, read_stored
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, FactV1, OutcomeV1, ToolEventV1
-from tests.support.workers import start_ready_worker
+from tests.support.stored import memory_fields, settled_digests, wait_outcomes_applied
+from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
 
 BASE_TS = 1_792_000_000_000
 MINUTE = 60_000
-READY_S = 120.0
 LEARNING_OFF = {"learn_from_outcomes": False, "use_learned_weights": False}
 LEARNING_ON = {"learn_from_outcomes": True, "use_learned_weights": True}
 
@@ -100,13 +99,7 @@ SERVICES = ("billing", "cart", "search", "auth", "inventory", "shipping", "catal
 
 
 def _prefixed(settings: Settings, head: str) -> Settings:
-    return settings.model_copy(
-        update={
-            "topic_prefix": f"{head}{uuid.uuid4().hex[:8]}",
-            "maintenance_enabled": False,
-            "block_interval_s": 3_600.0,
-        }
-    )
+    return prefixed_settings(settings, head, maintenance_enabled=False, block_interval_s=3_600.0)
 
 
 @pytest.fixture(scope="module")
@@ -124,21 +117,8 @@ async def workers(
     main_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[dict[str, Any]]:
     logs = tmp_path_factory.mktemp("replay-learning-workers")
-    held: dict[str, Any] = {"logs": logs}
-    try:
-        held["main"] = await start_ready_worker(main_settings, logs / "main-1.log", timeout=READY_S)
+    async with running_workers(logs, main=main_settings) as held:
         yield held
-    finally:
-        for name in ("main", "donor"):
-            process: subprocess.Popen[bytes] | None = held.get(name)
-            if process is not None:
-                stop_worker(process)
-
-
-def _client(settings: Settings) -> GrimoireClient:
-    return GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
-    )
 
 
 # ---- inputs ------------------------------------------------------------------------
@@ -194,9 +174,8 @@ class Agent:
             ),
         }  # fmt: skip
 
-    async def field(self, memory: str, name: str) -> bytes | None:
-        value: bytes | None = await self.redis.hget(self.keys.memory(memory), name)
-        return value
+    async def field(self, memory: str, name: str) -> str | None:
+        return (await memory_fields(self.redis, self.keys, memory, name)).get(name)
 
     async def publish(self, event: Any) -> None:
         if isinstance(event, ToolEventV1):
@@ -222,11 +201,7 @@ class Agent:
 
     async def applied(self, outcome_id: str) -> None:
         self.outcomes.append(outcome_id)
-
-        async def done() -> bool:
-            return bool(await self.redis.sismember(self.keys.applied_outcomes(self.id), outcome_id))
-
-        await self.eventually(done, timeout=60, interval=0.1)
+        await wait_outcomes_applied(self.eventually, self.redis, self.keys, self.id, [outcome_id])
 
     async def run(self, n: int, quality: float, *, late: bool, recall: bool) -> None:
         """Run `n`: a recall for it first (its usage applied); its members; its outcome,
@@ -320,7 +295,7 @@ class Agent:
         gone = self.member(n, part)
 
         async def done() -> bool:
-            return await self.field(gone, "retracted") == b"1"
+            return await self.field(gone, "retracted") == "1"
 
         await self.eventually(done, timeout=60, interval=0.1)
 
@@ -332,7 +307,7 @@ async def _learner(agent: Agent) -> None:
     await agent.run(1, 0.9, late=True, recall=False)
 
     async def credited_late() -> bool:  # its report, as it was written after the outcome
-        return await agent.field(agent.member(1, "report"), "validated_count") == b"1"
+        return await agent.field(agent.member(1, "report"), "validated_count") == "1"
 
     await agent.eventually(credited_late, timeout=60, interval=0.1)
     await agent.run(2, 1.0, late=False, recall=True)
@@ -352,7 +327,7 @@ async def _toggler(agent: Agent) -> None:
     await agent.run(1, 0.9, late=False, recall=False)
     await agent.run(2, 0.2, late=True, recall=True)
     # Nothing learned while off: the run closed, its recalls dropped.
-    assert await agent.field(agent.member(1, "action"), "validated_count") in (None, b"0")
+    assert await agent.field(agent.member(1, "action"), "validated_count") in (None, "0")
     assert not await agent.redis.exists(agent.keys.run_recalls(agent.id))
     assert not await agent.redis.exists(agent.keys.learned_weights(agent.id))
     await agent.configure(LEARNING_ON, stored=False)
@@ -378,14 +353,7 @@ async def _donor_history(agent: Agent) -> None:
 
 async def _settled(redis: Redis, prefix: str, agents: list[str], eventually: Any) -> list[str]:
     """Every agent's full digest, once it stops moving."""
-
-    async def quiet() -> Any:
-        first = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
-        await asyncio.sleep(3.0)
-        second = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
-        return second if first == second else None
-
-    return list(await eventually(quiet, timeout=120, interval=0.1))
+    return await settled_digests(redis, prefix, agents, eventually, quiet_s=3.0)
 
 
 Snapshot = dict[tuple[str, str], Any]
@@ -399,7 +367,7 @@ async def _snapshot(redis: Redis, prefix: str, agent_id: str) -> Snapshot:
     for family, keys in footprint.families.items():
         if family in EXCLUDED_FAMILIES or not keys:
             continue
-        for key, (kind, value) in zip(keys, await _read(redis, list(keys)), strict=True):
+        for key, (kind, value) in zip(keys, await read_stored(redis, list(keys)), strict=True):
             if kind != "none":
                 fields = EXCLUDED_FIELDS.get(family, frozenset())
                 out[(family, footprint.name_of(family, key))] = (
@@ -408,11 +376,7 @@ async def _snapshot(redis: Redis, prefix: str, agent_id: str) -> Snapshot:
                 )
     keys_ = Keyspace(prefix)
     for family in footprint.members:
-        if family == "field_state":
-            out[(family, "")] = ("member", await redis.hget(keys_.field_states, agent_id))
-        else:
-            key = keys_.watermarks if family == "watermark" else keys_.contrarian_windows
-            out[(family, "")] = ("member", await redis.zscore(key, agent_id))
+        out[(family, "")] = ("member", await member_value(redis, keys_, family, agent_id))
     return out
 
 
@@ -444,7 +408,7 @@ def _diff(before: Snapshot, after: Snapshot) -> list[str]:
                             f"{family} {name!r} field {field!r}: "
                             f"{_short(old.get(field))} -> {_short(new.get(field))}"
                         )
-            elif kind_b == kind_a and isinstance(was, list) and isinstance(now, list):
+            elif kind_b == kind_a and isinstance(was, tuple) and isinstance(now, tuple):
                 if len(was) != len(now):
                     lines.append(f"{family} {name!r}: {len(was)} entries -> {len(now)}")
                 for i, (x, y) in enumerate(zip(was, now, strict=False)):
@@ -475,10 +439,8 @@ async def test_a_replay_with_learning_facts_and_imports_rebuilds_the_same_digest
     redis = Redis.from_url(main_settings.redis_url)
     try:
         # The donor deployment: its agent's history, exported, and the deployment gone.
-        workers["donor"] = await start_ready_worker(
-            donor_settings, workers["logs"] / "donor.log", timeout=READY_S
-        )
-        async with _client(donor_settings) as client:
+        await add_worker(workers, "donor", donor_settings)
+        async with client_for(donor_settings) as client:
             elsewhere = Agent(client, redis, donor_settings.topic_prefix, donor, "cache",
                               eventually)  # fmt: skip
             await _donor_history(elsewhere)
@@ -490,7 +452,7 @@ async def test_a_replay_with_learning_facts_and_imports_rebuilds_the_same_digest
             assert exported.counts.get(family), (family, exported.counts)
         stop_worker(workers.pop("donor"))
 
-        async with _client(main_settings) as client:
+        async with client_for(main_settings) as client:
             a = Agent(client, redis, prefix, learner, "deploy", eventually)
             b = Agent(client, redis, prefix, toggler, "replica", eventually)
             c = Agent(client, redis, prefix, donor, "cache", eventually)
@@ -555,10 +517,8 @@ async def test_a_replay_with_learning_facts_and_imports_rebuilds_the_same_digest
         for agent in agents:
             assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok, agent
 
-        workers["main"] = await start_ready_worker(
-            main_settings, workers["logs"] / "main-2.log", timeout=READY_S
-        )
-        async with _client(main_settings) as client:
+        await add_worker(workers, "main", main_settings)
+        async with client_for(main_settings) as client:
             again = await _ask(client, redis, prefix, questions)
         assert again == answers, [q for q, x, y in zip(questions, answers, again, strict=True)
                                   if x != y]  # fmt: skip

@@ -809,3 +809,32 @@ async def test_a_usage_entry_is_applied_once_by_its_sequence_number(h: Harness) 
     assert usage["included_count_total"] == "2"
     assert usage["last_accessed"] == str(T0 + 20)
     assert await h.store.contrarian_served(A) == 4
+
+
+async def test_run_credits_add_the_agents_stats_counters_once(h: Harness) -> None:
+    from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
+    from grimoire.streams.learn.runs import RECALLED, MemoryCredit
+
+    await commit(h, RECORDS)
+    ended = Outcome("o-1", A, T0 + 50, OutcomeKind.RUN_ENDED, (), run_id="r", quality=0.9)
+    credits = [MemoryCredit(R1.id, (RECALLED,), 0.05, 1.0, 0, 0)]
+    counters = [("run_recalled", 2), ("run_recalled_hits", 1)]
+    assert await h.store.apply_credits(ended, credits, {}, counters=counters) == 1
+    assert await h.store.apply_credits(ended, credits, {}, counters=counters) == -1
+    later = replace(ended, outcome_id="o-2")
+    assert await h.store.apply_credits(later, [], {}, counters=[("run_recalled", 3)]) == 0
+
+    # The agent's stats as AgentStateStore reads them (the in-memory store holds its own).
+    def stats(agent: str) -> Any:
+        store = h.store
+        return (
+            store.stats(agent)
+            if isinstance(store, InMemoryMemoryStore)
+            else (
+                store.state.stats(agent)  # type: ignore[attr-defined]
+            )
+        )
+
+    found = await stats(A)
+    assert (found["run_recalled"], found["run_recalled_hits"]) == (5.0, 1.0)
+    assert "run_recalled" not in await stats(B)

@@ -6,6 +6,9 @@
 - ``recall``: a dict-backed ``RecallSource`` and ``RecallRecord`` / query / context builders.
 - ``handlers``: the ingest, recall and outcome handlers wired to an in-memory store, with
   payload and ``InputMessage`` builders for them.
+- ``workers``: a ready worker process, a deployment on a prefix of its own, a client for it.
+- ``stored``: what integration tests read back from Redis (memory fields, applied outcomes,
+  settled digests).
 
 Import them absolutely (``from tests.support.vectors import unit``); see tests/__init__.py.
 Nothing here is collected: no name starts with ``test``.

@@ -25,7 +25,6 @@ def reading(**changes: Any) -> CognitiveReading:
         "window_memories": 40,
         "window_quality": 0.62,
         "live": 48,
-        "sampled": 48,
         "recalled": 10,
         "hits": 4,
     }

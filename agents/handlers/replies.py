@@ -1,0 +1,102 @@
+"""Requests answered on the caller's reply topic (recall, fact queries): what one
+that cannot be answered gets.
+
+A request that does not parse, or whose tenant key does not reach its agent, is
+dead-lettered (its key redacted) and, where it names a valid place to reply,
+answered with an error so the caller need not time out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from grimoire.agents.handlers.auth import authorize, redacted
+from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
+from grimoire.agents.ports import UNKNOWN_AGENT, EventSink, InputMessage
+from grimoire.streams.exceptions import InvalidEvent
+from grimoire.streams.inbound.events import Rejection, decode_object
+from grimoire.streams.inbound.recall_request import reply_address
+from grimoire.streams.inbound.validators import Fields, InputLimits
+from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
+from grimoire.topics.declarations import TopicNames
+
+__all__ = ["ErrorReply", "ReplyingHandler", "admitted", "reply_error"]
+
+logger = logging.getLogger(__name__)
+
+
+class ReplyingHandler(Protocol):
+    """A handler that answers on the caller's reply topic, as `admitted` and
+    `reply_error` use it."""
+
+    sink: EventSink
+    topics: TopicNames
+    authenticator: Authenticator | None
+    auth_metrics: AuthMetrics | None
+
+    async def reply_rejection(self, raw: bytes, rejection: Rejection) -> None: ...
+
+
+class _ForAgent(Protocol):
+    @property
+    def agent_id(self) -> str: ...
+
+
+RequestT = TypeVar("RequestT", bound=_ForAgent)
+
+# The error reply's payload from the request's fields, its correlation id and the
+# error text; may raise InvalidEvent (no reply is sent then).
+ErrorReply = Callable[[Fields, str, str], bytes]
+
+
+async def admitted(
+    handler: ReplyingHandler, parsed: RequestT | Rejection, message: InputMessage
+) -> RequestT | None:
+    """`parsed` when it may be answered; None when it was rejected or its key was
+    refused: then it is dead-lettered and answered with the handler's error reply."""
+    rejection: Rejection | None
+    authenticator = handler.authenticator
+    if isinstance(parsed, Rejection):
+        rejection = parsed
+    elif authenticator is None or not authenticator.enabled:
+        return parsed
+    else:
+        # Checked on a valid request only: its agent id and reply address are
+        # known, so the refusal can be answered where the caller listens.
+        rejection = await authorize(
+            authenticator,
+            handler.auth_metrics,
+            message,
+            decode_object(message.value),
+            parsed.agent_id,
+        )
+        if rejection is None:
+            return parsed
+    await dead_letter(handler.sink, handler.topics.dead_letters, redacted(message), rejection)
+    await handler.reply_rejection(message.value, rejection)
+    return None
+
+
+async def reply_error(
+    handler: ReplyingHandler,
+    raw: bytes,
+    rejection: Rejection,
+    limits: InputLimits,
+    payload: ErrorReply,
+) -> None:
+    """Answer a bad request when it names a valid place to reply. The reply address
+    is validated as a good request's is: a bad `reply_to` or `correlation_id` gets
+    no reply at all (its dead letter says why), so an error reply can neither land
+    outside the reply namespace nor echo a megabyte of correlation id (which the
+    producer refuses)."""
+    try:
+        data = Fields(decode_object(raw), limits)
+        reply_to, correlation_id = reply_address(data, handler.topics.reply_namespace)
+        error = payload(
+            data, correlation_id, f"{rejection.reason}: {bounded_detail(rejection.detail)}"
+        )
+    except InvalidEvent:
+        return
+    await handler.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error)
