@@ -93,20 +93,29 @@ class CuratorRunner:
     options: CuratorOptions = field(default_factory=CuratorOptions)
 
     async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]:
-        report = await self.run_cycle(plan.agent_id, plan.as_of_ms, plan.curator_cycle)
-        entries = await self.store.entries(plan.agent_id)
-        await self.reschedule(plan.agent_id, [entry.memory_id for entry in entries], plan.as_of_ms)
+        report, changed = await self._cycle(plan.agent_id, plan.as_of_ms, plan.curator_cycle)
+        # Only the entries this cycle wrote: an unchanged entry's due time still
+        # holds (rescheduling every entry made each cycle's cost follow how many
+        # entries the agent has, not what the cycle changed).
+        await self.reschedule(plan.agent_id, changed, plan.as_of_ms)
         return report_body(report)
 
     async def run_cycle(self, agent_id: str, now_ms: int, cycle: int) -> CuratorReport:
         """Cycle `cycle` as of `now_ms`; for a number that already ran, only that
         cycle's report (or an empty one for an older number)."""
+        return (await self._cycle(agent_id, now_ms, cycle))[0]
+
+    async def _cycle(
+        self, agent_id: str, now_ms: int, cycle: int
+    ) -> tuple[CuratorReport, list[str]]:
+        """The cycle's report and the ids of the entries it wrote (none when the
+        number already ran or the cycle lost a race to another run of it)."""
         state = await self.store.state(agent_id)
         if cycle <= state.cycle:
             logger.info(
                 "curator cycle %d for %s already ran (last %d)", cycle, agent_id, state.cycle
             )
-            return _replayed(state, agent_id, now_ms, cycle)
+            return _replayed(state, agent_id, now_ms, cycle), []
         inputs = await self.store.cycle_inputs(agent_id, state.watermark_ms)
         policy = self.options.policy
         plan = plan_cycle(
@@ -125,8 +134,8 @@ class CuratorRunner:
         )
         if not applied:  # another run of this number got there first
             logger.warning("curator cycle %d for %s was applied meanwhile", cycle, agent_id)
-            return _replayed(await self.store.state(agent_id), agent_id, now_ms, cycle)
-        return plan.report
+            return _replayed(await self.store.state(agent_id), agent_id, now_ms, cycle), []
+        return plan.report, [change.entry.memory_id for change in plan.changes]
 
     async def _vectors(self, plan: CuratorPlan) -> dict[str, bytes]:
         """One embedding call for every text the cycle wrote (new or reworded)."""

@@ -21,7 +21,13 @@ __all__ = ["DEFAULT_PASS_LIMIT", "DecayRunner", "decay_pass"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PASS_LIMIT: Final = 1000
+# The per-tick budget: entries past it stay due in the schedule (the stored ZSET,
+# oldest due first) and the next pass takes them, so a pass's cost is bounded
+# whatever the store's size, and which entries a pass takes depends only on
+# stored state. An agent writing ~4 memories a block crosses ~12 bands a tick at
+# most; a backlog (an import, a seed) drains at this rate, and since effective
+# confidence is computed on read, a snapshot that lags changes no answer.
+DEFAULT_PASS_LIMIT: Final = 64
 
 
 async def decay_pass(

@@ -138,6 +138,23 @@ async def test_a_cycle_reports_applies_and_reschedules_its_entries() -> None:
     assert (state.cycle, state.watermark_ms) == (1, T0 + 2)
 
 
+async def test_only_the_entries_a_cycle_wrote_are_rescheduled() -> None:
+    """An unchanged entry's due time still holds: rescheduling every entry made each
+    cycle's cost follow how many entries the agent has, not what the cycle changed."""
+    env = Env()
+    await env.episodes(A, 0, "success", "success", "success")
+    await env.runner(plan(A, 1))
+    (insight,) = await env.store.entries(A)
+    await env.runner(plan(A, 2))  # no new episodes, nothing decayed: nothing written
+    assert env.rescheduled.calls[-1] == (A, [], NOW)
+    await env.episodes(A, 10, "success")  # evidence: cycle 3 upvotes the insight
+    await env.runner(plan(A, 3))
+    _, rescheduled, _ = env.rescheduled.calls[-1]
+    assert insight.memory_id in rescheduled
+    await env.runner(plan(A, 3))  # a replayed number writes nothing
+    assert env.rescheduled.calls[-1] == (A, [], NOW)
+
+
 async def test_a_cycle_with_nothing_to_write_embeds_nothing() -> None:
     env = Env()
     report = await env.runner.run_cycle(A, NOW, 1)

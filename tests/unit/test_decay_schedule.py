@@ -13,6 +13,7 @@ from grimoire.streams.maintenance.decay_pass import (
     DecayBandsError,
     DecayEntry,
     DecayReport,
+    _first_true,
     due_ms,
     effective_now,
     initial_due_ms,
@@ -286,3 +287,51 @@ def test_property_following_the_schedule_sees_every_band_once() -> None:
         seen = [BANDS.band_of(effective_now(e, t), 0.05) for t in crossings(e)]
         assert seen == list(range(start + 1, start + 1 + len(seen)))
         assert not seen or seen[-1] == BANDS.floor_band
+
+
+def test_first_true_finds_the_smallest_true_time_from_any_guess() -> None:
+    """Against a linear reference: the guess only changes how many probes it takes."""
+    rng = random.Random(11)
+    for _ in range(2_000):
+        answer = rng.randrange(1, 5_000)
+        lo = rng.randrange(0, answer)
+        guess = rng.randrange(-10, 10_000)
+        assert _first_true(lambda t, a=answer: t >= a, lo, guess) == answer
+
+
+@pytest.mark.parametrize("offset", [0, 1, -1, 3])
+def test_first_true_near_a_good_guess_takes_a_few_probes(offset: int) -> None:
+    """The closed form lands within a ms or so: the search must not bisect the whole
+    range from `lo` (it did, ~30 probes an entry, most of a decay pass's time)."""
+    lo, answer = T0, T0 + 40 * DAY_MS
+    probes: list[int] = []
+
+    def pred(t: int) -> bool:
+        probes.append(t)
+        return t >= answer
+
+    assert _first_true(pred, lo, answer + offset) == answer
+    assert len(probes) <= 6
+
+
+def test_a_crossing_costs_a_few_evaluations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each probe is one retention; a crossing needs a handful of them."""
+    import grimoire.streams.maintenance.decay_pass as module
+
+    calls = 0
+    original = module.retention
+
+    def counting(elapsed_ms: float, half_life_ms: float, strength: float = 1.0) -> float:
+        nonlocal calls
+        calls += 1
+        return original(elapsed_ms, half_life_ms, strength)
+
+    monkeypatch.setattr(module, "retention", counting)
+    rng = random.Random(5)
+    entries = [
+        entry(memory_id=f"m{i}", confidence=rng.uniform(0.2, 1.0), kind=rng.choice(KINDS[:4]))
+        for i in range(200)
+    ]
+    crossings = [next_crossing_ms(e, T0 + HOUR_MS) for e in entries]
+    assert all(c is not None for c in crossings)
+    assert 0 < calls <= 6 * len(entries)
