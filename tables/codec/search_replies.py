@@ -62,3 +62,14 @@ def scored_keys(result: Any) -> list[tuple[str, float]]:
             for i in range(1, len(result) - 1, 2)
         ]
     return []
+
+
+def total_results(reply: Any) -> int:
+    """The match count of a reply: a redis-py `Result`, a RESP3 map (str or bytes
+    keys: raw `execute_command` replies keep bytes) or a raw RESP2 array."""
+    if isinstance(reply, dict):
+        found = reply.get("total_results", reply.get(b"total_results"))
+        return 0 if found is None else int(found)
+    if hasattr(reply, "total"):
+        return int(reply.total)
+    return int(reply[0])

@@ -36,7 +36,7 @@ from grimoire.streams.maintenance.compaction import (
 from grimoire.tables.codec.compaction_plan import decode_plan, encode_plan
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import CANDIDATE_FIELDS, candidate_of, summary_fields
-from grimoire.tables.codec.search_replies import doc_fields, docs
+from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
@@ -56,7 +56,6 @@ __all__ = [
     "flip_script",
     "load_candidates",
     "next_candidate_ts",
-    "total_results",
 ]
 
 logger = logging.getLogger(__name__)
@@ -264,14 +263,6 @@ async def next_candidate_ts(
         (reply,) = await pipe.execute()
     rows = [doc_fields(doc) for doc in docs(reply)]
     return int(float(text_of(rows[0]["ts"]))) if rows else None
-
-
-def total_results(reply: Any) -> int:
-    """total_results of a raw FT.SEARCH reply, RESP2 or RESP3 (str or bytes keys)."""
-    if isinstance(reply, dict):
-        found = reply.get("total_results", reply.get(b"total_results"))
-        return 0 if found is None else int(found)
-    return int(reply[0])
 
 
 class RedisCompactionStore:

@@ -56,7 +56,7 @@ from grimoire.tables.codec.memory_hash import (
     episode_view,
     quarantined_view,
 )
-from grimoire.tables.codec.search_replies import doc_fields, docs
+from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
@@ -203,7 +203,9 @@ class RedisCuratorStore:
         """Every match up to `limit`: the first page tells the total, the rest go
         in one pipeline."""
         first = await self._redis.execute_command(*self._search_args(where, fields, 0))
-        total = int(first.get("total_results", 0)) if isinstance(first, dict) else int(first[0])
+        # A raw RESP3 reply keys its map with bytes: reading "total_results" alone
+        # read 0 there, and only the first page (500) was ever returned.
+        total = total_results(first)
         replies = [first]
         offsets = range(PAGE, min(total, limit), PAGE)
         if offsets:

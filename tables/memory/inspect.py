@@ -21,6 +21,7 @@ from redisvl.query.filter import FilterExpression, Num
 
 from grimoire.streams.learn.runs import RUN_RECALLED, RUN_RECALLED_HITS
 from grimoire.tables.codec.hash_values import stored_list, stored_number, stored_text, text_of
+from grimoire.tables.codec.search_replies import total_results
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import live_filter, tenant_filter
@@ -317,9 +318,7 @@ def _aggregate_rows(reply: Any) -> list[dict[str, str]]:
 
 
 def _total(reply: Any) -> int:
-    if isinstance(reply, dict):
-        return int(reply.get("total_results", reply.get(b"total_results", 0)))
-    return int(reply[0])
+    return total_results(reply)
 
 
 async def episodes(

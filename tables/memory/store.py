@@ -32,7 +32,7 @@ from grimoire.tables.codec.memory_hash import (
     hash_fields,
     stored_memory,
 )
-from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs
+from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs, total_results
 from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.exceptions import SchemaMismatch
@@ -417,10 +417,7 @@ class RedisMemoryStore:
 
     async def count(self, agent_id: str) -> int:
         query = Query(str(tenant_filter(agent_id))).no_content().paging(0, 0).dialect(2)
-        result = await self._redis.ft(self.index_name).search(query)
-        if isinstance(result, dict):
-            return int(result.get("total_results", 0))
-        return int(result.total)
+        return total_results(await self._redis.ft(self.index_name).search(query))
 
     async def metrics(self) -> dict[str, float]:
         raw = await self._redis.hgetall(self.keys.metrics)

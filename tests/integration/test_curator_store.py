@@ -33,7 +33,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.maintenance.curator_store import RedisCuratorStore
+from grimoire.tables.maintenance.curator_store import PAGE, RedisCuratorStore
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 
@@ -175,3 +175,13 @@ async def test_two_runs_of_one_cycle_apply_it_once(env: Env) -> None:
     assert first == second and first.proposed == 1
     assert len(await env.curator.entries(A)) == 1
     assert (await env.curator.state(A)).cycle == 1
+
+
+async def test_every_page_of_a_search_is_read(env: Env) -> None:
+    # More episodes than one search page (500): the raw RESP3 reply keys its map
+    # with bytes, and reading its total as 0 once returned the first page alone.
+    count = PAGE + 120
+    await env.episodes(A, 0, *(["success"] * count))
+    found = await env.curator.episodes_since(A, T0 - 1)
+    assert len(found) == count
+    assert len({episode.memory_id for episode in found}) == count
