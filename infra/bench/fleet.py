@@ -89,11 +89,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.infra.bench.corpus import corpus_events, recall_queries
 from grimoire.infra.bench.event_stream import generate
+from grimoire.infra.bench.event_tail import EventTail
 from grimoire.infra.bench.fleet_plan import (
     FleetShape,
     Slot,
@@ -193,16 +193,14 @@ class _AgentStream:
 # -- what the pipeline says it did -------------------------------------------------------
 
 
-class _Watch:
+class _Watch(EventTail):
     """memory-events and dead-letters from their ends (assigned, no group): when the
     bench first saw each awaited event decided, and what else went by."""
 
+    task_name = "bench-fleet-watch"
+
     def __init__(self, bootstrap: str, topics: TopicNames, partitions: int) -> None:
-        self._bootstrap = bootstrap
-        self._topics = topics
-        self._partitions = partitions
-        self._consumer: AIOKafkaConsumer | None = None
-        self._reader: asyncio.Task[None] | None = None
+        super().__init__(bootstrap, topics, partitions)
         self.awaited: dict[str, tuple[str, int]] = {}  # event id -> unit (agent, block)
         self.remaining: Counter[tuple[str, int]] = Counter()
         self.unit_done: dict[tuple[str, int], float] = {}
@@ -221,50 +219,10 @@ class _Watch:
             self.awaited[event_id] = unit
         self.remaining[unit] += len(event_ids)
 
-    async def start(self) -> None:
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=20,
-            max_partition_fetch_bytes=4 << 20,
-        )
-        await self._consumer.start()
-        partitions = [
-            TopicPartition(topic, n)
-            for topic in (self._topics.memory_events, self._topics.dead_letters)
-            for n in range(self._partitions)
-        ]
-        self._consumer.assign(partitions)
-        await self._consumer.seek_to_end(*partitions)
-        for partition in partitions:  # resolved now: nothing published later is skipped
-            await self._consumer.position(partition)
-        self._reader = asyncio.create_task(self._read(), name="bench-fleet-watch")
+    async def batch_read(self) -> None:
+        self.changed.set()
 
-    async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._consumer is not None:
-            await self._consumer.stop()
-
-    async def _read(self) -> None:
-        assert self._consumer is not None
-        while True:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=5_000)
-            now = time.monotonic()
-            for messages in batches.values():
-                for message in messages:
-                    try:
-                        event = orjson.loads(message.value or b"")
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(event, dict):
-                        self._note(message.topic, event, now)
-            if batches:
-                self.changed.set()
-
-    def _note(self, topic: str, event: dict[str, Any], now: float) -> None:
+    def note(self, topic: str, event: dict[str, Any], now: float) -> None:
         if topic == self._topics.dead_letters:
             self.dead_letters[str(event.get("reason") or "unknown")] += 1
             preview = str(event.get("payload") or "")

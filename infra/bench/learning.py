@@ -24,7 +24,6 @@ regret, the learned weights from the recall's explain section, and the details).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import statistics
@@ -36,9 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
+from grimoire.infra.bench.event_tail import EventTail
 from grimoire.infra.bench.learning_env import (
     RUN_SPACING_MS,
     SUCCESS_QUALITY,
@@ -145,17 +142,15 @@ def learning_source(reply: Mapping[str, Any]) -> dict[str, Any]:
 # -- what the pipeline says it did ---------------------------------------------------
 
 
-class _Watch:
+class _Watch(EventTail):
     """memory-events and dead-letters, read from their ends (assigned, no group): which
     source events were decided, how many outcomes each agent has witnessed, which
     commands were applied or refused."""
 
+    task_name = "bench-learning-watch"
+
     def __init__(self, bootstrap: str, topics: TopicNames, partitions: int) -> None:
-        self._bootstrap = bootstrap
-        self._topics = topics
-        self._partitions = partitions
-        self._consumer: AIOKafkaConsumer | None = None
-        self._reader: asyncio.Task[None] | None = None
+        super().__init__(bootstrap, topics, partitions)
         self._changed = asyncio.Condition()
         self.decided: dict[str, set[str]] = {}
         self.outcomes: Counter[str] = Counter()  # agent -> outcome entries witnessed
@@ -165,46 +160,12 @@ class _Watch:
         self.dead_letters: Counter[str] = Counter()
         self.commands_pending: set[str] = set()  # command event ids sent
 
-    async def start(self) -> None:
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
-        )
-        await self._consumer.start()
-        partitions = [
-            TopicPartition(topic, n)
-            for topic in (self._topics.memory_events, self._topics.dead_letters)
-            for n in range(self._partitions)
-        ]
-        self._consumer.assign(partitions)
-        await self._consumer.seek_to_end(*partitions)
-        for partition in partitions:  # resolved now: nothing published later is skipped
-            await self._consumer.position(partition)
-        self._reader = asyncio.create_task(self._read(), name="bench-learning-watch")
+    async def batch_read(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
-    async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._consumer is not None:
-            await self._consumer.stop()
-
-    async def _read(self) -> None:
-        assert self._consumer is not None
-        while True:
-            batches = await self._consumer.getmany(timeout_ms=200)
-            if not batches:
-                continue
-            for messages in batches.values():
-                for message in messages:
-                    try:
-                        event = orjson.loads(message.value or b"")
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(event, dict):
-                        self._note(message.topic, event)
-            async with self._changed:
-                self._changed.notify_all()
+    def note(self, topic: str, event: dict[str, Any], now: float) -> None:
+        self._note(topic, event)
 
     def _note(self, topic: str, event: dict[str, Any]) -> None:
         agent = str(event.get("agent_id") or "")
