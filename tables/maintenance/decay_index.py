@@ -47,6 +47,8 @@ __all__ = ["SEED_BATCH", "DecayIndex", "DecayStore", "DueDecay"]
 logger = logging.getLogger(__name__)
 
 SEED_BATCH: Final = 1000
+# Memories of one agent at one event time that one seed window reads at most.
+MAX_SAME_TIME: Final = 10_000
 
 # Every due entry's decay inputs in one call: the memory hash's fields, then the
 # usage hash's last_accessed, then the stored snapshot. KEYS come in triples.
@@ -268,19 +270,33 @@ class DecayIndex:
         removes nothing: a stale member (deleted since) is dropped by the pass
         when it comes due, so writes racing the seed are never lost. Returns how
         many memories were scheduled."""
-        query = str(tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("archived") != "1"))
+        live = str(tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("archived") != "1"))
         index = self.keys.index_name
         member_prefix = len(self.keys.memory(""))
         scheduled = 0
-        offset = 0
+        # Paged by event time, not by offset: memories sharing a `ts` have no stable
+        # order across FT.SEARCH pages, so LIMIT offsets skipped some of them. Each
+        # window takes the next `batch` memories from `lower`, then every memory at
+        # the last one's time, and the next window starts after that time.
+        lower = "-inf"
         while True:
             reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
-                "FT.SEARCH", index, query, "NOCONTENT", "SORTBY", "ts", "ASC",
-                "LIMIT", offset, batch, "DIALECT", 2,
+                "FT.SEARCH", index, f"{live} @ts:[{lower} +inf]", "NOCONTENT",
+                "SORTBY", "ts", "ASC", "LIMIT", 0, batch, "DIALECT", 2,
             )  # fmt: skip
-            ids = [key[member_prefix:] for key in _nocontent_keys(reply)]
-            if not ids:
+            page = [key[member_prefix:] for key in _nocontent_keys(reply)]
+            if not page:
                 return scheduled
+            last_ts = text_of(await self._redis.hget(self.keys.memory(page[-1]), "ts") or b"")
+            ids = page
+            if last_ts:
+                ties = await self._redis.execute_command(  # type: ignore[no-untyped-call]
+                    "FT.SEARCH", index, f"{live} @ts:[{last_ts} {last_ts}]", "NOCONTENT",
+                    "LIMIT", 0, MAX_SAME_TIME, "DIALECT", 2,
+                )  # fmt: skip
+                ids = list(
+                    dict.fromkeys([*page, *(k[member_prefix:] for k in _nocontent_keys(ties))])
+                )
             states = await self._read_states(ids)
             async with self._redis.pipeline(transaction=False) as pipe:
                 for memory_id, state in zip(ids, states, strict=True):
@@ -289,7 +305,9 @@ class DecayIndex:
                         self.schedule(pipe, agent_id, memory_id, due)
                         scheduled += due is not None
                 await pipe.execute()
-            offset += len(ids)
+            if len(page) < batch or not last_ts:
+                return scheduled
+            lower = f"({last_ts}"
 
     # ---- reads ------------------------------------------------------------------
 
