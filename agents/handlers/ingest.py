@@ -366,12 +366,12 @@ class IngestHandler:
                 found = await self.store.recall_source(agent_id).hyperedges([edge_id])
                 members = dict(found.get(edge_id, {}))
                 actions = sorted(m for m, role in members.items() if role == "action")
-                stored = await learning.edges_of(agent_id, actions)
+                stored = await learning.out_edges(agent_id, actions)
                 plan = learn_from_late_members(
                     run,
                     members,
                     late,
-                    {a: [e for e in stored.get(a, ()) if e.cause == a] for a in actions},
+                    stored,
                     self.run_policy,
                 )
                 part = await learning.outcome_part(LearningWrite(agent_id, edges=plan.edges))

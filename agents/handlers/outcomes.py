@@ -113,12 +113,12 @@ class OutcomeHandler:
         )
         members = dict(members_by_edge.get(edge_id, {}))
         actions = sorted(m for m, role in members.items() if role == "action")
-        out_edges = await learning.edges_of(agent, actions)
+        out_edges = await learning.out_edges(agent, actions)
         plan = learn_from_run(
             quality=outcome.quality,
             members=members,
             recalled=recalled,
-            out_edges={a: [e for e in out_edges.get(a, ()) if e.cause == a] for a in actions},
+            out_edges=out_edges,
             block=fields[agent].block or 0,
             weights=weights,
             initial=initial_weights(self.rerank),

@@ -81,6 +81,10 @@ class LearningStore(Protocol):
         """Each node's edges, in and out, sorted by (cause, effect)."""
         ...
 
+    async def out_edges(self, agent_id: str, causes: Sequence[str]) -> dict[str, list[CausalEdge]]:
+        """Each cause's out-edges, sorted by effect (what a cause's uplift is from)."""
+        ...
+
     async def all_edges(self, agent_id: str) -> list[CausalEdge]: ...
 
     async def outcome_part(self, write: LearningWrite) -> TransactionPart:
@@ -168,6 +172,17 @@ class RedisLearningStore:
             )
             for node, ps in pairs.items()
         }
+
+    async def out_edges(self, agent_id: str, causes: Sequence[str]) -> dict[str, list[CausalEdge]]:
+        if not causes:
+            return {}
+        effects = await self._redis.hmget(self.keys.causal_effects(agent_id), list(causes))
+        pairs = {
+            c: [(c, e) for e in ids_from_stored(out)]
+            for c, out in zip(causes, effects, strict=True)
+        }
+        found = await self.edges(agent_id, sorted({p for ps in pairs.values() for p in ps}))
+        return {c: [found[p] for p in sorted(ps) if p in found] for c, ps in pairs.items()}
 
     async def all_edges(self, agent_id: str) -> list[CausalEdge]:
         stored = await self._redis.hgetall(self.keys.causal_edges(agent_id))

@@ -68,6 +68,13 @@ class InMemoryLearningStore:
             for node in nodes
         }
 
+    async def out_edges(self, agent_id: str, causes: Sequence[str]) -> dict[str, list[CausalEdge]]:
+        held = self._edges.get(agent_id, {})
+        return {
+            cause: sorted((e for (c, _), e in held.items() if c == cause), key=lambda e: e.effect)
+            for cause in causes
+        }
+
     async def all_edges(self, agent_id: str) -> list[CausalEdge]:
         return sorted(self._edges.get(agent_id, {}).values(), key=lambda e: (e.cause, e.effect))
 

@@ -154,6 +154,13 @@ async def test_edges_by_pair_and_by_node(learning: Subject) -> None:
         "nobody": [],
     }
     assert await store.edges_of(A, []) == {}
+    # a cause's out-edges only, by effect
+    assert await store.out_edges(A, ["a1", "o1", "nobody"]) == {
+        "a1": [edges[0], edges[1]],
+        "o1": [edges[3]],
+        "nobody": [],
+    }
+    assert await store.out_edges(A, []) == {}
     assert await store.edges_of(B, ["a1"]) == {"a1": []}
 
 
