@@ -37,6 +37,7 @@ from grimoire.streams.exchange.format import (
 )
 from grimoire.streams.exchange.inherit import Inheritance, InheritanceOptions
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.watermark import WATERMARK_MEMBER
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.imported import VECTOR_FIELDS, read_state_lines
 from grimoire.tables.redis_client import create_redis
@@ -163,9 +164,9 @@ async def export_state(
     and `GET /v1/agents/{agent}/export` both write these)."""
     keys = Keyspace(prefix)
     lines = await read_state_lines(redis, prefix, agent_id, vectors=vectors, progress=progress)
-    watermark = await redis.zscore(keys.watermarks, agent_id)
+    watermark = await redis.zscore(keys.watermark(agent_id), WATERMARK_MEMBER)
     space = await redis.get(keys.vector_space)
-    dims = await _dims(redis, keys, lines)
+    dims = await _dims(redis, keys, agent_id, lines)
     counts: dict[str, int] = {}
     for line in lines:
         counts[line.type] = counts.get(line.type, 0) + 1
@@ -180,10 +181,10 @@ async def export_state(
     return header, list(lines)
 
 
-async def _dims(redis: Any, keys: Keyspace, lines: Sequence[StateLine]) -> int:
+async def _dims(redis: Any, keys: Keyspace, agent_id: str, lines: Sequence[StateLine]) -> int:
     for line in lines:
         if line.type == "memory":
-            raw = await redis.hget(keys.memory(line.name), VECTOR_FIELDS[0].decode())
+            raw = await redis.hget(keys.memory(agent_id, line.name), VECTOR_FIELDS[0].decode())
             if raw:
                 return len(raw) // 4
     return DEFAULT_DIMS

@@ -57,6 +57,7 @@ from grimoire.tables.memory.imported import ImportWriter
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
+from grimoire.tables.schema.store_format import claim_store_format
 from grimoire.tables.schema.vector_space import claim_vector_space, index_holds_documents
 from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore, RedisAuthMetrics
 from grimoire.tables.trust.derivations import RedisDerivationStore
@@ -166,13 +167,14 @@ class Runtime:
             journal_partitions,
         )
         store = self._composed.store
+        await claim_store_format(self._redis, settings.topic_prefix)
         await store.ensure_schema()
         assert self._redis is not None and self._embedder_in_use is not None
         await claim_vector_space(
             self._redis,
             settings.topic_prefix,
             self._embedder_in_use.vector_space,
-            has_memories=await index_holds_documents(self._redis, store.index_name),
+            has_memories=await index_holds_documents(self._redis, settings.topic_prefix),
         )
         self._composed.witness.invalidate()
         report = await refold(settings, self._composed.handlers.applier, journal_partitions)
@@ -276,12 +278,14 @@ async def compose(
         ),
         decoded_nodes=settings.recall_decoded_nodes,
     )
+    # Before the schema: an index over keys of another layout is not to be touched.
+    await claim_store_format(redis, prefix)
     await store.ensure_schema()
     await claim_vector_space(
         redis,
         prefix,
         embedder.vector_space,
-        has_memories=await index_holds_documents(redis, store.index_name),
+        has_memories=await index_holds_documents(redis, prefix),
     )
     topics = TopicNames(settings.topic_prefix)
     witness = Witness(RedisWitnessLog(redis, prefix))

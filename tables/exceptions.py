@@ -21,6 +21,10 @@ class VectorSpaceMismatch(StorageError):
     """The prefix holds vectors from another model or precision than this worker's."""
 
 
+class StoreFormatMismatch(StorageError):
+    """The prefix holds keys in another layout than this worker's (`STORE_FORMAT`)."""
+
+
 class CorruptRecord(StorageError, ValueError):
     """Stored bytes that are not the shape their key holds."""
 

@@ -1,9 +1,19 @@
 """Every Redis key Grimoire reads or writes, built in one place.
 
 A deployment's keys all start with its prefix (`GRIMOIRE_TOPIC_PREFIX`), so several
-deployments share one Redis without meeting. Per-agent keys carry the agent id
-after the concern's name; per-memory keys carry the memory id, whose owner is
-recorded in the memory hash itself (`agent_id`), so every read checks it.
+deployments share one Redis without meeting. Every key holding an agent's state
+carries the agent id as a Redis Cluster hash tag, `{<agent id>}`, right after the
+concern's name (`{prefix}:stats:{golem-1}`, `{prefix}:mem:{golem-1}:<memory id>`):
+all of an agent's keys hash to one slot, so every script and transaction over one
+agent's state is single-slot and runs on a Redis Cluster as on one Redis. Agent ids
+hold no braces (their alphabet is letters, digits and `._-@+=/`), so the tag is
+exactly the id; the prefix holds none either (`Keyspace` refuses one), so the tag is
+the first braces of every key.
+
+Deployment-wide keys (the vector-space and store-format claims, the metrics hash,
+the applied-source marks, the registry of known agents, each journal partition's
+list of agents with an outbox) are never written in an agent's transaction: on a
+cluster they live in slots of their own (see `grimoire.tables.transaction`).
 
 Nothing else in the code base builds a key: a test greps the other modules for
 key f-strings (`tests/unit/test_keyspace.py`). Lua scripts receive their keys as
@@ -14,18 +24,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Keyspace", "glob_escape"]
+__all__ = ["STORE_FORMAT", "Keyspace", "glob_escape", "hash_tag"]
+
+# The layout these names make, recorded per prefix (`Keyspace.store_format`): a
+# worker meeting a prefix written in another layout refuses it
+# (`grimoire.tables.schema.store_format`). Version 1 had no hash tags.
+STORE_FORMAT = "2"
+
+
+def hash_tag(agent_id: str) -> str:
+    """The agent's Redis Cluster hash tag: every key of its state holds it."""
+    return f"{{{agent_id}}}"
 
 
 @dataclass(frozen=True, slots=True)
 class Keyspace:
     prefix: str
 
+    def __post_init__(self) -> None:
+        if "{" in self.prefix or "}" in self.prefix:
+            # A brace in the prefix would become every key's hash tag.
+            raise ValueError(f"a key prefix holds no braces: {self.prefix!r}")
+
     # -- the memory index and its documents --------------------------------------
     @property
     def index_name(self) -> str:
-        """The RediSearch index over memory hashes."""
+        """The RediSearch index over memory hashes (on a cluster, each master's
+        index carries a hash tag of a slot it owns: `cluster_index_name`)."""
         return f"{self.prefix}-memory"
+
+    def cluster_index_name(self, slot_tag: str) -> str:
+        """The memory index of one cluster master: RediSearch treats an index name
+        as a key, so each master's name must hash to a slot that master owns."""
+        return f"{self.index_name}{{{slot_tag}}}"
 
     @property
     def memory_prefix(self) -> str:
@@ -42,29 +73,30 @@ class Keyspace:
         """SCAN pattern matching every key of the deployment."""
         return f"{self.prefix}:*"
 
-    def memory(self, memory_id: str) -> str:
-        return f"{self.memory_prefix}:{memory_id}"
+    def memory(self, agent_id: str, memory_id: str) -> str:
+        return f"{self.memory_prefix}:{{{agent_id}}}:{memory_id}"
 
-    def memory_id_of(self, key: str) -> str:
+    def agent_memory_pattern(self, agent_id: str) -> str:
+        """SCAN pattern matching every memory hash of one agent."""
+        return glob_escape(self.memory(agent_id, "")) + "*"
+
+    def memory_id_of(self, key: str | bytes) -> str:
         """The memory id a memory hash's key names (inverse of `memory`)."""
-        return key.removeprefix(f"{self.memory_prefix}:")
+        name = key.decode() if isinstance(key, bytes) else key
+        return name.removeprefix(f"{self.memory_prefix}:").partition("}:")[2]
 
-    @property
-    def usage_prefix(self) -> str:
-        return f"{self.prefix}:use"
-
-    def usage(self, memory_id: str) -> str:
+    def usage(self, agent_id: str, memory_id: str) -> str:
         """A memory's usage counters, apart from its hash so recall's writes do
         not touch the indexed document."""
-        return f"{self.usage_prefix}:{memory_id}"
+        return f"{self.prefix}:use:{{{agent_id}}}:{memory_id}"
 
-    def tombstone(self, memory_id: str) -> str:
+    def tombstone(self, agent_id: str, memory_id: str) -> str:
         """What replaced a compacted memory."""
-        return f"{self.prefix}:tomb:{memory_id}"
+        return f"{self.prefix}:tomb:{{{agent_id}}}:{memory_id}"
 
-    def decayed(self, memory_id: str) -> str:
+    def decayed(self, agent_id: str, memory_id: str) -> str:
         """The decay band a memory was last seen in."""
-        return f"{self.prefix}:decayed:{memory_id}"
+        return f"{self.prefix}:decayed:{{{agent_id}}}:{memory_id}"
 
     # -- deployment-wide ----------------------------------------------------------
     @property
@@ -73,19 +105,22 @@ class Keyspace:
         return f"{self.prefix}:vector-space"
 
     @property
-    def watermarks(self) -> str:
-        """ZSET agent -> latest event time: also the list of known agents."""
-        return f"{self.prefix}:watermarks"
+    def store_format(self) -> str:
+        """STRING: the key layout the prefix was written in (`STORE_FORMAT`)."""
+        return f"{self.prefix}:store-format"
 
     @property
-    def field_states(self) -> str:
-        """HASH agent -> field state JSON."""
-        return f"{self.prefix}:field"
+    def legacy_markers(self) -> tuple[str, ...]:
+        """Keys only a store of format 1 (no hash tags) has: its watermark ZSET and
+        field-state HASH, written with the first event it stored."""
+        return (f"{self.prefix}:watermarks", f"{self.prefix}:field")
 
     @property
-    def contrarian_windows(self) -> str:
-        """ZSET agent -> the last anti-rumination window a recall served."""
-        return f"{self.prefix}:contrarian-windows"
+    def agents(self) -> str:
+        """ZSET agent -> latest event time: the list of known agents (the block
+        timer's, the metrics'). Derived from the agents' watermarks, written beside
+        their transactions, never inside one (`grimoire.tables.transaction`)."""
+        return f"{self.prefix}:agents"
 
     @property
     def metrics(self) -> str:
@@ -94,30 +129,53 @@ class Keyspace:
     @property
     def applied_sources(self) -> str:
         """HASH "agent id|topic|partition" -> the highest source offset the fold
-        applied of that agent's inputs (a re-journaled input is applied once)."""
+        applied of that agent's inputs (a re-journaled input is applied once).
+        Moved after each run, by a script over this key alone."""
         return f"{self.prefix}:applied-sources"
 
-    def outbox(self, journal_partition: int) -> str:
-        """LIST of events a journal partition's fold committed and has not yet seen
-        the broker acknowledge (written in the transaction of the state they
-        describe; published, then trimmed)."""
-        return f"{self.prefix}:outbox:{journal_partition}"
+    def outbox_agents(self, journal_partition: int) -> str:
+        """SET of the agents of a journal partition that may have events in their
+        outbox (added before the transaction that queues them: see `outbox`)."""
+        return f"{self.prefix}:outbox-agents:{journal_partition}"
+
+    # -- per agent: the fold's bookkeeping ----------------------------------------
+    def watermark(self, agent_id: str) -> str:
+        """ZSET of one member (`WATERMARK_MEMBER`) scored with the agent's latest
+        event time: ZADD GT keeps the maximum, so an old batch never moves it back."""
+        return f"{self.prefix}:watermark:{{{agent_id}}}"
+
+    def field_state(self, agent_id: str) -> str:
+        """STRING: the agent's field state JSON."""
+        return f"{self.prefix}:field:{{{agent_id}}}"
+
+    def contrarian_window(self, agent_id: str) -> str:
+        """ZSET of one member: the last anti-rumination window a recall served."""
+        return f"{self.prefix}:contrarian-window:{{{agent_id}}}"
+
+    def outbox(self, agent_id: str) -> str:
+        """LIST of events the fold committed for the agent and has not yet seen the
+        broker acknowledge (written in the transaction of the state they describe;
+        published, then trimmed)."""
+        return f"{self.prefix}:outbox:{{{agent_id}}}"
 
     def agent_config(self, agent_id: str) -> str:
         """STRING: the agent's runtime configuration (JSON of its non-default
         settings), set by `configure` commands at their place in its journal."""
-        return f"{self.prefix}:config:{agent_id}"
+        return f"{self.prefix}:config:{{{agent_id}}}"
 
     def pending_outcomes(self, agent_id: str) -> str:
         """HASH memory id -> outcomes that named it before it was written."""
-        return f"{self.prefix}:pending-outcomes:{agent_id}"
+        return f"{self.prefix}:pending-outcomes:{{{agent_id}}}"
 
     # -- the key store: outside the fold ------------------------------------------
     # Per-agent journal keys and sequence counters. They are not memory state: a
     # wipe of the memory state (rebuild, replay) must keep them, or the journal it
     # replays becomes unreadable; only forgetting an agent destroys its keys. They
     # live under their own segment so a wipe recognises them (`is_keystore_key`),
-    # and may live in another Redis altogether (`GRIMOIRE_KEYSTORE_URL`).
+    # and may live in another Redis altogether (`GRIMOIRE_KEYSTORE_URL`). Their
+    # names carry no hash tag and did not change with the store format: a store of
+    # format 1 is upgraded by replaying its journal (`grimoire replay --wipe`), which
+    # needs these keys as they were. No script or transaction spans two of them.
     @property
     def keystore_prefix(self) -> str:
         return f"{self.prefix}:keystore"
@@ -161,147 +219,146 @@ class Keyspace:
     # -- per agent: write path ----------------------------------------------------
     def decided(self, agent_id: str) -> str:
         """Source events already decided (a redelivery changes nothing)."""
-        return f"{self.prefix}:decided:{agent_id}"
+        return f"{self.prefix}:decided:{{{agent_id}}}"
 
     def stats(self, agent_id: str) -> str:
-        return f"{self.prefix}:stats:{agent_id}"
+        return f"{self.prefix}:stats:{{{agent_id}}}"
 
     def applied_usage(self, agent_id: str) -> str:
         """ZSET of the journal sequence numbers of the agent's usage entries applied
         (score = member), the most recent ones only: a usage entry re-read after a
         crash counts nothing twice."""
-        return f"{self.prefix}:usage-applied:{agent_id}"
+        return f"{self.prefix}:usage-applied:{{{agent_id}}}"
 
     def applied_outcomes(self, agent_id: str) -> str:
-        return f"{self.prefix}:outcomes:{agent_id}"
+        return f"{self.prefix}:outcomes:{{{agent_id}}}"
 
     def applied_imports(self, agent_id: str) -> str:
         """SET of the import chunks applied to the agent (`<import id>:<index>`): a
         re-sent chunk changes nothing (journal bookkeeping, outside the state digest)."""
-        return f"{self.prefix}:imported:{agent_id}"
+        return f"{self.prefix}:imported:{{{agent_id}}}"
 
     # -- per agent: the derivation index (what derives from what) ----------------
     def derived_from(self, agent_id: str, source_id: str) -> str:
         """HASH `role|derived id` -> weight: what derives from a source (an input
         event id or a memory id)."""
-        return f"{self.prefix}:deriv:{agent_id}:from:{source_id}"
+        return f"{self.prefix}:deriv:{{{agent_id}}}:from:{source_id}"
 
     def derivation_sources(self, agent_id: str, derived_id: str) -> str:
         """HASH `role|source id` -> weight: what a memory derives from."""
-        return f"{self.prefix}:deriv:{agent_id}:of:{derived_id}"
+        return f"{self.prefix}:deriv:{{{agent_id}}}:of:{derived_id}"
 
     def derivation_pattern(self, agent_id: str) -> str:
-        """SCAN pattern of every derivation-index key of an agent (see the note on
-        the agent patterns below: an agent `a:x` matches too)."""
-        return glob_escape(f"{self.prefix}:deriv:{agent_id}:") + "*"
+        """SCAN pattern of every derivation-index key of an agent."""
+        return glob_escape(f"{self.prefix}:deriv:{{{agent_id}}}:") + "*"
 
     # -- per agent: bi-temporal facts ----------------------------------------------
     def facts(self, agent_id: str) -> str:
         """HASH fact id -> one version of a fact (JSON)."""
-        return f"{self.prefix}:facts:{agent_id}"
+        return f"{self.prefix}:facts:{{{agent_id}}}"
 
     def fact_pairs(self, agent_id: str) -> str:
         """HASH `subject\x1fpredicate` -> the ids of that relation's versions (JSON)."""
-        return f"{self.prefix}:facts-pair:{agent_id}"
+        return f"{self.prefix}:facts-pair:{{{agent_id}}}"
 
     def fact_entities(self, agent_id: str) -> str:
         """HASH entity name -> the ids of the versions it is subject or object of."""
-        return f"{self.prefix}:facts-entity:{agent_id}"
+        return f"{self.prefix}:facts-entity:{{{agent_id}}}"
 
     def fact_links(self, agent_id: str) -> str:
         """HASH `entity:<name>` -> [linked entity key, fact id] pairs of its active
         entity facts (JSON): what recall's walk follows."""
-        return f"{self.prefix}:facts-links:{agent_id}"
+        return f"{self.prefix}:facts-links:{{{agent_id}}}"
 
     # -- per agent: learning from outcomes ----------------------------------------
     def run_recalls(self, agent_id: str) -> str:
         """HASH run id -> what the run's recalls returned (memory id -> the rerank
         factor values that ranked it), until the run's outcome is learned from."""
-        return f"{self.prefix}:run-recalls:{agent_id}"
+        return f"{self.prefix}:run-recalls:{{{agent_id}}}"
 
     def ended_runs(self, agent_id: str) -> str:
         """HASH run id -> the outcome it ended with (quality, time, block): a member
         of the run written later is credited as it is written."""
-        return f"{self.prefix}:ended-runs:{agent_id}"
+        return f"{self.prefix}:ended-runs:{{{agent_id}}}"
 
     def learned_weights(self, agent_id: str) -> str:
         """STRING: the agent's learned rerank weights (JSON), once it learned any."""
-        return f"{self.prefix}:learned-weights:{agent_id}"
+        return f"{self.prefix}:learned-weights:{{{agent_id}}}"
 
     def causal_edges(self, agent_id: str) -> str:
         """HASH `cause<US>effect` -> the edge's weight, evidence and last block."""
-        return f"{self.prefix}:causal:{agent_id}"
+        return f"{self.prefix}:causal:{{{agent_id}}}"
 
     def causal_effects(self, agent_id: str) -> str:
         """HASH cause -> its effects (US-joined, sorted): the graph's out-adjacency."""
-        return f"{self.prefix}:causal-out:{agent_id}"
+        return f"{self.prefix}:causal-out:{{{agent_id}}}"
 
     def causal_causes(self, agent_id: str) -> str:
         """HASH effect -> its causes (US-joined, sorted): the in-adjacency."""
-        return f"{self.prefix}:causal-in:{agent_id}"
+        return f"{self.prefix}:causal-in:{{{agent_id}}}"
 
     # -- per agent: graph ---------------------------------------------------------
     def nexus(self, agent_id: str, nexus_key: str) -> str:
         """ZSET of the agent's memories carrying one nexus key."""
-        return f"{self.prefix}:nexus:{agent_id}:{nexus_key}"
+        return f"{self.prefix}:nexus:{{{agent_id}}}:{nexus_key}"
 
     def hyperedge(self, agent_id: str, edge_id: str) -> str:
-        return f"{self.prefix}:hyper:{agent_id}:{edge_id}"
+        return f"{self.prefix}:hyper:{{{agent_id}}}:{edge_id}"
 
     def nodes(self, agent_id: str) -> str:
         """HASH memory id -> packed walk node."""
-        return f"{self.prefix}:nodes:{agent_id}"
+        return f"{self.prefix}:nodes:{{{agent_id}}}"
 
     def terms(self, agent_id: str) -> str:
         """HASH term -> how many of the agent's memories hold it."""
-        return f"{self.prefix}:terms:{agent_id}"
+        return f"{self.prefix}:terms:{{{agent_id}}}"
 
     # -- per agent: maintenance ---------------------------------------------------
     def decay_schedule(self, agent_id: str) -> str:
-        return f"{self.prefix}:decay:{agent_id}"
+        return f"{self.prefix}:decay:{{{agent_id}}}"
 
     def decay_seeded(self, agent_id: str) -> str:
-        return f"{self.prefix}:decay-seeded:{agent_id}"
+        return f"{self.prefix}:decay-seeded:{{{agent_id}}}"
 
     def compaction_plan(self, agent_id: str, plan_id: str) -> str:
-        return f"{self.prefix}:compact:plan:{agent_id}:{plan_id}"
+        return f"{self.prefix}:compact:plan:{{{agent_id}}}:{plan_id}"
 
     def compaction_cursor(self, agent_id: str) -> str:
-        return f"{self.prefix}:compact:cursor:{agent_id}"
+        return f"{self.prefix}:compact:cursor:{{{agent_id}}}"
 
     def compaction_pending(self, agent_id: str) -> str:
-        return f"{self.prefix}:compact:pending:{agent_id}"
+        return f"{self.prefix}:compact:pending:{{{agent_id}}}"
 
     def compaction_outbox(self, agent_id: str, plan_id: str) -> str:
-        return f"{self.prefix}:compact:outbox:{agent_id}:{plan_id}"
+        return f"{self.prefix}:compact:outbox:{{{agent_id}}}:{plan_id}"
 
     def curator(self, agent_id: str) -> str:
-        return f"{self.prefix}:curator:{agent_id}"
+        return f"{self.prefix}:curator:{{{agent_id}}}"
 
     def curator_entries(self, agent_id: str) -> str:
-        return f"{self.prefix}:curator:{agent_id}:entries"
+        return f"{self.prefix}:curator:{{{agent_id}}}:entries"
 
     def playbook(self, agent_id: str) -> str:
-        return f"{self.prefix}:playbook:{agent_id}"
+        return f"{self.prefix}:playbook:{{{agent_id}}}"
 
     def maintenance_ledger(self, agent_id: str) -> str:
-        return f"{self.prefix}:maint:{agent_id}"
+        return f"{self.prefix}:maint:{{{agent_id}}}"
 
     def maintenance_lease(self, agent_id: str) -> str:
-        return f"{self.prefix}:maint:lease:{agent_id}"
+        return f"{self.prefix}:maint:lease:{{{agent_id}}}"
 
     def maintenance_log(self, agent_id: str) -> str:
-        return f"{self.prefix}:maint:log:{agent_id}"
+        return f"{self.prefix}:maint:log:{{{agent_id}}}"
 
     # -- per agent: the witness chain ----------------------------------------------
     def witness(self, agent_id: str) -> str:
         """STREAM of the agent's witness records (entry id `<seq>-0`), oldest first."""
-        return f"{self.prefix}:witness:{agent_id}"
+        return f"{self.prefix}:witness:{{{agent_id}}}"
 
     # -- SCAN patterns of an agent's open-ended key families -------------------------
-    # Glob characters in the prefix or the agent id are escaped. An agent id may
-    # hold ':', so a pattern of agent `a` also matches the keys of an agent `a:x`:
-    # whoever scans must tell them apart (`grimoire.tables.trust.agent_keys`).
+    # Glob characters in the prefix or the agent id are escaped. The hash tag's
+    # closing brace ends the agent id, so a pattern of agent `a` never matches the
+    # keys of an agent `a:x` (or `ab`).
     def nexus_pattern(self, agent_id: str) -> str:
         return glob_escape(self.nexus(agent_id, "")) + "*"
 

@@ -1,12 +1,44 @@
-"""Creation of the async Redis client from settings."""
+"""Creation of the async Redis client from settings: one Redis, or a Redis Cluster.
+
+A URL with the scheme `redis+cluster://` (`rediss+cluster://` for TLS) names any
+node of a Redis Cluster: the client is redis-py's `redis.asyncio.cluster.RedisCluster`,
+which finds the other masters itself and sends each command to the master owning
+its keys' slot. Every other URL is one Redis. Code that must tell the two apart
+asks `is_cluster`; the few places that do (transactions over several agents,
+scripts queued on a pipeline, the search index on every master) live in
+`grimoire.tables`.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, TypeAlias
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.commands.core import AsyncScript
+
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "AnyRedis",
+    "HiredisConnection",
+    "HiredisSSLConnection",
+    "HiredisUnixConnection",
+    "create_redis",
+    "is_cluster",
+    "is_cluster_url",
+    "queue_script",
+]
+
+logger = logging.getLogger(__name__)
+
+# One Redis or a cluster: both take the same commands, and every key of one agent's
+# state is in one slot (`grimoire.tables.keyspace`).
+AnyRedis: TypeAlias = Redis | RedisCluster
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 class _HiredisPacking:
@@ -56,13 +88,45 @@ _PACKED_BY_HIREDIS: dict[type[Any], type[Any]] = {
 }
 
 
-def create_redis(url: str, max_connections: int) -> Redis:
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def is_cluster(redis: Any) -> bool:
+    """Whether `redis` (a client or a pipeline) talks to a Redis Cluster."""
+    return isinstance(redis, RedisCluster | ClusterPipeline)
+
+
+def create_redis(url: str, max_connections: int) -> Any:
     """A client for `url`: an ACL user and password in it (redis://user:pw@host:6379/0;
     percent-encode reserved characters), TLS by the rediss:// scheme, certificate
     files as query options (?ssl_ca_certs=ca.pem&ssl_certfile=..&ssl_keyfile=..),
-    all read by redis-py itself (tests/unit/test_kafka_security.py pins it)."""
+    all read by redis-py itself (tests/unit/test_kafka_security.py pins it).
+    `redis+cluster://` / `rediss+cluster://`: a `RedisCluster` (the same options;
+    `max_connections` per master)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in CLUSTER_SCHEMES:
+        plain = f"{CLUSTER_SCHEMES[scheme.lower()]}://{rest}"
+        # Commands are packed by redis-py's own packer here: a cluster node builds
+        # its connections from a class RedisCluster picks itself.
+        return RedisCluster.from_url(plain, max_connections=max_connections)
     # The non-blocking default pool raises "Too many connections" under bursts;
     # a blocking pool makes callers wait for a free connection instead.
     pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=10)
     pool.connection_class = _PACKED_BY_HIREDIS.get(pool.connection_class, pool.connection_class)
     return Redis(connection_pool=pool)
+
+
+def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any]) -> None:
+    """Queue a registered script on a pipeline (MULTI/EXEC or not).
+
+    Calling the Script object with a pipeline returns an un-awaited coroutine in
+    redis.asyncio: on one Redis, EVALSHA is queued and the pipeline loads the script
+    first if the server lacks it. A cluster pipeline loads no scripts (and a
+    master may be a fresh replica that never saw one), so the script's body goes
+    with the call (EVAL: Redis caches it by its hash all the same)."""
+    if isinstance(pipe, ClusterPipeline):
+        pipe.eval(script.script, len(keys), *keys, *args)
+        return
+    pipe.scripts.add(script)
+    pipe.evalsha(script.sha, len(keys), *keys, *args)

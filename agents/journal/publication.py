@@ -12,6 +12,7 @@ never stored unheard of, and its witness chain has no gap.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from grimoire.agents.handlers.ingest import CommitEffects, Decided, Staged
 from grimoire.agents.journal.witness import witness_event
 from grimoire.agents.ports import EventSink
 from grimoire.streams.trust.witness import WitnessRecord
-from grimoire.tables.journal.outbox import Outbox, OutboxEntry
+from grimoire.tables.journal.outbox import Outbox, OutboxEntry, sent_counts
 from grimoire.tables.transaction import TransactionPart
 from grimoire.tables.trust.witness_store import Witness, WitnessPart
 from grimoire.topics.declarations import TopicNames
@@ -37,14 +38,14 @@ class Publication:
     outbox: Outbox
     sink: EventSink
     topics: TopicNames
-    # Per journal partition: entries at the outbox's head handed to the producer
-    # in this batch, trimmed once it has flushed them.
-    _sent: dict[int, int] = field(default_factory=dict)
+    # Per journal partition: per agent, the entries at its outbox's head handed to
+    # the producer in this batch, trimmed once it has flushed them.
+    _sent: dict[int, Counter[str]] = field(default_factory=dict)
 
     async def drain(self, journal_partition: int) -> int:
         """Publish what an earlier owner (or a failed batch) left in the partition's
         outbox; how many entries that was."""
-        self._sent[journal_partition] = 0
+        self._sent[journal_partition] = Counter()
         pending = await self.outbox.pending(journal_partition)
         if not pending:
             return 0
@@ -56,17 +57,17 @@ class Publication:
         for entry in pending:
             await self.sink.send(entry.topic, entry.key, entry.value)
         await self.sink.flush()
-        await self.outbox.remove(journal_partition, len(pending))
+        await self.outbox.remove(journal_partition, sent_counts(pending))
         return len(pending)
 
     async def settle(self, journal_partition: int) -> None:
         """After a batch: wait for the broker to have everything sent, then trim."""
-        sent = self._sent.get(journal_partition, 0)
+        sent = self._sent.get(journal_partition)
         if not sent:
             return
         await self.sink.flush()
         await self.outbox.remove(journal_partition, sent)
-        self._sent[journal_partition] = 0
+        self._sent[journal_partition] = Counter()
 
     def for_run(self, journal_partition: int, positions: Sequence[tuple[str, int]]) -> RunEffects:
         """The effects of one ingest run: `positions` is (agent id, journal offset)
@@ -77,7 +78,7 @@ class Publication:
         """Committed entries: to the producer now, trimmed at `settle`."""
         for entry in entries:
             await self.sink.send(entry.topic, entry.key, entry.value)
-        self._sent[journal_partition] = self._sent.get(journal_partition, 0) + len(entries)
+        self._sent.setdefault(journal_partition, Counter()).update(sent_counts(entries))
 
 
 @dataclass(frozen=True, slots=True)

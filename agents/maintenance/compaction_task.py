@@ -191,7 +191,7 @@ class CompactionTask:
             phase = Phase.SUMMARIES_WRITTEN
             await self._mark(phase)
         if phase is Phase.SUMMARIES_WRITTEN:
-            await self._wait_indexed(plan)
+            await self._wait_indexed(agent_id, plan)
             await self.store.mark_indexed(agent_id, plan.plan_id)
             phase = Phase.INDEXED
             await self._mark(phase)
@@ -220,7 +220,7 @@ class CompactionTask:
     async def _write_summaries(self, agent_id: str, plan: CompactionPlan) -> None:
         """Only the summaries not written yet: one that exists may be visible
         already, and rewriting it would re-index its vectors (and re-embed)."""
-        present = await self.store.existing([c.summary_id for c in plan.clusters])
+        present = await self.store.existing(agent_id, [c.summary_id for c in plan.clusters])
         missing = [c for c in plan.clusters if c.summary_id not in present]
         vectors: dict[str, bytes] = {}
         if missing:
@@ -229,14 +229,14 @@ class CompactionTask:
                 vectors[cluster.summary_id] = np.asarray(embedded[row], dtype=np.float32).tobytes()
         await self.store.write_summaries(agent_id, plan, vectors)
 
-    async def _wait_indexed(self, plan: CompactionPlan) -> None:
+    async def _wait_indexed(self, agent_id: str, plan: CompactionPlan) -> None:
         """The index catches up with a write shortly after it; flipping before it
         has would make the cluster briefly unfindable."""
         ids = [c.summary_id for c in plan.clusters]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.index_timeout_s
         while True:
-            total = await self.store.indexed(ids)
+            total = await self.store.indexed(agent_id, ids)
             if total >= len(ids):
                 return
             if loop.time() > deadline:

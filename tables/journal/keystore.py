@@ -144,13 +144,16 @@ class RedisKeyStore:
 
     async def forget(self, agent_id: str) -> int:
         # One transaction: a key created between the count and the delete would
-        # otherwise survive uncounted, or be destroyed uncounted.
+        # otherwise survive uncounted, or be destroyed uncounted. The sequence
+        # counter is another key (another slot on a cluster), reset after: a crash
+        # in between leaves it counting on, which costs nothing (numbers only
+        # have to grow), while the keys are gone either way.
         name = self._keys.agent_keys(agent_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hkeys(name)
             pipe.delete(name)
-            pipe.hdel(self._keys.journal_sequences, agent_id)
-            fields, _, _ = await pipe.execute()
+            fields, _ = await pipe.execute()
+        await self._redis.hdel(self._keys.journal_sequences, agent_id)
         destroyed = sum(1 for f in fields if _text(f).startswith(_SECRET_FIELD))
         logger.info("forgot agent %s: %d journal key(s) destroyed", agent_id, destroyed)
         return destroyed

@@ -8,57 +8,84 @@ is heard of at least once. A kill after the flush and before the trim publishes
 them again, byte for byte (each event names its candidate, memory or witness
 sequence, so a consumer recognises the copy).
 
-One list per journal partition (`Keyspace.outbox`): the partition's single apply
-loop is its only writer, so what it finds there at the start of a batch is
-exactly what an earlier owner left behind.
+One list per agent (`Keyspace.outbox`, in the agent's slot, so it joins the agent's
+transaction on a Redis Cluster too), and per journal partition the set of its
+agents that may have one (`Keyspace.outbox_agents`), added before the transaction
+that fills the list (a crash in between leaves an agent listed with an empty
+list). The partition's single apply loop is the only writer of its agents' lists,
+so what it finds there at the start of a batch is exactly what an earlier owner
+left behind. Entries come back agent by agent (sorted), each agent's oldest first:
+an agent's events keep their order; two agents' never had one to keep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from redis.asyncio import Redis
 
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.outbox_entry import (
     OutboxEntry,
     decode_outbox_entry,
     encode_outbox_entry,
 )
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.transaction import AgentTransactions, TransactionPart
 
-__all__ = ["Outbox", "OutboxEntry", "RedisOutbox"]
+__all__ = ["Outbox", "OutboxEntry", "RedisOutbox", "sent_counts"]
+
+
+def sent_counts(entries: Sequence[OutboxEntry]) -> Counter[str]:
+    """How many of `entries` each agent (the entry's key) has."""
+    return Counter(entry.key for entry in entries)
 
 
 class Outbox(Protocol):
     def part(self, journal_partition: int, entries: Sequence[OutboxEntry]) -> TransactionPart:
-        """`entries` queued behind the partition's others, inside a store's
-        transaction."""
+        """`entries` queued behind their agents' others (an entry's key is its
+        agent), inside a store's transaction."""
         ...
 
     async def pending(self, journal_partition: int) -> list[OutboxEntry]:
-        """Everything queued for the partition, oldest first."""
+        """Everything queued for the partition's agents: agent by agent (sorted),
+        each agent's oldest first."""
         ...
 
-    async def remove(self, journal_partition: int, count: int) -> None:
-        """Drop the oldest `count` entries (published and acknowledged)."""
+    async def remove(self, journal_partition: int, counts: Mapping[str, int]) -> None:
+        """Drop each agent's oldest `counts[agent]` entries (published and
+        acknowledged)."""
         ...
 
 
 class _ListPart:
-    def __init__(self, redis: Redis, key: str, values: list[bytes]) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keyspace, journal_partition: int, entries: Sequence[OutboxEntry]
+    ) -> None:
         self._redis = redis
-        self._key = key
-        self._values = values
+        self._keys = keys
+        self._partition = journal_partition
+        self._values: dict[str, list[bytes]] = {}
+        for entry in entries:
+            self._values.setdefault(entry.key, []).append(encode_outbox_entry(entry))
 
-    def queue(self, pipe: Any) -> None:
-        if self._values:
-            pipe.rpush(self._key, *self._values)
+    def queue(self, tx: AgentTransactions) -> None:
+        if not self._values:
+            return
+        # Listed first (write-ahead on a cluster): a list nobody lists would never
+        # be published by the partition's next owner.
+        tx.shared.sadd(self._keys.outbox_agents(self._partition), *sorted(self._values))
+        for agent_id, values in sorted(self._values.items()):
+            tx.agent(agent_id).rpush(self._keys.outbox(agent_id), *values)
 
     async def apply_alone(self) -> None:
-        if self._values:
-            await self._redis.rpush(self._key, *self._values)
+        if not self._values:
+            return
+        await self._redis.sadd(self._keys.outbox_agents(self._partition), *sorted(self._values))
+        for agent_id, values in sorted(self._values.items()):
+            await self._redis.rpush(self._keys.outbox(agent_id), *values)
 
 
 class RedisOutbox:
@@ -67,13 +94,29 @@ class RedisOutbox:
         self.keys = Keyspace(prefix)
 
     def part(self, journal_partition: int, entries: Sequence[OutboxEntry]) -> TransactionPart:
-        values = [encode_outbox_entry(entry) for entry in entries]
-        return _ListPart(self._redis, self.keys.outbox(journal_partition), values)
+        return _ListPart(self._redis, self.keys, journal_partition, entries)
 
     async def pending(self, journal_partition: int) -> list[OutboxEntry]:
-        rows = await self._redis.lrange(self.keys.outbox(journal_partition), 0, -1)
-        return [decode_outbox_entry(row) for row in rows]
+        members = await self._redis.smembers(self.keys.outbox_agents(journal_partition))
+        agents = sorted(text_of(m) for m in members)
+        if not agents:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agents:
+                pipe.lrange(self.keys.outbox(agent_id), 0, -1)
+            lists = await pipe.execute()
+        # An agent listed with nothing queued is unlisted: only this partition's
+        # apply loop (the caller) could queue more, and it lists the agent first.
+        empty = [agent for agent, rows in zip(agents, lists, strict=True) if not rows]
+        if empty:
+            await self._redis.srem(self.keys.outbox_agents(journal_partition), *empty)
+        return [decode_outbox_entry(row) for rows in lists for row in rows]
 
-    async def remove(self, journal_partition: int, count: int) -> None:
-        if count > 0:
-            await self._redis.ltrim(self.keys.outbox(journal_partition), count, -1)
+    async def remove(self, journal_partition: int, counts: Mapping[str, int]) -> None:
+        trimmed = {agent: n for agent, n in counts.items() if n > 0}
+        if not trimmed:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id, count in sorted(trimmed.items()):
+                pipe.ltrim(self.keys.outbox(agent_id), count, -1)
+            await pipe.execute()

@@ -37,7 +37,7 @@ from grimoire.tables.codec.learning import (
     weights_value,
 )
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.transaction import AgentTransactions, TransactionPart
 
 __all__ = ["LearningStore", "LearningWrite", "RedisLearningStore"]
 
@@ -93,17 +93,23 @@ class LearningStore(Protocol):
 
 
 class _RedisPart:
-    def __init__(self, ops: list[tuple[str, tuple[Any, ...], dict[str, Any]]], redis: Redis):
+    def __init__(
+        self, agent_id: str, ops: list[tuple[str, tuple[Any, ...], dict[str, Any]]], redis: Redis
+    ):
+        self._agent = agent_id
         self._ops = ops
         self._redis = redis
 
-    def queue(self, pipe: Any) -> None:
+    def queue(self, tx: AgentTransactions) -> None:
+        self._queue_on(tx.agent(self._agent))
+
+    def _queue_on(self, pipe: Any) -> None:
         for name, args, kwargs in self._ops:
             getattr(pipe, name)(*args, **kwargs)
 
     async def apply_alone(self) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
-            self.queue(pipe)
+            self._queue_on(pipe)
             await pipe.execute()
 
 
@@ -243,4 +249,4 @@ class RedisLearningStore:
                     {},
                 )
             )
-        return _RedisPart(ops, self._redis)
+        return _RedisPart(agent, ops, self._redis)

@@ -40,8 +40,9 @@ from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
-from grimoire.tables.queries import escape_tag, live_filter
-from grimoire.tables.schema.memory_index import memory_schema
+from grimoire.tables.queries import escape_tag, live_filter, tenant_filter
+from grimoire.tables.redis_client import queue_script
+from grimoire.tables.routing import SearchRouting, SearchTarget
 from grimoire.tables.trust.derivations import queue_edges, summary_edges
 
 __all__ = [
@@ -133,8 +134,8 @@ class CompactionStore(Protocol):
         ...
 
     # ---- the phases -------------------------------------------------------------
-    async def existing(self, memory_ids: Sequence[str]) -> set[str]:
-        """The ids that have a memory record (whatever its state or agent)."""
+    async def existing(self, agent_id: str, memory_ids: Sequence[str]) -> set[str]:
+        """The ids that have a memory record of the agent (whatever its state)."""
         ...
 
     async def write_summaries(
@@ -144,8 +145,8 @@ class CompactionStore(Protocol):
         HIDDEN, with their nexus links, and move the plan to SUMMARIES_WRITTEN."""
         ...
 
-    async def indexed(self, summary_ids: Sequence[str]) -> int:
-        """How many of these summaries the search index returns."""
+    async def indexed(self, agent_id: str, summary_ids: Sequence[str]) -> int:
+        """How many of these summaries (of the agent) the search index returns."""
         ...
 
     async def mark_indexed(self, agent_id: str, plan_id: str) -> None: ...
@@ -210,7 +211,7 @@ def flip_script(redis: Redis) -> Any:
 
 async def load_candidates(
     redis: Redis,
-    index_name: str,
+    target: SearchTarget,
     keys: Keyspace,
     agent_id: str,
     now_ms: int,
@@ -230,9 +231,9 @@ async def load_candidates(
     # Pipelined so the reply comes back raw whatever callbacks the client has.
     async with redis.pipeline(transaction=False) as pipe:
         pipe.execute_command(
-            "FT.SEARCH", index_name, f"({where}) {kinds}",
+            "FT.SEARCH", target.index, f"({where}) {kinds}",
             "RETURN", len(CANDIDATE_FIELDS), *CANDIDATE_FIELDS,
-            "SORTBY", "ts", "ASC", "LIMIT", 0, limit, "DIALECT", 2,
+            "SORTBY", "ts", "ASC", "LIMIT", 0, limit, "DIALECT", 2, **target.options,
         )  # fmt: skip
         (reply,) = await pipe.execute()
     rows = [doc_fields(doc) for doc in docs(reply)]
@@ -240,14 +241,14 @@ async def load_candidates(
         return []
     async with redis.pipeline(transaction=False) as pipe:
         for row in rows:
-            pipe.hmget(keys.usage(text_of(row["memory_id"])), list(USAGE_FIELDS))
+            pipe.hmget(keys.usage(agent_id, text_of(row["memory_id"])), list(USAGE_FIELDS))
         usages = await pipe.execute()
     return [candidate_of(row, usage) for row, usage in zip(rows, usages, strict=True)]
 
 
 async def next_candidate_ts(
     redis: Redis,
-    index_name: str,
+    target: SearchTarget,
     agent_id: str,
     since_ms: int,
     horizon_ms: int,
@@ -257,8 +258,8 @@ async def next_candidate_ts(
     where = live_filter(agent_id) & (Num("ts") >= since_ms) & (Num("ts") <= horizon_ms)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.execute_command(
-            "FT.SEARCH", index_name, str(where), "RETURN", 1, "ts",
-            "SORTBY", "ts", "ASC", "LIMIT", 0, 1, "DIALECT", 2,
+            "FT.SEARCH", target.index, str(where), "RETURN", 1, "ts",
+            "SORTBY", "ts", "ASC", "LIMIT", 0, 1, "DIALECT", 2, **target.options,
         )  # fmt: skip
         (reply,) = await pipe.execute()
     rows = [doc_fields(doc) for doc in docs(reply)]
@@ -275,7 +276,7 @@ class RedisCompactionStore:
         self._dims = dims
         self.keys = Keyspace(prefix)
         self._graph = RedisGraph(redis, prefix)
-        self._index_name = memory_schema(prefix, dims).index.name
+        self._routing = SearchRouting(redis, prefix)
         self._flip = flip_script(redis)
 
     # ---- candidate scan ---------------------------------------------------------
@@ -289,7 +290,7 @@ class RedisCompactionStore:
 
     async def first_live_ts(self, agent_id: str, since_ms: int, horizon_ms: int) -> int | None:
         return await next_candidate_ts(
-            self._redis, self._index_name, agent_id, since_ms, horizon_ms
+            self._redis, await self._routing.target(agent_id), agent_id, since_ms, horizon_ms
         )
 
     async def candidates(
@@ -297,7 +298,7 @@ class RedisCompactionStore:
     ) -> list[CompactionCandidate]:
         return await load_candidates(
             self._redis,
-            self._index_name,
+            await self._routing.target(agent_id),
             self.keys,
             agent_id,
             now_ms,
@@ -337,10 +338,10 @@ class RedisCompactionStore:
 
     # ---- the phases -------------------------------------------------------------
 
-    async def existing(self, memory_ids: Sequence[str]) -> set[str]:
+    async def existing(self, agent_id: str, memory_ids: Sequence[str]) -> set[str]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in memory_ids:
-                pipe.exists(self.keys.memory(memory_id))
+                pipe.exists(self.keys.memory(agent_id, memory_id))
             present = await pipe.execute()
         return {i for i, found in zip(memory_ids, present, strict=True) if found}
 
@@ -354,7 +355,7 @@ class RedisCompactionStore:
             for cluster in written:
                 vector = vectors[cluster.summary_id]
                 fields = summary_fields(agent_id, plan, cluster, vector, self._dims)
-                pipe.hset(self.keys.memory(cluster.summary_id), mapping=fields)
+                pipe.hset(self.keys.memory(agent_id, cluster.summary_id), mapping=fields)
                 self._graph.link(pipe, agent_id, cluster.summary_id, cluster.ts_ms, cluster.keys)
             queue_edges(pipe, self.keys, agent_id, summary_edges(written))
             self._graph.sync_nodes(pipe, agent_id, [c.summary_id for c in written])
@@ -363,15 +364,17 @@ class RedisCompactionStore:
             )
             await pipe.execute()
 
-    async def indexed(self, summary_ids: Sequence[str]) -> int:
+    async def indexed(self, agent_id: str, summary_ids: Sequence[str]) -> int:
         if not summary_ids:
             return 0
         query = "@memory_id:{" + "|".join(escape_tag(i) for i in summary_ids) + "}"
+        target = await self._routing.target(agent_id)
         # Pipelined so the reply comes back raw whatever callbacks the client has.
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.execute_command(
-                "FT.SEARCH", self._index_name, query, "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
-            )
+                "FT.SEARCH", target.index, f"{tenant_filter(agent_id)} {query}",
+                "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2, **target.options,
+            )  # fmt: skip
             (reply,) = await pipe.execute()
         return total_results(reply)
 
@@ -381,13 +384,15 @@ class RedisCompactionStore:
     async def flip(self, agent_id: str, plan: CompactionPlan) -> list[int]:
         outbox = self.keys.compaction_outbox(agent_id, plan.plan_id)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.scripts.add(self._flip)
             for cluster in plan.clusters:
-                keys = [self.keys.memory(cluster.summary_id), outbox]
+                keys = [self.keys.memory(agent_id, cluster.summary_id), outbox]
                 for source_id in cluster.source_ids:
-                    keys += [self.keys.memory(source_id), self.keys.tombstone(source_id)]
+                    keys += [
+                        self.keys.memory(agent_id, source_id),
+                        self.keys.tombstone(agent_id, source_id),
+                    ]
                 args: list[str | int] = [agent_id, cluster.summary_id, plan.plan_id, plan.now_ms]
-                pipe.evalsha(self._flip.sha, len(keys), *keys, *args)
+                queue_script(pipe, self._flip, keys, args)
             flipped_ids = [i for c in plan.clusters for i in (c.summary_id, *c.source_ids)]
             self._graph.sync_nodes(pipe, agent_id, flipped_ids)
             pipe.hset(self.keys.compaction_plan(agent_id, plan.plan_id), "phase", Phase.FLIPPED)
@@ -403,7 +408,7 @@ class RedisCompactionStore:
         the physical deletion. A redone batch changes nothing."""
         async with self._redis.pipeline(transaction=True) as pipe:
             for memory_id in memory_ids:
-                pipe.hdel(self.keys.memory(memory_id), *VECTOR_FIELDS)
+                pipe.hdel(self.keys.memory(agent_id, memory_id), *VECTOR_FIELDS)
             pipe.ltrim(self.keys.compaction_outbox(agent_id, plan_id), len(memory_ids), -1)
             await pipe.execute()
 

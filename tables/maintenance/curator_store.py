@@ -60,6 +60,7 @@ from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
+from grimoire.tables.routing import SearchRouting
 from grimoire.tables.trust.derivations import curated_edges, queue_edges
 
 __all__ = [
@@ -167,16 +168,16 @@ class RedisCuratorStore:
         self._redis = redis
         self._keys = Keyspace(prefix)
         self._max_episodes = max_episodes
-        self._index = self._keys.index_name
+        self._routing = SearchRouting(redis, prefix)
         self._graph = RedisGraph(redis, prefix)
 
     # ---- keys -------------------------------------------------------------------
 
-    def memory_key(self, memory_id: str) -> str:
-        return self._keys.memory(memory_id)
+    def memory_key(self, agent_id: str, memory_id: str) -> str:
+        return self._keys.memory(agent_id, memory_id)
 
-    def usage_key(self, memory_id: str) -> str:
-        return self._keys.usage(memory_id)
+    def usage_key(self, agent_id: str, memory_id: str) -> str:
+        return self._keys.usage(agent_id, memory_id)
 
     def state_key(self, agent_id: str) -> str:
         return self._keys.curator(agent_id)
@@ -190,19 +191,22 @@ class RedisCuratorStore:
     # ---- reads ------------------------------------------------------------------
 
     def _search_args(
-        self, where: FilterExpression, fields: Sequence[str], offset: int
+        self, index: str, where: FilterExpression, fields: Sequence[str], offset: int
     ) -> list[Any]:
         return [
-            "FT.SEARCH", self._index, str(where), "RETURN", len(fields), *fields,
+            "FT.SEARCH", index, str(where), "RETURN", len(fields), *fields,
             "SORTBY", "ts", "ASC", "LIMIT", offset, PAGE, "DIALECT", 2,
         ]  # fmt: skip
 
     async def _search_all(
-        self, where: FilterExpression, fields: Sequence[str], limit: int
+        self, agent_id: str, where: FilterExpression, fields: Sequence[str], limit: int
     ) -> list[dict[str, Any]]:
-        """Every match up to `limit`: the first page tells the total, the rest go
-        in one pipeline."""
-        first = await self._redis.execute_command(*self._search_args(where, fields, 0))
+        """Every match up to `limit` (`where` names the agent): the first page tells
+        the total, the rest go in one pipeline."""
+        target = await self._routing.target(agent_id)
+        first = await self._redis.execute_command(
+            *self._search_args(target.index, where, fields, 0), **target.options
+        )
         # A raw RESP3 reply keys its map with bytes: reading "total_results" alone
         # read 0 there, and only the first page (500) was ever returned.
         total = total_results(first)
@@ -211,7 +215,9 @@ class RedisCuratorStore:
         if offsets:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for offset in offsets:
-                    pipe.execute_command(*self._search_args(where, fields, offset))
+                    pipe.execute_command(
+                        *self._search_args(target.index, where, fields, offset), **target.options
+                    )
                 replies += await pipe.execute()
         return [doc_fields(doc) for reply in replies for doc in docs(reply)][:limit]
 
@@ -220,7 +226,7 @@ class RedisCuratorStore:
             tenant_filter(agent_id) & (Tag("kind") == "episode") & _not("deleted")
             & _not("quarantined") & _not("archived") & (Num("ts") > watermark_ms)
         )  # fmt: skip
-        rows = await self._search_all(where, EPISODE_FIELDS, self._max_episodes)
+        rows = await self._search_all(agent_id, where, EPISODE_FIELDS, self._max_episodes)
         return [episode_view(row) for row in rows]
 
     async def entries(self, agent_id: str) -> list[CuratedEntry]:
@@ -230,11 +236,11 @@ class RedisCuratorStore:
             tenant_filter(agent_id) & (Tag("kind") == [kind.value for kind in CURATED_KINDS])
             & _not("deleted") & _not("quarantined") & _not("archived")
         )  # fmt: skip
-        rows = await self._search_all(where, ENTRY_FIELDS, MAX_ENTRIES)
+        rows = await self._search_all(agent_id, where, ENTRY_FIELDS, MAX_ENTRIES)
         ids = [text_of(row["memory_id"]) for row in rows]
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in ids:
-                pipe.hget(self.usage_key(memory_id), "last_accessed")
+                pipe.hget(self.usage_key(agent_id, memory_id), "last_accessed")
             pipe.hmget(self.entries_key(agent_id), ids) if ids else pipe.ping()
             replies = await pipe.execute()
         books = replies[-1] if ids else []
@@ -248,7 +254,7 @@ class RedisCuratorStore:
             tenant_filter(agent_id) & (Tag("quarantined") == "1")
             & _not("deleted") & _not("archived")
         )  # fmt: skip
-        rows = await self._search_all(where, QUARANTINE_FIELDS, MAX_QUARANTINED)
+        rows = await self._search_all(agent_id, where, QUARANTINE_FIELDS, MAX_QUARANTINED)
         return [quarantined_view(row) for row in rows]
 
     async def cycle_inputs(self, agent_id: str, watermark_ms: int) -> CuratorInputs:
@@ -309,7 +315,7 @@ class RedisCuratorStore:
         for change in plan.changes:
             entry = change.entry
             vector = cycle.vectors[entry.memory_id] if change.text_changed else None
-            key = self.memory_key(entry.memory_id)
+            key = self.memory_key(agent_id, entry.memory_id)
             if change.new:
                 assert vector is not None
                 fields = curated_fields(agent_id, entry, vector)
@@ -322,13 +328,17 @@ class RedisCuratorStore:
                 pipe.hset(key, mapping=changed_curated_fields(entry, vector))
             old = current.get(entry.memory_id)
             if old is None or entry.last_accessed_ms > old.last_accessed_ms:
-                pipe.hset(self.usage_key(entry.memory_id), "last_accessed", entry.last_accessed_ms)
+                pipe.hset(
+                    self.usage_key(agent_id, entry.memory_id),
+                    "last_accessed",
+                    entry.last_accessed_ms,
+                )
             if entry.status is EntryStatus.ARCHIVED:
                 pipe.hdel(entries_key, entry.memory_id)
             else:
                 pipe.hset(entries_key, entry.memory_id, bookkeeping_json(entry))
         for decision in plan.quarantine:
-            key = self.memory_key(decision.memory_id)
+            key = self.memory_key(agent_id, decision.memory_id)
             if decision.action is QuarantineAction.RELEASE:
                 pipe.hset(key, "quarantined", "0")
             else:

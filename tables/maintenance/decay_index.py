@@ -41,6 +41,7 @@ from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import DECAY_FIELDS, StoredDecayState, decode_state
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.queries import tenant_filter
+from grimoire.tables.routing import SearchRouting
 
 __all__ = ["SEED_BATCH", "DecayIndex", "DecayStore", "DueDecay"]
 
@@ -148,6 +149,7 @@ class DecayIndex:
         self._bands = bands
         self._policy = policy
         self._read = redis.register_script(_READ_DECAY_STATE)
+        self._routing = SearchRouting(redis, prefix)
 
     @property
     def bands(self) -> DecayBands:
@@ -197,7 +199,7 @@ class DecayIndex:
         """Recompute due times after accesses or outcomes changed the stored fields."""
         if not memory_ids:
             return
-        states = await self._read_states(memory_ids)
+        states = await self._read_states(agent_id, memory_ids)
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id, state in zip(memory_ids, states, strict=True):
                 if state is not None and state.agent_id != agent_id:
@@ -223,7 +225,7 @@ class DecayIndex:
         due_ids = [text_of(member) for member in raw]
         if not due_ids:
             return DueDecay()
-        return DueDecay.of(agent_id, due_ids, await self._read_states(due_ids))
+        return DueDecay.of(agent_id, due_ids, await self._read_states(agent_id, due_ids))
 
     async def apply_pass(
         self, agent_id: str, as_of_ms: int, plan: DecayPassPlan, *, gone: Sequence[str] = ()
@@ -236,7 +238,7 @@ class DecayIndex:
         async with self._redis.pipeline(transaction=False) as pipe:
             for update in plan.updates:
                 pipe.hset(
-                    self.keys.decayed(update.memory_id),
+                    self.keys.decayed(agent_id, update.memory_id),
                     mapping={
                         # repr round-trips the float exactly: the snapshot equals
                         # what a reader computes at `as_of`.
@@ -271,8 +273,9 @@ class DecayIndex:
         when it comes due, so writes racing the seed are never lost. Returns how
         many memories were scheduled."""
         live = str(tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("archived") != "1"))
-        index = self.keys.index_name
-        member_prefix = len(self.keys.memory(""))
+        target = await self._routing.target(agent_id)
+        index, options = target.index, target.options
+        memory_id_of = self.keys.memory_id_of
         scheduled = 0
         # Paged by event time, not by offset: memories sharing a `ts` have no stable
         # order across FT.SEARCH pages, so LIMIT offsets skipped some of them. Each
@@ -282,22 +285,22 @@ class DecayIndex:
         while True:
             reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
                 "FT.SEARCH", index, f"{live} @ts:[{lower} +inf]", "NOCONTENT",
-                "SORTBY", "ts", "ASC", "LIMIT", 0, batch, "DIALECT", 2,
+                "SORTBY", "ts", "ASC", "LIMIT", 0, batch, "DIALECT", 2, **options,
             )  # fmt: skip
-            page = [key[member_prefix:] for key in _nocontent_keys(reply)]
+            page = [memory_id_of(key) for key in _nocontent_keys(reply)]
             if not page:
                 return scheduled
-            last_ts = text_of(await self._redis.hget(self.keys.memory(page[-1]), "ts") or b"")
+            last_ts = text_of(
+                await self._redis.hget(self.keys.memory(agent_id, page[-1]), "ts") or b""
+            )
             ids = page
             if last_ts:
                 ties = await self._redis.execute_command(  # type: ignore[no-untyped-call]
                     "FT.SEARCH", index, f"{live} @ts:[{last_ts} {last_ts}]", "NOCONTENT",
-                    "LIMIT", 0, MAX_SAME_TIME, "DIALECT", 2,
+                    "LIMIT", 0, MAX_SAME_TIME, "DIALECT", 2, **options,
                 )  # fmt: skip
-                ids = list(
-                    dict.fromkeys([*page, *(k[member_prefix:] for k in _nocontent_keys(ties))])
-                )
-            states = await self._read_states(ids)
+                ids = list(dict.fromkeys([*page, *map(memory_id_of, _nocontent_keys(ties))]))
+            states = await self._read_states(agent_id, ids)
             async with self._redis.pipeline(transaction=False) as pipe:
                 for memory_id, state in zip(ids, states, strict=True):
                     if state is not None and state.agent_id == agent_id:
@@ -311,13 +314,15 @@ class DecayIndex:
 
     # ---- reads ------------------------------------------------------------------
 
-    async def _read_states(self, memory_ids: Sequence[str]) -> list[StoredDecayState | None]:
+    async def _read_states(
+        self, agent_id: str, memory_ids: Sequence[str]
+    ) -> list[StoredDecayState | None]:
         keys: list[str] = []
         for memory_id in memory_ids:
             keys += [
-                self.keys.memory(memory_id),
-                self.keys.usage(memory_id),
-                self.keys.decayed(memory_id),
+                self.keys.memory(agent_id, memory_id),
+                self.keys.usage(agent_id, memory_id),
+                self.keys.decayed(agent_id, memory_id),
             ]
         rows = await self._read(keys=keys, args=list(DECAY_FIELDS))
         width = len(DECAY_FIELDS)

@@ -115,17 +115,20 @@ _TASK_FIELDS = frozenset(task.value for task in Task)
 
 
 async def known_agents(redis: Redis, prefix: str, batch: int = 500) -> AsyncIterator[str]:
-    """Every agent that has ever had an event ingested (the watermark index the
-    write path keeps: one small member per agent, cheap to scan)."""
-    async for name, _ in redis.zscan_iter(Keyspace(prefix).watermarks, count=batch):
+    """Every agent that has ever had an event ingested (the registry of known
+    agents the write path keeps, `Keyspace.agents`: one small member per agent,
+    cheap to scan, on a cluster as on one Redis)."""
+    async for name, _ in redis.zscan_iter(Keyspace(prefix).agents, count=batch):
         yield _s(name)
 
 
 async def agent_watermarks(
     redis: Redis, prefix: str, batch: int = 500
 ) -> AsyncIterator[tuple[str, int]]:
-    """`known_agents` with each agent's watermark (its latest event time, ms)."""
-    async for name, score in redis.zscan_iter(Keyspace(prefix).watermarks, count=batch):
+    """`known_agents` with each agent's watermark (its latest event time, ms; on a
+    cluster the registry is written just before the agent's own watermark, so it
+    may be ahead of it by a batch that failed and is retried)."""
+    async for name, score in redis.zscan_iter(Keyspace(prefix).agents, count=batch):
         yield _s(name), int(score)
 
 

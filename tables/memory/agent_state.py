@@ -3,7 +3,7 @@
 Each agent's state is written only by the worker that owns the agent's
 partition, so read-modify-write within one batch is safe.
 
-{prefix}:field             HASH agent → field state (JSON)
+{prefix}:field:{agent}     STRING field state (JSON)
 {prefix}:decided:{agent}   HASH candidate id → admission action (makes redelivery a no-op)
 {prefix}:stats:{agent}     HASH counter → value
 """
@@ -64,7 +64,6 @@ class AgentStateStore:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self._redis = redis
         self._keys = Keyspace(prefix)
-        self._field_key = self._keys.field_states
 
     def decided_key(self, agent_id: str) -> str:
         return self._keys.decided(agent_id)
@@ -75,7 +74,11 @@ class AgentStateStore:
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
         if not agent_ids:
             return {}
-        raws = await self._redis.hmget(self._field_key, list(agent_ids))
+        # One key per agent (its own slot on a cluster): a pipeline, split by master.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agent_ids:
+                pipe.get(self._keys.field_state(agent_id))
+            raws = await pipe.execute()
         return {
             agent_id: field_from_json(agent_id, raw)
             for agent_id, raw in zip(agent_ids, raws, strict=True)
@@ -85,7 +88,7 @@ class AgentStateStore:
         return (await self.load_fields([agent_id]))[agent_id]
 
     def save_field(self, pipe: Any, state: FieldState) -> None:
-        pipe.hset(self._field_key, state.agent_id, field_to_json(state))
+        pipe.set(self._keys.field_state(state.agent_id), field_to_json(state))
 
     async def decided(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
         """Which of these (agent, candidate id) pairs already have a recorded decision."""

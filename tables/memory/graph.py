@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from grimoire.tables.codec.walk_node import WALK_NODE_FIELDS
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.redis_client import queue_script
 
 # Re-pack the given memories into their agent's node table from their hashes.
 # KEYS: node table, then memory hashes; ARGV: agent id, then the memory ids.
@@ -56,9 +57,8 @@ class RedisGraph:
         ids = sorted(set(memory_ids))
         if not ids:
             return
-        keys = [self.keys.nodes(agent_id), *(self.keys.memory(i) for i in ids)]
-        pipe.scripts.add(self._sync)
-        pipe.evalsha(self._sync.sha, len(keys), *keys, agent_id, *ids)
+        keys = [self.keys.nodes(agent_id), *(self.keys.memory(agent_id, i) for i in ids)]
+        queue_script(pipe, self._sync, keys, [agent_id, *ids])
 
     def link(
         self,

@@ -32,6 +32,7 @@ from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.trust.agent_keys import (
     FIXED_FAMILIES,
     MEMBER_FAMILIES,
+    MEMBER_OF,
     MEMORY_FAMILIES,
     SCANNED_FAMILIES,
     agent_footprint,
@@ -118,14 +119,14 @@ class ImportWriter:
         if family in MEMORY_FAMILIES:
             if not line.name:
                 raise ValueError(f"a {family} line needs the memory id as its name")
-            return MEMORY_FAMILIES[family](self.keys, line.name)
+            return MEMORY_FAMILIES[family](self.keys, agent_id, line.name)
         if family in FIXED_FAMILIES:
             return FIXED_FAMILIES[family](self.keys, agent_id)
         if family in SCANNED_FAMILIES:
             pattern, _ = SCANNED_FAMILIES[family]
             return scan_head(pattern(self.keys, agent_id)) + line.name
         if family in MEMBER_FAMILIES:
-            return MEMBER_FAMILIES[family](self.keys)
+            return MEMBER_FAMILIES[family](self.keys, agent_id)
         raise ValueError(f"unknown state family {family!r}")
 
     async def applied(self, agent_id: str, chunk_id: str) -> bool:
@@ -156,7 +157,7 @@ class ImportWriter:
                 if derive and line.type == "memory":
                     terms = memory_terms(text_of(hash_of(line).get(b"text", b"")))
                     self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), list(terms))
-                _queue(pipe, agent_id, line, key, only_up=derive)
+                _queue(pipe, line, key, only_up=derive)
             if derive:
                 self._graph.sync_nodes(pipe, agent_id, written)
             pipe.sadd(self.keys.applied_imports(agent_id), chunk_id)
@@ -170,7 +171,7 @@ class ImportWriter:
             return list(await pipe.execute())
 
 
-def _queue(pipe: Any, agent_id: str, line: StateLine, key: str, *, only_up: bool) -> None:
+def _queue(pipe: Any, line: StateLine, key: str, *, only_up: bool) -> None:
     value: Any = line.value
     kind = line.kind
     if kind == "hash":
@@ -191,9 +192,10 @@ def _queue(pipe: Any, agent_id: str, line: StateLine, key: str, *, only_up: bool
     elif kind == "string":
         pipe.set(key, value)
     elif kind == "member":
-        pipe.hset(key, agent_id, value)
+        # A single value (the field state): its own key since the store's format 2.
+        pipe.set(key, value)
     elif kind == "score":
         # A successor's watermark only moves forward; an ordinary import restores it.
-        pipe.zadd(key, {agent_id: value}, gt=only_up)
+        pipe.zadd(key, {MEMBER_OF[line.type]: value}, gt=only_up)
     else:
         raise ValueError(f"unknown kind {kind!r}")

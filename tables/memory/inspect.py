@@ -22,9 +22,11 @@ from redisvl.query.filter import FilterExpression, Num
 from grimoire.streams.learn.runs import RUN_RECALLED, RUN_RECALLED_HITS
 from grimoire.tables.codec.hash_values import stored_list, stored_number, stored_text, text_of
 from grimoire.tables.codec.search_replies import total_results
+from grimoire.tables.codec.watermark import WATERMARK_MEMBER
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import live_filter, tenant_filter
+from grimoire.tables.routing import SearchRouting
 
 __all__ = [
     "CognitiveReading",
@@ -109,8 +111,8 @@ async def memory_detail(
     its usage counters; None when absent or another agent's."""
     keys = Keyspace(prefix)
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.memory(memory_id))
-        pipe.hmget(keys.usage(memory_id), list(_USAGE))
+        pipe.hgetall(keys.memory(agent_id, memory_id))
+        pipe.hmget(keys.usage(agent_id, memory_id), list(_USAGE))
         raw, usage = await pipe.execute()
     doc = {text_of(name): value for name, value in raw.items()}
     if not _owned(doc, agent_id):
@@ -137,7 +139,7 @@ async def memory_detail(
 
 async def memory_exists(redis: Redis, prefix: str, agent_id: str, memory_id: str) -> bool:
     """Whether the memory is stored and the agent's (deleted or not)."""
-    owner = await redis.hget(Keyspace(prefix).memory(memory_id), "agent_id")
+    owner = await redis.hget(Keyspace(prefix).memory(agent_id, memory_id), "agent_id")
     return owner is not None and text_of(owner) == agent_id
 
 
@@ -149,7 +151,7 @@ async def _glances(
     keys = Keyspace(prefix)
     async with redis.pipeline(transaction=False) as pipe:
         for memory_id in memory_ids:
-            pipe.hmget(keys.memory(memory_id), list(_GLANCE))
+            pipe.hmget(keys.memory(agent_id, memory_id), list(_GLANCE))
         rows = await pipe.execute()
     found: dict[str, dict[str, Any]] = {}
     for memory_id, row in zip(memory_ids, rows, strict=True):
@@ -325,8 +327,9 @@ async def episodes(
     redis: Redis, prefix: str, agent_id: str, *, limit: int = 50, offset: int = 0
 ) -> list[EpisodeSummary]:
     """The agent's episodes (hyperedges), newest first by their latest member."""
-    reply = await redis.execute_command(
-        "FT.AGGREGATE", Keyspace(prefix).index_name, str(tenant_filter(agent_id)),
+    reply = await _on_agents_index(
+        redis, prefix, agent_id,
+        "FT.AGGREGATE", str(tenant_filter(agent_id)),
         "GROUPBY", 1, "@hyperedge_ids",
         "REDUCE", "COUNT", 0, "AS", "members",
         "REDUCE", "MIN", 1, "@ts", "AS", "first_ts",
@@ -401,18 +404,26 @@ async def agent_counters(
     }
 
 
-async def _count(redis: Redis, prefix: str, where: FilterExpression) -> int:
-    reply = await redis.execute_command(
-        "FT.SEARCH", Keyspace(prefix).index_name, str(where),
-        "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2,
-    )  # fmt: skip
+async def _on_agents_index(
+    redis: Redis, prefix: str, agent_id: str, command: str, *arguments: Any
+) -> Any:
+    """An FT command on the index holding `agent_id`'s memories (on a cluster, its
+    master's: `grimoire.tables.routing`); `arguments` follow the index name."""
+    target = await SearchRouting(redis, prefix).target(agent_id)
+    return await redis.execute_command(command, target.index, *arguments, **target.options)
+
+
+async def _count(redis: Redis, prefix: str, agent_id: str, where: FilterExpression) -> int:
+    reply = await _on_agents_index(
+        redis, prefix, agent_id, "FT.SEARCH", str(where), "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
+    )
     return _total(reply)
 
 
 async def live_count(redis: Redis, prefix: str, agent_id: str) -> int:
     """Memories recall may return (not deleted, quarantined or archived): the
     "active entry count" of SPEC §8."""
-    return await _count(redis, prefix, live_filter(agent_id))
+    return await _count(redis, prefix, agent_id, live_filter(agent_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,8 +459,9 @@ async def _window_quality(
     redis: Redis, prefix: str, agent_id: str, since_ms: int
 ) -> tuple[int, float | None]:
     where = live_filter(agent_id) & (Num("ts") >= since_ms)
-    reply = await redis.execute_command(
-        "FT.AGGREGATE", Keyspace(prefix).index_name, str(where),
+    reply = await _on_agents_index(
+        redis, prefix, agent_id,
+        "FT.AGGREGATE", str(where),
         "GROUPBY", 0, "REDUCE", "COUNT", 0, "AS", "n", "REDUCE", "AVG", 1, "@quality", "AS", "q",
         "DIALECT", 2,
     )  # fmt: skip
@@ -469,7 +481,7 @@ async def cognitive_reading(
     window_ms: int = 7 * 24 * 3_600_000,
 ) -> CognitiveReading:
     counters = (await agent_counters(redis, prefix, [agent_id]))[agent_id]
-    score = await redis.zscore(Keyspace(prefix).watermarks, agent_id)
+    score = await redis.zscore(Keyspace(prefix).watermark(agent_id), WATERMARK_MEMBER)
     end = None if score is None else int(score)
     window_count, window_quality = (0, None)
     if end is not None:

@@ -54,7 +54,10 @@ async def rebuild_derived(
     ids: list[str] = []
     counts: Counter[str] = Counter()
     keys = [
-        key async for key in redis.scan_iter(match=Keyspace(prefix).memory_pattern, count=1_000)
+        key
+        async for key in redis.scan_iter(
+            match=Keyspace(prefix).agent_memory_pattern(agent_id), count=1_000
+        )
     ]
     for start in range(0, len(keys), _BATCH):
         batch = keys[start : start + _BATCH]

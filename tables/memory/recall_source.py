@@ -27,6 +27,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery
+from grimoire.tables.routing import SearchRouting, SearchTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class RedisRecallSource:
         self,
         redis: Redis,
         *,
-        index_name: str,
+        routing: SearchRouting,
         keys: Keyspace,
         scripts: RedisScripts,
         agent_id: str,
@@ -71,7 +72,8 @@ class RedisRecallSource:
         self._decoded = decoded_nodes if decoded_nodes is not None else DecodedNodes(0)
         self._knn = knn_policy
         self._nodes: dict[str, NodeInfo | None] = {}
-        self._index = index_name
+        self._routing = routing
+        self._target: SearchTarget | None = None
         self._keys = keys
         self._scripts = scripts
         self._agent = agent_id
@@ -81,7 +83,13 @@ class RedisRecallSource:
         self._may_link = True
 
     def _key(self, memory_id: str) -> str:
-        return self._keys.memory(memory_id)
+        return self._keys.memory(self._agent, memory_id)
+
+    async def _index(self) -> SearchTarget:
+        """The index holding the agent's memories (on a cluster, its master's)."""
+        if self._target is None:
+            self._target = await self._routing.target(self._agent)
+        return self._target
 
     # ---- lanes ----------------------------------------------------------------------
 
@@ -96,7 +104,10 @@ class RedisRecallSource:
             hybrid_policy=self._knn.hybrid_policy,
         )
         blob = np.asarray(vector, dtype=np.float32).tobytes()
-        reply = await self._redis.execute_command("FT.SEARCH", self._index, *query.arguments(blob))
+        target = await self._index()
+        reply = await self._redis.execute_command(
+            "FT.SEARCH", target.index, *query.arguments(blob), **target.options
+        )
         hits = []
         for doc in docs(reply):
             fields = doc_fields(doc)
@@ -125,12 +136,13 @@ class RedisRecallSource:
             return []
         depth = max(k, self._knn.term_depth)
         searched = await self._searched_terms(terms, filters)
+        target = await self._index()
         async with self._redis.pipeline(transaction=False) as pipe:
             for term in searched:
                 query = FullTextQuery(self._agent, (term,), depth, filters)
                 pipe.execute_command(
                     "FT.SEARCH",
-                    self._index,
+                    target.index,
                     query.query_string(),
                     "SCORER",
                     "BM25STD",
@@ -142,6 +154,7 @@ class RedisRecallSource:
                     depth,
                     "DIALECT",
                     2,
+                    **target.options,
                 )
             replies = await pipe.execute()
         per_term = dict(zip(searched, (self._term_scores(reply) for reply in replies), strict=True))
@@ -202,16 +215,17 @@ class RedisRecallSource:
         """BM25 of single terms on given documents, one pipelined query per term."""
         if not jobs:
             return []
+        target = await self._index()
         async with self._redis.pipeline(transaction=False) as pipe:
             for term, ids in jobs:
                 # INKEYS narrows without scoring: a tag clause would add its own
                 # (large, unique-id) IDF to every score.
                 query = FullTextQuery(self._agent, (term,), len(ids), filters)
                 pipe.execute_command(
-                    "FT.SEARCH", self._index, query.query_string(), "SCORER", "BM25STD",
+                    "FT.SEARCH", target.index, query.query_string(), "SCORER", "BM25STD",
                     "WITHSCORES", "NOCONTENT", "VERBATIM",
                     "INKEYS", len(ids), *(self._key(i) for i in ids),
-                    "LIMIT", 0, len(ids), "DIALECT", 2,
+                    "LIMIT", 0, len(ids), "DIALECT", 2, **target.options,
                 )  # fmt: skip
             replies = await pipe.execute()
         return [pair for reply in replies for pair in self._term_scores(reply).items()]
@@ -241,7 +255,7 @@ class RedisRecallSource:
         if missing:
             rows, accessed = await self._scripts.records(
                 [self._key(i) for i in missing],
-                [self._keys.usage(i) for i in missing],
+                [self._keys.usage(self._agent, i) for i in missing],
                 RECORD_FIELDS,
             )
             for memory_id, row, last in zip(missing, rows, accessed, strict=True):
@@ -337,7 +351,7 @@ class RedisRecallSource:
         }
 
     async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
-        await self._scripts.touch([self._keys.usage(i) for i in memory_ids], as_of_ms)
+        await self._scripts.touch([self._keys.usage(self._agent, i) for i in memory_ids], as_of_ms)
 
 
 def _first_other(members: Sequence[Any], memory_id: str) -> str | None:

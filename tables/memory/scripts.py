@@ -8,6 +8,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD
+from grimoire.tables.redis_client import queue_script
 
 # Create the aggregate from its seed on first sight (count 1 stands for the group's
 # original), then count the fold and keep the latest event time.
@@ -217,26 +218,20 @@ class RedisScripts:
         flat: list[Any] = []
         for name, value in seed.items():
             flat.extend((name, value))
-        # Calling the Script object with a pipeline returns an un-awaited coroutine
-        # in redis.asyncio; queue EVALSHA and let the pipeline load the script.
-        pipe.scripts.add(self._fold)
-        pipe.evalsha(self._fold.sha, 1, key, ts_ms, *flat)
+        queue_script(pipe, self._fold, [key], [ts_ms, *flat])
 
     def reinforce(self, pipe: Any, key: str, ts_ms: int) -> None:
-        pipe.scripts.add(self._reinforce)
-        pipe.evalsha(self._reinforce.sha, 1, key, ts_ms)
+        queue_script(pipe, self._reinforce, [key], [ts_ms])
 
     def count_new_terms(
         self, pipe: Any, memory_key: str, terms_key: str, terms: Sequence[str]
     ) -> None:
         if terms:
-            pipe.scripts.add(self._count_new_terms)
-            pipe.evalsha(self._count_new_terms.sha, 2, memory_key, terms_key, *terms)
+            queue_script(pipe, self._count_new_terms, [memory_key, terms_key], list(terms))
 
     def touch_in(self, pipe: Any, usage_keys: list[str], as_of_ms: int) -> None:
         if usage_keys:
-            pipe.scripts.add(self._touch)
-            pipe.evalsha(self._touch.sha, len(usage_keys), *usage_keys, as_of_ms)
+            queue_script(pipe, self._touch, usage_keys, [as_of_ms])
 
     async def touch(self, usage_keys: list[str], as_of_ms: int) -> None:
         if usage_keys:
@@ -246,8 +241,7 @@ class RedisScripts:
         return int(await self._apply_outcome(keys=keys, args=args))
 
     def apply_credits_in(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
-        pipe.scripts.add(self._apply_credits)
-        pipe.evalsha(self._apply_credits.sha, len(keys), *keys, *args)
+        queue_script(pipe, self._apply_credits, keys, args)
 
     async def hmget_many(self, keys: list[str], fields: list[str]) -> list[list[Any]]:
         if not keys:

@@ -35,6 +35,7 @@ from grimoire.tables.codec.memory_hash import (
 from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs, total_results
 from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
 from grimoire.tables.codec.walk_node import DecodedNodes
+from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
 from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.decay_index import DecayIndex
@@ -44,8 +45,9 @@ from grimoire.tables.memory.rebuild import memory_terms
 from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
+from grimoire.tables.routing import SearchRouting
 from grimoire.tables.schema.memory_index import memory_schema
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.transaction import AgentTransactions, TransactionPart
 from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
@@ -188,54 +190,67 @@ class RedisMemoryStore:
         self.state = AgentStateStore(redis, prefix)
         self._scripts = RedisScripts(redis)
         self.decay = DecayIndex(redis, prefix)
+        self.routing = SearchRouting(redis, prefix)
 
     @property
     def index_name(self) -> str:
         return self._schema.index.name
 
-    def key(self, memory_id: str) -> str:
-        return self.keys.memory(memory_id)
+    def key(self, agent_id: str, memory_id: str) -> str:
+        return self.keys.memory(agent_id, memory_id)
 
     async def ensure_schema(self) -> None:
-        if not await self._index.exists():
+        """The index, created where missing and checked against the schema: the one
+        index, or on a cluster each master's (`grimoire.tables.routing`)."""
+        for master in await self.routing.master_indexes():
+            schema = self._schema
+            index = self._index
+            if master.index != self.index_name or master.client is not self._redis:
+                schema = memory_schema(self.keys.prefix, self._dims, master.index)
+                index = AsyncSearchIndex(schema, redis_client=master.client)
+            await self._ensure_index(index, schema, master.client)
+
+    async def _ensure_index(self, index: AsyncSearchIndex, schema: IndexSchema, redis: Any) -> None:
+        name = schema.index.name
+        if not await index.exists():
             try:
-                await self._index.create(overwrite=False)
+                await index.create(overwrite=False)
             except RedisSearchError as exc:
                 # Two workers starting together both saw no index: the other one
                 # created it first. Checked against the schema below like any other.
                 if "already exists" not in str(exc).lower():
                     raise
-                logger.info("index %s was created by another worker", self.index_name)
+                logger.info("index %s was created by another worker", name)
             else:
-                logger.info("created index %s", self.index_name)
-                await self._wait_for_initial_scan()
+                logger.info("created index %s", name)
+                await self._wait_for_initial_scan(redis, name)
                 return
-        info = await self._redis.ft(self.index_name).info()
+        info = await redis.ft(name).info()
         attributes = info.get("attributes") if isinstance(info, dict) else None
         if attributes is None:
             return
-        differences = schema_differences(self._schema, attributes)
+        differences = schema_differences(schema, attributes)
         if differences:
             # Never rebuilt silently: dropping the index (not the hashes) and letting
             # the worker create it again is the operator's call (README "Upgrading
             # a store"); until then the old index may answer for the wrong tenant.
             raise SchemaMismatch(
-                f"index {self.index_name} differs from memory_index.yaml: " + "; ".join(differences)
+                f"index {name} differs from memory_index.yaml: " + "; ".join(differences)
             )
 
-    async def _wait_for_initial_scan(self, timeout_s: float = 60.0) -> None:
+    async def _wait_for_initial_scan(self, redis: Any, name: str, timeout_s: float = 60.0) -> None:
         """A new index scans the existing keyspace in the background, and searches
         meanwhile see part of it; wait so the first recall is complete."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while asyncio.get_running_loop().time() < deadline:
-            info = await self._redis.ft(self.index_name).info()
+            info = await redis.ft(name).info()
             indexing = (
                 info.get("indexing", info.get(b"indexing", 0)) if isinstance(info, dict) else 0
             )
             if float(text_of(indexing)) == 0:
                 return
             await asyncio.sleep(0.05)
-        logger.warning("index %s still scanning after %.0fs", self.index_name, timeout_s)
+        logger.warning("index %s still scanning after %.0fs", name, timeout_s)
 
     # ---- write path -------------------------------------------------------------
 
@@ -255,6 +270,7 @@ class RedisMemoryStore:
         """
         if not queries:
             return []
+        targets = {a: await self.routing.target(a) for a in sorted({a for a, _ in queries})}
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id, vector in queries:
                 knn = KnnQuery(
@@ -269,7 +285,10 @@ class RedisMemoryStore:
                     # could decide otherwise. Costs grow with the agent's memories.
                     hybrid_policy=EXACT_NEIGHBOUR_POLICY,
                 )
-                pipe.execute_command("FT.SEARCH", self.index_name, *knn.arguments(vector))
+                target = targets[agent_id]
+                pipe.execute_command(
+                    "FT.SEARCH", target.index, *knn.arguments(vector), **target.options
+                )
             replies = await pipe.execute()
         found: list[StoredNeighbour | None] = []
         for (agent_id, vector), reply in zip(queries, replies, strict=True):
@@ -308,72 +327,86 @@ class RedisMemoryStore:
 
     async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
         now_ms = self._clock_ms() if self._clock_ms else 0
-        # One MULTI/EXEC: the decisions, and with them (`also`) their witness records
-        # and outbox events, are stored together or not at all.
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for record in batch.records:
-                cand = record.candidate
-                fields = hash_fields(record, now_ms)
-                self._scripts.count_new_terms(
-                    pipe,
-                    self.key(record.id),
-                    self.graph.keys.terms(cand.agent_id),
-                    memory_terms(cand.text),
+        # Each agent's decisions, and with them (`also`) their witness records and
+        # outbox events, are stored together or not at all: one MULTI/EXEC for the
+        # batch on one Redis, one per agent on a cluster (`AgentTransactions`).
+        tx = AgentTransactions(self._redis)
+        for record in batch.records:
+            cand = record.candidate
+            pipe = tx.agent(cand.agent_id)
+            fields = hash_fields(record, now_ms)
+            key = self.key(cand.agent_id, record.id)
+            self._scripts.count_new_terms(
+                pipe, key, self.graph.keys.terms(cand.agent_id), memory_terms(cand.text)
+            )
+            pipe.hset(key, mapping=fields)
+            self.decay.schedule_new(pipe, fields)
+            self.graph.link(pipe, cand.agent_id, cand.id, cand.ts_ms, cand.keys)
+            if cand.hyperedge is not None:
+                self.graph.bind(
+                    pipe, cand.agent_id, cand.hyperedge.edge_id, {cand.id: cand.hyperedge.role}
                 )
-                pipe.hset(self.key(record.id), mapping=fields)
-                self.decay.schedule_new(pipe, fields)
-                self.graph.link(pipe, cand.agent_id, cand.id, cand.ts_ms, cand.keys)
-                if cand.hyperedge is not None:
-                    self.graph.bind(
-                        pipe, cand.agent_id, cand.hyperedge.edge_id, {cand.id: cand.hyperedge.role}
-                    )
-            for fold in batch.folds:
-                seed = hash_fields(fold.seed, now_ms)
-                self._scripts.fold_aggregate(pipe, self.key(fold.aggregate_id), seed, fold.ts_ms)
-                self.decay.schedule_new(pipe, seed, keep_existing=True)
-                seed_cand = fold.seed.candidate
-                self.graph.link(
-                    pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
-                )
-            touched: dict[str, set[str]] = {}
-            for record in batch.records:
-                touched.setdefault(record.candidate.agent_id, set()).add(record.id)
-            for fold in batch.folds:
-                touched.setdefault(fold.agent_id, set()).add(fold.aggregate_id)
-            for agent_id in sorted(touched):
-                self.graph.sync_nodes(pipe, agent_id, sorted(touched[agent_id]))
-            for reinforcement in batch.reinforcements:
-                self._scripts.reinforce(
-                    pipe, self.key(reinforcement.target_id), reinforcement.ts_ms
-                )
-            for decision in batch.decisions:
-                self.state.record_decision(
-                    pipe, decision.agent_id, decision.candidate_id, decision.action
-                )
-            for state in batch.fields:
-                self.state.save_field(pipe, state)
-            if batch.fields:
-                # ZADD GT keeps the maximum, so a redelivered old batch never moves it back.
-                marks = {state.agent_id: state.watermark_ms for state in batch.fields}
-                pipe.zadd(self.keys.watermarks, marks, gt=True)
-            for delta in batch.stats:
-                self.state.count(pipe, delta.agent_id, delta.counters)
-            for name, amount in batch.metrics:
-                pipe.hincrbyfloat(self.keys.metrics, name, amount)
-            # What each record, fold and reinforcement derives from (a retraction
-            # follows these edges), in the same round trip as the writes.
-            for agent_id, edge in batch_edges(batch):
-                queue_edges(pipe, self.keys, agent_id, (edge,))
-            for part in also:
-                part.queue(pipe)
-            await pipe.execute()
+        for fold in batch.folds:
+            pipe = tx.agent(fold.agent_id)
+            seed = hash_fields(fold.seed, now_ms)
+            self._scripts.fold_aggregate(
+                pipe, self.key(fold.agent_id, fold.aggregate_id), seed, fold.ts_ms
+            )
+            self.decay.schedule_new(pipe, seed, keep_existing=True)
+            seed_cand = fold.seed.candidate
+            self.graph.link(
+                pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
+            )
+        touched: dict[str, set[str]] = {}
+        for record in batch.records:
+            touched.setdefault(record.candidate.agent_id, set()).add(record.id)
+        for fold in batch.folds:
+            touched.setdefault(fold.agent_id, set()).add(fold.aggregate_id)
+        for agent_id in sorted(touched):
+            self.graph.sync_nodes(tx.agent(agent_id), agent_id, sorted(touched[agent_id]))
+        for reinforcement in batch.reinforcements:
+            self._scripts.reinforce(
+                tx.agent(reinforcement.agent_id),
+                self.key(reinforcement.agent_id, reinforcement.target_id),
+                reinforcement.ts_ms,
+            )
+        for decision in batch.decisions:
+            self.state.record_decision(
+                tx.agent(decision.agent_id),
+                decision.agent_id,
+                decision.candidate_id,
+                decision.action,
+            )
+        for state in batch.fields:
+            pipe = tx.agent(state.agent_id)
+            self.state.save_field(pipe, state)
+            # ZADD GT keeps the maximum, so a redelivered old batch never moves it back.
+            pipe.zadd(
+                self.keys.watermark(state.agent_id), {WATERMARK_MEMBER: state.watermark_ms}, gt=True
+            )
+        if batch.fields:
+            # The list of known agents, derived from their watermarks (shared: on a
+            # cluster written just before the agents' transactions).
+            marks = {state.agent_id: state.watermark_ms for state in batch.fields}
+            tx.shared.zadd(self.keys.agents, marks, gt=True)
+        for delta in batch.stats:
+            self.state.count(tx.agent(delta.agent_id), delta.agent_id, delta.counters)
+        for name, amount in batch.metrics:
+            tx.shared.hincrbyfloat(self.keys.metrics, name, amount)
+        # What each record, fold and reinforcement derives from (a retraction
+        # follows these edges), in the same round trip as the writes.
+        for agent_id, edge in batch_edges(batch):
+            queue_edges(tx.agent(agent_id), self.keys, agent_id, (edge,))
+        for part in also:
+            part.queue(tx)
+        await tx.execute()
 
     # ---- read path --------------------------------------------------------------
 
     async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in ids:
-                pipe.hmget(self.key(memory_id), list(RETURN_FIELDS))
+                pipe.hmget(self.key(agent_id, memory_id), list(RETURN_FIELDS))
             rows = await pipe.execute()
         found: list[StoredMemory | None] = []
         for row in rows:
@@ -393,8 +426,12 @@ class RedisMemoryStore:
             num_results=k,
             dtype="float32",
         )
-        docs = await self._index.query(query)
-        hits = [ScoredHit(stored_memory(doc), 1.0 - float(doc["vector_distance"])) for doc in docs]
+        reply = await self._search(agent_id, *query.get_args(), "PARAMS", *_params(query))
+        hits = []
+        for doc in docs(reply):
+            fields = doc_fields(doc)
+            distance = float(text_of(fields.pop("vector_distance")))
+            hits.append(ScoredHit(stored_memory(fields), 1.0 - distance))
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
         return hits
 
@@ -410,30 +447,42 @@ class RedisMemoryStore:
             .paging(0, k)
             .dialect(2)
         )
-        result = await self._redis.ft(self.index_name).search(query)
-        hits = [ScoredHit(stored_memory(doc_fields(doc)), doc_score(doc)) for doc in docs(result)]
+        result = await self._search(agent_id, *query.get_args())
+        hits = [
+            ScoredHit(stored_memory(doc_fields(doc)), doc_score(doc))
+            for doc in docs(result, with_scores=True)
+        ]
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
         return hits
 
     async def count(self, agent_id: str) -> int:
         query = Query(str(tenant_filter(agent_id))).no_content().paging(0, 0).dialect(2)
-        return total_results(await self._redis.ft(self.index_name).search(query))
+        return total_results(await self._search(agent_id, *query.get_args()))
+
+    async def _search(self, agent_id: str, *arguments: Any) -> Any:
+        """FT.SEARCH on the index holding `agent_id`'s memories (raw reply)."""
+        target = await self.routing.target(agent_id)
+        return await self._redis.execute_command(
+            "FT.SEARCH", target.index, *arguments, **target.options
+        )
 
     async def metrics(self) -> dict[str, float]:
         raw = await self._redis.hgetall(self.keys.metrics)
         return {text_of(k): float(text_of(v)) for k, v in raw.items()}
 
     async def watermark(self, agent_id: str) -> int | None:
-        score = await self._redis.zscore(self.keys.watermarks, agent_id)
+        score = await self._redis.zscore(self.keys.watermark(agent_id), WATERMARK_MEMBER)
         return None if score is None else int(score)
 
     async def contrarian_served(self, agent_id: str) -> int | None:
-        score = await self._redis.zscore(self.keys.contrarian_windows, agent_id)
+        score = await self._redis.zscore(self.keys.contrarian_window(agent_id), WINDOW_MEMBER)
         return None if score is None else int(score)
 
     async def serve_contrarian(self, agent_id: str, window: int) -> None:
         """Windows only move forward (GT): a late recall never reopens one."""
-        await self._redis.zadd(self.keys.contrarian_windows, {agent_id: window}, gt=True)
+        await self._redis.zadd(
+            self.keys.contrarian_window(agent_id), {WINDOW_MEMBER: window}, gt=True
+        )
 
     async def apply_usage_once(
         self,
@@ -449,9 +498,15 @@ class RedisMemoryStore:
         if await self._redis.zscore(applied, seq) is not None:
             return False
         async with self._redis.pipeline(transaction=True) as pipe:
-            self._scripts.touch_in(pipe, [self.keys.usage(i) for i in memory_ids], as_of_ms)
+            self._scripts.touch_in(
+                pipe, [self.keys.usage(agent_id, i) for i in memory_ids], as_of_ms
+            )
             if contrarian_window is not None:
-                pipe.zadd(self.keys.contrarian_windows, {agent_id: contrarian_window}, gt=True)
+                pipe.zadd(
+                    self.keys.contrarian_window(agent_id),
+                    {WINDOW_MEMBER: contrarian_window},
+                    gt=True,
+                )
             pipe.zadd(applied, {str(seq): seq})
             # Only recent entries can be read again (after a crash): keep those.
             pipe.zremrangebyscore(applied, "-inf", seq - USAGE_SEQ_WINDOW)
@@ -464,7 +519,10 @@ class RedisMemoryStore:
         effect = outcome.effect
         keys = [self.keys.applied_outcomes(outcome.agent_id)]
         for memory_id in outcome.memory_ids:
-            keys += [self.key(memory_id), self.keys.usage(memory_id)]
+            keys += [
+                self.key(outcome.agent_id, memory_id),
+                self.keys.usage(outcome.agent_id, memory_id),
+            ]
         args = [
             outcome.outcome_id,
             outcome.agent_id,
@@ -498,7 +556,10 @@ class RedisMemoryStore:
         keys = [marker]
         args: list[Any] = [outcome.outcome_id, outcome.agent_id, outcome.ts_ms]
         for memory_id in ids:
-            keys += [self.key(memory_id), self.keys.usage(memory_id)]
+            keys += [
+                self.key(outcome.agent_id, memory_id),
+                self.keys.usage(outcome.agent_id, memory_id),
+            ]
             credit = by_id.get(memory_id)
             uplift = uplifts.get(memory_id)
             args += [
@@ -508,13 +569,14 @@ class RedisMemoryStore:
                 credit.contradicted if credit else 0,
                 "" if uplift is None else repr(uplift),
             ]
-        async with self._redis.pipeline(transaction=True) as pipe:
-            self._scripts.apply_credits_in(pipe, keys, args)
-            for part in also:
-                part.queue(pipe)
-            self.state.count(pipe, outcome.agent_id, counters)
-            results = await pipe.execute()
-        changed = int(results[0])
+        tx = AgentTransactions(self._redis)
+        pipe = tx.agent(outcome.agent_id)
+        self._scripts.apply_credits_in(pipe, keys, args)
+        for part in also:
+            part.queue(tx)
+        self.state.count(pipe, outcome.agent_id, counters)
+        results = await tx.execute()
+        changed = int(results[outcome.agent_id][0])
         if changed > 0:
             await self.decay.reschedule(outcome.agent_id, ids, outcome.ts_ms)
         return changed
@@ -523,7 +585,7 @@ class RedisMemoryStore:
         """A read view bound to one agent, for one request (it caches records)."""
         return RedisRecallSource(
             self._redis,
-            index_name=self.index_name,
+            routing=self.routing,
             keys=self.keys,
             scripts=self._scripts,
             agent_id=agent_id,
@@ -541,7 +603,7 @@ class RedisMemoryStore:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in memory_ids:
-                pipe.exists(self.key(memory_id))
+                pipe.exists(self.key(agent_id, memory_id))
             found = await pipe.execute()
         return [m for m, exists in zip(memory_ids, found, strict=True) if not exists]
 
@@ -577,3 +639,9 @@ class RedisMemoryStore:
             pipe.hdel(key, *memory_ids)
             held, _ = await pipe.execute()
         return [o for raw in held for o in outcomes_from_json(raw)]
+
+
+def _params(query: VectorQuery) -> list[Any]:
+    """A redisvl query's PARAMS (count, then name/value pairs) for a raw FT.SEARCH."""
+    params = query.params
+    return [len(params) * 2, *(part for item in params.items() for part in item)]

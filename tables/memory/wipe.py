@@ -15,6 +15,7 @@ from redis.exceptions import ResponseError
 
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.routing import SearchRouting
 
 __all__ = ["wipe_memory_state"]
 
@@ -26,10 +27,12 @@ _BATCH = 1_000
 async def wipe_memory_state(redis: Redis, prefix: str) -> int:
     """Delete the fold's state under `prefix`; how many keys went."""
     keys = Keyspace(prefix)
-    try:
-        await redis.execute_command("FT.DROPINDEX", keys.index_name)
-    except ResponseError:
-        logger.info("no index %s to drop", keys.index_name)
+    # Every master's index on a cluster (`grimoire.tables.routing`).
+    for target in await SearchRouting(redis, prefix).every_master():
+        try:
+            await redis.execute_command("FT.DROPINDEX", target.index, **target.options)
+        except ResponseError:
+            logger.info("no index %s to drop", target.index)
     doomed: list[str] = []
     removed = 0
     async for raw in redis.scan_iter(match=keys.deployment_pattern, count=_BATCH):

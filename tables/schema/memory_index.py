@@ -11,12 +11,14 @@ from redisvl.schema import IndexSchema
 from grimoire.tables.keyspace import Keyspace
 
 
-def memory_schema_dict(prefix: str, dims: int) -> dict[str, Any]:
+def memory_schema_dict(prefix: str, dims: int, name: str | None = None) -> dict[str, Any]:
+    """The schema for `prefix`; `name` names the index otherwise (a cluster master's
+    index, `grimoire.tables.routing`)."""
     raw = yaml.safe_load(
         resources.files("grimoire.tables.schema").joinpath("memory_index.yaml").read_text()
     )
     keys = Keyspace(prefix)
-    raw["index"]["name"] = keys.index_name
+    raw["index"]["name"] = name or keys.index_name
     raw["index"]["prefix"] = keys.memory_prefix
     for field in raw["fields"]:
         if field["type"] == "vector":
@@ -24,5 +26,5 @@ def memory_schema_dict(prefix: str, dims: int) -> dict[str, Any]:
     return raw
 
 
-def memory_schema(prefix: str, dims: int = 384) -> IndexSchema:
-    return IndexSchema.from_dict(memory_schema_dict(prefix, dims))
+def memory_schema(prefix: str, dims: int = 384, name: str | None = None) -> IndexSchema:
+    return IndexSchema.from_dict(memory_schema_dict(prefix, dims, name))

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.exceptions import VectorSpaceMismatch
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.routing import SearchRouting
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ async def claim_vector_space(redis: Redis, prefix: str, mine: str, *, has_memori
     return claimed
 
 
-async def index_holds_documents(redis: Redis, index_name: str) -> bool:
-    info = await redis.ft(index_name).info()
-    return int(text_of(info.get("num_docs", 0) if isinstance(info, dict) else 0)) > 0
+async def index_holds_documents(redis: Redis, prefix: str) -> bool:
+    """Whether the prefix's memory index (any master's, on a cluster) holds any."""
+    for master in await SearchRouting(redis, prefix).master_indexes():
+        info = await master.client.ft(master.index).info()
+        if int(text_of(info.get("num_docs", 0) if isinstance(info, dict) else 0)) > 0:
+            return True
+    return False

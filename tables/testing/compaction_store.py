@@ -178,8 +178,12 @@ class InMemoryCompactionStore:
 
     # ---- the phases -------------------------------------------------------------
 
-    async def existing(self, memory_ids: Sequence[str]) -> set[str]:
-        return {i for i in memory_ids if self.memory.record(i) is not None}
+    async def existing(self, agent_id: str, memory_ids: Sequence[str]) -> set[str]:
+        return {
+            i
+            for i in memory_ids
+            if (r := self.memory.record(i)) is not None and _text(r.get("agent_id")) == agent_id
+        }
 
     async def write_summaries(
         self, agent_id: str, plan: CompactionPlan, vectors: Mapping[str, bytes]
@@ -201,10 +205,8 @@ class InMemoryCompactionStore:
         edge_index(self.memory).add(agent_id, summary_edges(written))
         self._set_phase(agent_id, plan.plan_id, Phase.SUMMARIES_WRITTEN)
 
-    async def indexed(self, summary_ids: Sequence[str]) -> int:
-        return sum(
-            self.memory.record(i) is not None and i not in self.unindexed for i in summary_ids
-        )
+    async def indexed(self, agent_id: str, summary_ids: Sequence[str]) -> int:
+        return len((await self.existing(agent_id, summary_ids)) - set(self.unindexed))
 
     async def mark_indexed(self, agent_id: str, plan_id: str) -> None:
         self._set_phase(agent_id, plan_id, Phase.INDEXED)

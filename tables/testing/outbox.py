@@ -1,8 +1,9 @@
-"""The reference `Outbox`: a list per journal partition, as RedisOutbox keeps it."""
+"""The reference `Outbox`: a list per agent, listed per journal partition, as
+RedisOutbox keeps them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grimoire.tables.codec.outbox_entry import OutboxEntry
@@ -12,27 +13,33 @@ __all__ = ["InMemoryOutbox"]
 
 
 class _Part:
-    def __init__(self, queue: list[OutboxEntry], entries: Sequence[OutboxEntry]) -> None:
-        self._queue = queue
+    def __init__(
+        self, queues: dict[str, list[OutboxEntry]], entries: Sequence[OutboxEntry]
+    ) -> None:
+        self._queues = queues
         self._entries = list(entries)
 
-    def queue(self, pipe: Any) -> None:
+    def queue(self, tx: Any) -> None:
         raise TypeError("the in-memory outbox joins no Redis pipeline")
 
     async def apply_alone(self) -> None:
-        self._queue.extend(self._entries)
+        for entry in self._entries:
+            self._queues.setdefault(entry.key, []).append(entry)
 
 
 class InMemoryOutbox:
     def __init__(self) -> None:
-        self.queues: dict[int, list[OutboxEntry]] = {}
+        # journal partition -> agent -> its entries, oldest first
+        self.queues: dict[int, dict[str, list[OutboxEntry]]] = {}
 
     def part(self, journal_partition: int, entries: Sequence[OutboxEntry]) -> TransactionPart:
-        return _Part(self.queues.setdefault(journal_partition, []), entries)
+        return _Part(self.queues.setdefault(journal_partition, {}), entries)
 
     async def pending(self, journal_partition: int) -> list[OutboxEntry]:
-        return list(self.queues.get(journal_partition, []))
+        agents = self.queues.get(journal_partition, {})
+        return [entry for agent in sorted(agents) for entry in agents[agent]]
 
-    async def remove(self, journal_partition: int, count: int) -> None:
-        queue = self.queues.get(journal_partition, [])
-        del queue[: max(0, count)]
+    async def remove(self, journal_partition: int, counts: Mapping[str, int]) -> None:
+        agents = self.queues.get(journal_partition, {})
+        for agent_id, count in counts.items():
+            del agents.get(agent_id, [])[: max(0, count)]

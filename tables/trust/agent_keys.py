@@ -1,30 +1,28 @@
 """Every Redis key that holds state of one agent, found from the keyspace.
 
-Four kinds of place hold an agent's state:
+Four kinds of place hold an agent's state, every one of them a key carrying the
+agent's hash tag (`grimoire.tables.keyspace`), so all in one cluster slot:
 
 - per-agent keys with a fixed name (`FIXED_FAMILIES`: decisions, stats, walk
   nodes, maintenance state, the witness log, …), read with one EXISTS each;
 - per-agent key families with open-ended names (`SCANNED_FAMILIES`: nexus ZSETs,
   hyperedges, compaction plans and outboxes, the derivation index), found by
-  SCAN MATCH;
+  SCAN MATCH (the tag's closing brace ends the agent id, so agent `a`'s
+  patterns never match agent `a:x`'s or `ab`'s keys);
 - per-memory keys (`MEMORY_FAMILIES`: the memory hash, its usage counters,
   tombstone and decay snapshot) of every memory of the agent, found through the
   index with the tenant filter alone (deleted, archived and quarantined memories
   too), each hash's owner checked;
-- the agent's members of deployment-wide keys (`MEMBER_FAMILIES`: field states,
-  watermarks, contrarian windows), reported apart as (key, member) pairs, since
-  the key itself is everyone's.
+- single values (`MEMBER_FAMILIES`: the field state, the watermark, the last
+  contrarian window), each in a key of its own and reported apart as (key,
+  member) pairs: the export writes them as values, not keys (they were members
+  of deployment-wide keys before the store's format 2).
 
-An agent id may hold ':', so the SCAN pattern of agent `a` also matches the keys
-of an agent `a:x`. When a known agent (one with a watermark or a field state)
-has such an id, a matched key that also fits its name is told apart by what it
-holds: the memory ids in a nexus ZSET, a hyperedge, an outbox or a derivation
-entry, the `agent_id` of a compaction plan.
-
-Not an agent's state here: deployment-wide keys without per-agent members (the
-metrics, the vector-space claim, the applied-source marks, which count source
-partitions) and the key store (`Keyspace.agent_keys`: journal keys live outside
-the fold, possibly in another Redis; forgetting destroys them separately).
+Not an agent's state here: deployment-wide keys (the metrics, the vector-space
+and store-format claims, the applied-source marks, which count source partitions,
+the registry of known agents and the journal partitions' lists of agents with an
+outbox, both derived) and the key store (`Keyspace.agent_keys`: journal keys live
+outside the fold, possibly in another Redis; forgetting destroys them separately).
 """
 
 from __future__ import annotations
@@ -38,12 +36,15 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from grimoire.tables.codec.hash_values import text_of
-from grimoire.tables.keyspace import Keyspace, glob_escape
+from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.queries import AgentMemoriesQuery
+from grimoire.tables.routing import SearchRouting
 
 __all__ = [
     "FIXED_FAMILIES",
     "MEMBER_FAMILIES",
+    "MEMBER_OF",
     "MEMORY_FAMILIES",
     "SCANNED_FAMILIES",
     "AgentFootprint",
@@ -87,6 +88,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "causal_edges": Keyspace.causal_edges,
     "causal_effects": Keyspace.causal_effects,
     "causal_causes": Keyspace.causal_causes,
+    "outbox": Keyspace.outbox,
     "facts": Keyspace.facts,
     "fact_pairs": Keyspace.fact_pairs,
     "fact_entities": Keyspace.fact_entities,
@@ -108,18 +110,25 @@ SCANNED_FAMILIES: Final[
 }
 
 # family -> a memory's key
-MEMORY_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
+MEMORY_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str, str], str]]] = {
     "memory": Keyspace.memory,
     "usage": Keyspace.usage,
     "tombstone": Keyspace.tombstone,
     "decayed": Keyspace.decayed,
 }
 
-# family -> the deployment-wide key holding one member per agent
-MEMBER_FAMILIES: Final[Mapping[str, Callable[[Keyspace], str]]] = {
-    "field_state": lambda keys: keys.field_states,
-    "watermark": lambda keys: keys.watermarks,
-    "contrarian_window": lambda keys: keys.contrarian_windows,
+# family -> the agent's key holding the value
+MEMBER_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
+    "field_state": Keyspace.field_state,
+    "watermark": Keyspace.watermark,
+    "contrarian_window": Keyspace.contrarian_window,
+}
+# family -> where in its key the value is: "" for a string's bytes, else the member
+# of a sorted set of one whose score it is
+MEMBER_OF: Final[Mapping[str, str]] = {
+    "field_state": "",
+    "watermark": WATERMARK_MEMBER,
+    "contrarian_window": WINDOW_MEMBER,
 }
 
 
@@ -132,7 +141,7 @@ class AgentFootprint:
     agent_id: str
     memory_ids: tuple[str, ...]
     families: Mapping[str, tuple[str, ...]]
-    members: Mapping[str, tuple[str, str]]  # family -> (key, member)
+    members: Mapping[str, tuple[str, str]]  # family -> (key, member; "" for a string)
 
     @property
     def keys(self) -> list[str]:
@@ -149,20 +158,20 @@ class AgentFootprint:
         "" for a fixed key (two deployments' footprints compare by these)."""
         keys = Keyspace(self.prefix)
         if family in MEMORY_FAMILIES:
-            return key.removeprefix(MEMORY_FAMILIES[family](keys, ""))
+            return key.removeprefix(MEMORY_FAMILIES[family](keys, self.agent_id, ""))
         if family in SCANNED_FAMILIES:
             return key.removeprefix(scan_head(SCANNED_FAMILIES[family][0](keys, self.agent_id)))
         return ""
 
 
 async def agent_keys(redis: Redis, prefix: str, agent_id: str) -> list[str]:
-    """Every key holding state of `agent_id` (not the deployment-wide keys it has
-    a member in: `agent_members`), sorted."""
+    """Every key holding state of `agent_id` (not those of its single values:
+    `agent_members`), sorted."""
     return (await agent_footprint(redis, prefix, agent_id)).keys
 
 
 async def agent_members(redis: Redis, prefix: str, agent_id: str) -> list[tuple[str, str]]:
-    """(key, member) of each deployment-wide key that holds a member for `agent_id`."""
+    """(key, member) of each single value `agent_id` has (`MEMBER_FAMILIES`)."""
     return sorted((await _members(redis, Keyspace(prefix), agent_id)).values())
 
 
@@ -178,17 +187,14 @@ async def agent_footprint(
     present = await _existing(redis, list(fixed.values()))
     for family, key in fixed.items():
         families[family] = (key,) if key in present else ()
-    owned = set(memory_ids)
-    rivals = await _longer_agents(redis, keys, agent_id)
     for family, (pattern, _) in SCANNED_FAMILIES.items():
-        found = [
+        found = {
             text_of(k)
             async for k in redis.scan_iter(match=pattern(keys, agent_id), count=SCAN_COUNT)
-        ]
-        mine = await _disown(redis, family, pattern, keys, agent_id, rivals, found, owned)
-        families[family] = tuple(sorted(set(mine)))
+        }
+        families[family] = tuple(sorted(found))
     for family, build in MEMORY_FAMILIES.items():
-        candidates = [build(keys, memory_id) for memory_id in memory_ids]
+        candidates = [build(keys, agent_id, memory_id) for memory_id in memory_ids]
         present = await _existing(redis, candidates)
         families[family] = tuple(sorted(key for key in candidates if key in present))
     return AgentFootprint(
@@ -213,7 +219,7 @@ async def agent_memory_ids(
         logger.info("memories of %s moved while paging: reading %d at once", agent_id, total)
         found, total = await _search_pages(redis, keys, agent_id, max(total, 1) * 2)
     ids = sorted(found)
-    owners = await _pipelined(redis, [("HGET", keys.memory(i), "agent_id") for i in ids])
+    owners = await _pipelined(redis, [("HGET", keys.memory(agent_id, i), "agent_id") for i in ids])
     return [
         i
         for i, owner in zip(ids, owners, strict=True)
@@ -227,11 +233,12 @@ async def _search_pages(
     found: set[str] = set()
     offset = 0
     total = 0
+    target = await SearchRouting(redis, keys.prefix).target(agent_id)
     while True:
         query = AgentMemoriesQuery(agent_id, offset, page)
         try:
             reply = await redis.execute_command(  # type: ignore[no-untyped-call]
-                "FT.SEARCH", keys.index_name, *query.arguments()
+                "FT.SEARCH", target.index, *query.arguments(), **target.options
             )
         except ResponseError as exc:
             if "no such index" in str(exc).lower():
@@ -270,71 +277,12 @@ async def _pipelined(redis: Redis, commands: Sequence[tuple[Any, ...]]) -> list[
 
 
 async def _members(redis: Redis, keys: Keyspace, agent_id: str) -> dict[str, tuple[str, str]]:
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.hexists(keys.field_states, agent_id)
-        pipe.zscore(keys.watermarks, agent_id)
-        pipe.zscore(keys.contrarian_windows, agent_id)
-        field, watermark, window = await pipe.execute()
-    held = {"field_state": bool(field), "watermark": watermark is not None,
-            "contrarian_window": window is not None}  # fmt: skip
+    held = await _existing(redis, [build(keys, agent_id) for build in MEMBER_FAMILIES.values()])
     return {
-        family: (key_of(keys), agent_id)
-        for family, key_of in MEMBER_FAMILIES.items()
-        if held[family]
+        family: (build(keys, agent_id), MEMBER_OF[family])
+        for family, build in MEMBER_FAMILIES.items()
+        if build(keys, agent_id) in held
     }
-
-
-async def _longer_agents(redis: Redis, keys: Keyspace, agent_id: str) -> list[str]:
-    """Known agents whose id is `agent_id` + ':' + more: their keys match its patterns."""
-    match = glob_escape(agent_id + ":") + "*"
-    found = {text_of(m) async for m, _ in redis.zscan_iter(keys.watermarks, match=match)}
-    found |= {text_of(f) async for f, _ in redis.hscan_iter(keys.field_states, match=match)}
-    return sorted(found)
-
-
-async def _disown(
-    redis: Redis,
-    family: str,
-    pattern: Callable[[Keyspace, str], str],
-    keys: Keyspace,
-    agent_id: str,
-    rivals: Sequence[str],
-    found: Sequence[str],
-    owned: set[str],
-) -> list[str]:
-    """`found` without the keys that belong to a longer agent id."""
-    if not rivals:
-        return list(found)
-    heads = [scan_head(pattern(keys, rival)) for rival in rivals]
-    own_head = scan_head(pattern(keys, agent_id))
-    mine: list[str] = []
-    for key in found:
-        ambiguous = any(key.startswith(head) for head in heads)
-        if not ambiguous or await _holds_own(redis, family, key, own_head, agent_id, owned):
-            mine.append(key)
-    return mine
-
-
-async def _holds_own(
-    redis: Redis, family: str, key: str, head: str, agent_id: str, owned: set[str]
-) -> bool:
-    """Whether an ambiguous key holds evidence of being `agent_id`'s: one of its
-    memories among what it names."""
-    if family == "compaction_plan":
-        owner = await redis.hget(key, "agent_id")
-        return owner is not None and text_of(owner) == agent_id
-    if family == "nexus":
-        ids = [text_of(m) async for m, _ in redis.zscan_iter(key)]
-    elif family == "hyperedge":
-        ids = [text_of(f) async for f, _ in redis.hscan_iter(key)]
-    elif family == "derivation":
-        # `role|id` fields (a role never holds '|'); the key ends with
-        # `from:<id>` or `of:<id>` after the agent's part.
-        ids = [text_of(f).partition("|")[2] async for f, _ in redis.hscan_iter(key)]
-        ids.append(key.removeprefix(head).partition(":")[2])
-    else:
-        ids = [text_of(m) for m in await redis.lrange(key, 0, -1)]
-    return any(memory_id in owned for memory_id in ids)
 
 
 def scan_head(pattern: str) -> str:

@@ -146,11 +146,12 @@ def decode_record(fields: Mapping[Any, Any]) -> ApiKeyRecord | None:
 
 
 # Create the key's hash unless the id is taken (64 random bits: a collision is a
-# retry, never an overwrite), and index it, atomically.
+# retry, never an overwrite). The index of ids is another key (another slot on a
+# cluster), added to first: an id indexed without a hash (a crash in between, or a
+# collision) is skipped by `list`, while a hash never goes unindexed.
 _CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV))
-redis.call('SADD', KEYS[2], ARGV[2])
 return 1
 """
 
@@ -179,11 +180,9 @@ class RedisApiKeyStore:
         for _ in range(8):
             record, token = new_api_key(scope, label, now_ms=now_ms)
             fields = encode_record(record)
-            # key_id first: the script indexes ARGV[2], the first field's value.
             args = [part for item in fields.items() for part in item]
-            created = await self._create(
-                keys=[self._keys.api_key(record.key_id), self._keys.api_key_index], args=args
-            )
+            await self._redis.sadd(self._keys.api_key_index, record.key_id)
+            created = await self._create(keys=[self._keys.api_key(record.key_id)], args=args)
             if int(created):
                 logger.info("API key %s created (%s)", record.key_id, scope.describe())
                 return record, token

@@ -294,8 +294,8 @@ class RedisDerivationStore:
             return {}
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in wanted:
-                pipe.hmget(self.keys.memory(memory_id), list(DERIVATION_FIELDS))
-                pipe.hget(self.keys.usage(memory_id), "last_accessed")
+                pipe.hmget(self.keys.memory(agent_id, memory_id), list(DERIVATION_FIELDS))
+                pipe.hget(self.keys.usage(agent_id, memory_id), "last_accessed")
             pipe.hmget(self.keys.curator_entries(agent_id), wanted)
             replies = await pipe.execute()
         books = replies[-1]
@@ -333,14 +333,16 @@ class RedisDerivationStore:
             for step in plan.of(Op.REBUILD)
             if step.summary is not None
         }
-        stored = await self._unlink_fields(sorted({step.memory_id for step in plan.steps}))
+        stored = await self._unlink_fields(
+            agent_id, sorted({step.memory_id for step in plan.steps})
+        )
         keys = self.keys
         async with self._redis.pipeline(transaction=True) as pipe:
             for step in plan.steps:
                 before = stored.get(step.memory_id)
                 if before is None or stored_text(before["agent_id"]) != agent_id:
                     continue  # gone, or another agent's: never written here
-                memory = keys.memory(step.memory_id)
+                memory = keys.memory(agent_id, step.memory_id)
                 if step.op is Op.RETRACT:
                     self._queue_retract(pipe, agent_id, step, before, at_ms)
                 elif step.op is Op.REDUCE and step.count is not None:
@@ -367,13 +369,15 @@ class RedisDerivationStore:
                 pipe.set(keys.playbook(agent_id), playbook)
             await pipe.execute()
 
-    async def _unlink_fields(self, memory_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    async def _unlink_fields(
+        self, agent_id: str, memory_ids: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
         """What a retraction must know of a memory before it writes (present ones only)."""
         if not memory_ids:
             return {}
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in memory_ids:
-                pipe.hmget(self.keys.memory(memory_id), list(_UNLINK_FIELDS))
+                pipe.hmget(self.keys.memory(agent_id, memory_id), list(_UNLINK_FIELDS))
             rows = await pipe.execute()
         found = {}
         for memory_id, row in zip(memory_ids, rows, strict=True):
@@ -386,8 +390,8 @@ class RedisDerivationStore:
         self, pipe: Any, agent_id: str, step: Step, before: Mapping[str, Any], at_ms: int
     ) -> None:
         keys, memory_id = self.keys, step.memory_id
-        pipe.hset(keys.memory(memory_id), mapping=retracted_fields(at_ms))
-        pipe.hdel(keys.memory(memory_id), *RETRACTED_DROPPED)
+        pipe.hset(keys.memory(agent_id, memory_id), mapping=retracted_fields(at_ms))
+        pipe.hdel(keys.memory(agent_id, memory_id), *RETRACTED_DROPPED)
         for key in stored_list(before["nexus_keys"]):
             pipe.zrem(keys.nexus(agent_id, key), memory_id)
         for edge in stored_list(before["hyperedge_ids"]):
@@ -402,7 +406,7 @@ class RedisDerivationStore:
             pipe.hdel(keys.curator_entries(agent_id), memory_id)
 
     async def set_pinned(self, agent_id: str, memory_id: str, pinned: bool) -> bool:
-        key = self.keys.memory(memory_id)
+        key = self.keys.memory(agent_id, memory_id)
         owner = await self._redis.hget(key, "agent_id")
         if owner is None or text_of(owner) != agent_id:
             return False

@@ -32,8 +32,8 @@ The encoding is `grimoire.streams.trust.witness.canonical_bytes` of one item per
 key, in (family, name) order: `[family, name, redis type, value]`, where a hash
 is its (field, value) pairs sorted by field, a set its sorted members, a sorted
 set its (member, score) pairs sorted by member, a list and a stream (entries as
-sorted field pairs) in their order; then one item per deployment-wide member:
-`[family, value]`. All bytes as stored.
+sorted field pairs) in their order; then one item per single value (field state,
+watermark, contrarian window): `[family, value]`. All bytes as stored.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ EXCLUDED_FIELDS: Final[Mapping[str, frozenset[bytes]]] = {
     "memory": frozenset({b"recorded_at"}),
     "maintenance_log": frozenset({b"elapsed_ms", b"worker"}),
 }
-# Families left out whole.
-EXCLUDED_FAMILIES: Final = frozenset({"maintenance_lease"})
+# Families left out whole. The outbox holds events until the broker has them:
+# delivery bookkeeping that a settled worker has emptied, whatever it decided.
+EXCLUDED_FAMILIES: Final = frozenset({"maintenance_lease", "outbox"})
 # The state view (`state_digest`) also leaves out the journal's bookkeeping, which
 # depends on where in which journal the state was made, not on the state: the
 # witness chain (journal positions, previous hashes), the journal sequence numbers

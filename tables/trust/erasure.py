@@ -2,9 +2,12 @@
 
 Everything the agent's footprint names goes: its memories (and with them their
 index entries), usage, tombstones and snapshots, its graph, counters, schedules,
-curator state, maintenance ledger and witness log, and its members of the
-deployment-wide keys. Its journal keys are destroyed by the key store, which makes
-its journal entries unreadable (the caller does both, store first).
+curator state, maintenance ledger, witness log and outbox, and its single values
+(field state, watermark, contrarian window), then its entry in the registry of
+known agents. Its journal keys are destroyed by the key store, which makes its
+journal entries unreadable (the caller does both, store first). Every key but the
+registry is in the agent's slot; a journal partition's list of agents with an
+outbox forgets it at the partition's next hand-over (the list is found empty).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.trust.agent_keys import agent_footprint
 
 __all__ = ["Erasure", "erase_agent"]
@@ -36,18 +40,8 @@ async def erase_agent(redis: Redis, prefix: str, agent_id: str) -> Erasure:
         await redis.delete(*keys[start : start + _BATCH])
     members = footprint.member_pairs
     if members:
-        async with redis.pipeline(transaction=True) as pipe:
-            for key, member in members:
-                # One call for either type: the members live in hashes and sorted sets.
-                pipe.eval(_REMOVE_MEMBER, 1, key, member)
-            await pipe.execute()
+        # Each single value has a key of its own.
+        await redis.delete(*sorted({key for key, _ in members}))
+    await redis.zrem(Keyspace(prefix).agents, agent_id)
     logger.info("erased %s: %d keys, %d members", agent_id, len(keys), len(members))
     return Erasure(len(keys), len(members))
-
-
-_REMOVE_MEMBER = """
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'hash' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-if kind == 'zset' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
-"""

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from grimoire.streams.exchange.format import Pairs
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.trust.agent_keys import MEMBER_FAMILIES
+from grimoire.tables.trust.agent_keys import MEMBER_FAMILIES, MEMBER_OF
 
 __all__ = ["member_value", "read_stored", "stored_bytes", "stored_pairs"]
 
@@ -90,11 +90,12 @@ async def read_stored(redis: Redis, keys: Sequence[str]) -> list[tuple[str, Any]
 async def member_value(
     redis: Redis, keys: Keyspace, family: str, agent_id: str
 ) -> bytes | float | None:
-    """The agent's member of a deployment-wide key (`MEMBER_FAMILIES`): its field
-    state's bytes or its score; None when it has none."""
-    key = MEMBER_FAMILIES[family](keys)
-    if family == "field_state":
-        raw = await redis.hget(key, agent_id)
+    """One of the agent's single values (`MEMBER_FAMILIES`): its field state's bytes
+    or a score; None when it has none."""
+    key = MEMBER_FAMILIES[family](keys, agent_id)
+    member = MEMBER_OF[family]
+    if not member:
+        raw = await redis.get(key)
         return None if raw is None else stored_bytes(raw)
-    score = await redis.zscore(key, agent_id)
+    score = await redis.zscore(key, member)
     return None if score is None else float(score)

@@ -41,6 +41,8 @@ from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.witness import CorruptWitness, decode_witness, encode_witness
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.redis_client import queue_script
+from grimoire.tables.transaction import AgentTransactions
 
 __all__ = [
     "AUDIT_PAGE",
@@ -144,8 +146,8 @@ class RedisWitnessLog:
     def append_in(self, pipe: Any, record: WitnessRecord) -> None:
         """Queue the append on a pipeline (a MULTI/EXEC one included), after the
         mutation it witnesses; see the module docstring for a refused append."""
-        pipe.scripts.add(self._append)
-        pipe.evalsha(self._append.sha, 1, *self._arguments(record))
+        key, *args = self._arguments(record)
+        queue_script(pipe, self._append, [key], args)
 
     async def append(self, record: WitnessRecord) -> None:
         try:
@@ -204,11 +206,11 @@ class WitnessPart:
         self._log = log
         self.records = tuple(records)
 
-    def queue(self, pipe: Any) -> None:
+    def queue(self, tx: AgentTransactions) -> None:
         if not isinstance(self._log, RedisWitnessLog):
             raise TypeError(f"{type(self._log).__name__} joins no Redis pipeline")
         for record in self.records:
-            self._log.append_in(pipe, record)
+            self._log.append_in(tx.agent(record.agent_id), record)
 
     async def apply_alone(self) -> None:
         for record in self.records:

@@ -23,6 +23,7 @@ from grimoire.infra import exchange as exchange_module
 from grimoire.streams.exchange.chunks import chunk_from_wire
 from grimoire.streams.exchange.format import ExportHeader, ExportWriter, StateLine, read_export
 from grimoire.streams.trust.tenancy import TenantScope
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.testing.api_keys import InMemoryApiKeyStore
 from grimoire.topics import client as client_module
 from grimoire.topics.schemas import CommandV1
@@ -45,7 +46,7 @@ class FakeRedis:
         self.apply = apply
 
     async def zscore(self, key: str, member: str) -> float | None:
-        return float(T0) if member == AGENT else None
+        return float(T0) if key == Keyspace("grimoire").watermark(AGENT) else None
 
     async def get(self, key: str) -> bytes | None:
         return None

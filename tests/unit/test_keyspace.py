@@ -8,15 +8,20 @@ fails when a module other than the keyspace builds a key itself.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from grimoire.tables.keyspace import Keyspace, glob_escape
+from redis.crc import key_slot
+
+from grimoire.tables.keyspace import STORE_FORMAT, Keyspace, glob_escape
+from grimoire.tables.routing import agent_slot
 from grimoire.tables.trust.agent_keys import (
     FIXED_FAMILIES,
+    MEMBER_FAMILIES,
     MEMORY_FAMILIES,
     SCANNED_FAMILIES,
     scan_head,
@@ -29,8 +34,9 @@ KEYSPACE = ROOT / "tables" / "keyspace.py"
 # Every concern's segment in a key name: a string literal holding `:<segment>` or
 # `<segment>:` next to an interpolation is a key being built.
 SEGMENTS = (
-    "mem", "use", "tomb", "decayed", "vector-space", "watermarks", "field",
-    "contrarian-windows", "metrics", "decided", "stats", "outcomes", "nexus", "hyper",
+    "mem", "use", "tomb", "decayed", "vector-space", "watermarks", "field", "watermark",
+    "contrarian-windows", "contrarian-window", "metrics", "agents", "store-format",
+    "outbox-agents", "decided", "stats", "outcomes", "nexus", "hyper",
     "nodes", "terms", "decay", "decay-seeded", "compact", "curator", "playbook", "maint",
     "keystore", "witness", "deriv", "config", "outbox",
 )  # fmt: skip
@@ -39,45 +45,56 @@ SEGMENTS = (
 def test_names_are_pinned() -> None:
     keys = Keyspace("gm")
     assert keys.index_name == "gm-memory"
+    assert keys.cluster_index_name("s3") == "gm-memory{s3}"
     assert keys.memory_prefix == "gm:mem"
-    assert keys.memory("m1") == "gm:mem:m1"
-    assert keys.memory_id_of("gm:mem:m1") == "m1"
+    assert keys.memory("a", "m1") == "gm:mem:{a}:m1"
+    assert keys.memory_id_of("gm:mem:{a}:m1") == "m1"
+    assert keys.memory_id_of(b"gm:mem:{a}:m1") == "m1"
     assert keys.memory_pattern == "gm:mem:*"
+    assert keys.agent_memory_pattern("a") == "gm:mem:{a}:*"
     assert keys.deployment_pattern == "gm:*"
-    assert keys.usage("m1") == "gm:use:m1"
-    assert keys.tombstone("m1") == "gm:tomb:m1"
-    assert keys.decayed("m1") == "gm:decayed:m1"
+    assert keys.usage("a", "m1") == "gm:use:{a}:m1"
+    assert keys.tombstone("a", "m1") == "gm:tomb:{a}:m1"
+    assert keys.decayed("a", "m1") == "gm:decayed:{a}:m1"
     assert keys.vector_space == "gm:vector-space"
-    assert keys.watermarks == "gm:watermarks"
-    assert keys.field_states == "gm:field"
-    assert keys.contrarian_windows == "gm:contrarian-windows"
+    assert keys.store_format == "gm:store-format"
+    assert keys.legacy_markers == ("gm:watermarks", "gm:field")
+    assert keys.agents == "gm:agents"
+    assert keys.watermark("a") == "gm:watermark:{a}"
+    assert keys.field_state("a") == "gm:field:{a}"
+    assert keys.contrarian_window("a") == "gm:contrarian-window:{a}"
     assert keys.metrics == "gm:metrics"
     assert keys.applied_sources == "gm:applied-sources"
-    assert keys.pending_outcomes("a") == "gm:pending-outcomes:a"
-    assert keys.agent_config("a") == "gm:config:a"
+    assert keys.outbox("a") == "gm:outbox:{a}"
+    assert keys.outbox_agents(3) == "gm:outbox-agents:3"
+    assert keys.pending_outcomes("a") == "gm:pending-outcomes:{a}"
+    assert keys.agent_config("a") == "gm:config:{a}"
     assert keys.default_config == "gm:keystore:default-config"
-    assert keys.decided("a") == "gm:decided:a"
-    assert keys.stats("a") == "gm:stats:a"
-    assert keys.applied_outcomes("a") == "gm:outcomes:a"
-    assert keys.nexus("a", "tool:rpc") == "gm:nexus:a:tool:rpc"
-    assert keys.hyperedge("a", "turn:t1") == "gm:hyper:a:turn:t1"
-    assert keys.nodes("a") == "gm:nodes:a"
-    assert keys.terms("a") == "gm:terms:a"
-    assert keys.decay_schedule("a") == "gm:decay:a"
-    assert keys.decay_seeded("a") == "gm:decay-seeded:a"
-    assert keys.compaction_plan("a", "p") == "gm:compact:plan:a:p"
-    assert keys.compaction_cursor("a") == "gm:compact:cursor:a"
-    assert keys.compaction_pending("a") == "gm:compact:pending:a"
-    assert keys.compaction_outbox("a", "p") == "gm:compact:outbox:a:p"
-    assert keys.curator("a") == "gm:curator:a"
-    assert keys.curator_entries("a") == "gm:curator:a:entries"
-    assert keys.playbook("a") == "gm:playbook:a"
-    assert keys.maintenance_ledger("a") == "gm:maint:a"
-    assert keys.maintenance_lease("a") == "gm:maint:lease:a"
-    assert keys.maintenance_log("a") == "gm:maint:log:a"
+    assert keys.decided("a") == "gm:decided:{a}"
+    assert keys.stats("a") == "gm:stats:{a}"
+    assert keys.applied_outcomes("a") == "gm:outcomes:{a}"
+    assert keys.nexus("a", "tool:rpc") == "gm:nexus:{a}:tool:rpc"
+    assert keys.hyperedge("a", "turn:t1") == "gm:hyper:{a}:turn:t1"
+    assert keys.nodes("a") == "gm:nodes:{a}"
+    assert keys.terms("a") == "gm:terms:{a}"
+    assert keys.decay_schedule("a") == "gm:decay:{a}"
+    assert keys.decay_seeded("a") == "gm:decay-seeded:{a}"
+    assert keys.compaction_plan("a", "p") == "gm:compact:plan:{a}:p"
+    assert keys.compaction_cursor("a") == "gm:compact:cursor:{a}"
+    assert keys.compaction_pending("a") == "gm:compact:pending:{a}"
+    assert keys.compaction_outbox("a", "p") == "gm:compact:outbox:{a}:p"
+    assert keys.curator("a") == "gm:curator:{a}"
+    assert keys.curator_entries("a") == "gm:curator:{a}:entries"
+    assert keys.playbook("a") == "gm:playbook:{a}"
+    assert keys.maintenance_ledger("a") == "gm:maint:{a}"
+    assert keys.maintenance_lease("a") == "gm:maint:lease:{a}"
+    assert keys.maintenance_log("a") == "gm:maint:log:{a}"
+    assert STORE_FORMAT == "2"
 
 
 def test_keystore_names_are_pinned() -> None:
+    # Unchanged since format 1 and untagged: a format-1 store is upgraded by a
+    # replay that reads its journal with these keys.
     keys = Keyspace("gm")
     assert keys.keystore_prefix == "gm:keystore"
     assert keys.keystore_pattern == "gm:keystore:*"
@@ -94,7 +111,14 @@ def test_a_wipe_can_tell_keystore_keys_from_memory_state() -> None:
     # Tenant keys too: a wipe or replay must not lock every tenant out.
     assert keys.is_keystore_key(keys.api_key("0123abcd"))
     assert keys.is_keystore_key(keys.api_key_index)
-    for state in (keys.memory("m1"), keys.decided("a"), keys.watermarks, keys.field_states):
+    for state in (
+        keys.memory("a", "m1"),
+        keys.decided("a"),
+        keys.watermark("a"),
+        keys.field_state("a"),
+        keys.agents,
+        keys.store_format,
+    ):
         assert not keys.is_keystore_key(state)
     assert not keys.is_keystore_key("gm:keystore")  # the bare prefix is no key of it
     assert not Keyspace("other").is_keystore_key(keys.agent_keys("a"))
@@ -102,26 +126,46 @@ def test_a_wipe_can_tell_keystore_keys_from_memory_state() -> None:
 
 def test_witness_and_scan_patterns_are_pinned() -> None:
     keys = Keyspace("gm")
-    assert keys.witness("a") == "gm:witness:a"
-    assert keys.nexus_pattern("a") == "gm:nexus:a:*"
-    assert keys.hyperedge_pattern("a") == "gm:hyper:a:*"
-    assert keys.compaction_plan_pattern("a") == "gm:compact:plan:a:*"
-    assert keys.compaction_outbox_pattern("a") == "gm:compact:outbox:a:*"
+    assert keys.witness("a") == "gm:witness:{a}"
+    assert keys.nexus_pattern("a") == "gm:nexus:{a}:*"
+    assert keys.hyperedge_pattern("a") == "gm:hyper:{a}:*"
+    assert keys.compaction_plan_pattern("a") == "gm:compact:plan:{a}:*"
+    assert keys.compaction_outbox_pattern("a") == "gm:compact:outbox:{a}:*"
 
 
 def test_scan_patterns_escape_glob_characters() -> None:
     keys = Keyspace("g[m]")
-    assert keys.nexus_pattern("a*?\\b") == "g\\[m\\]:nexus:a\\*\\?\\\\b:*"
+    assert keys.nexus_pattern("a*?\\b") == "g\\[m\\]:nexus:{a\\*\\?\\\\b}:*"
     assert glob_escape("plain:key") == "plain:key"
     # and back: the literal head of a pattern is the agent's key with an empty name
     assert scan_head(keys.nexus_pattern("a*?\\b")) == keys.nexus("a*?\\b", "")
 
 
+def test_an_agents_patterns_never_match_a_longer_agents_keys() -> None:
+    # The tag's closing brace ends the agent id: `a`'s keys are never `a:x`'s or `ab`'s.
+    keys = Keyspace("gm")
+    for other in ("a:x", "ab"):
+        for pattern, build in (
+            (keys.nexus_pattern("a"), keys.nexus(other, "k")),
+            (keys.derivation_pattern("a"), keys.derived_from(other, "ev")),
+            (keys.agent_memory_pattern("a"), keys.memory(other, "m1")),
+        ):
+            assert not fnmatch.fnmatchcase(build, pattern)
+    assert fnmatch.fnmatchcase(keys.nexus("a", "k"), keys.nexus_pattern("a"))
+
+
 def test_derivation_index_names_are_pinned() -> None:
     keys = Keyspace("gm")
-    assert keys.derived_from("a", "ev-1") == "gm:deriv:a:from:ev-1"
-    assert keys.derivation_sources("a", "m1") == "gm:deriv:a:of:m1"
-    assert keys.derivation_pattern("a*") == "gm:deriv:a\\*:*"
+    assert keys.derived_from("a", "ev-1") == "gm:deriv:{a}:from:ev-1"
+    assert keys.derivation_sources("a", "m1") == "gm:deriv:{a}:of:m1"
+    assert keys.derivation_pattern("a*") == "gm:deriv:{a\\*}:*"
+
+
+def test_a_prefix_holds_no_braces() -> None:
+    # A brace in the prefix would become every key's hash tag.
+    for prefix in ("g{m", "gm}", "{gm}"):
+        with pytest.raises(ValueError, match="braces"):
+            Keyspace(prefix)
 
 
 def test_every_per_agent_key_is_in_an_agents_footprint() -> None:
@@ -135,9 +179,14 @@ def test_every_per_agent_key_is_in_an_agents_footprint() -> None:
         }
 
     covered = {build.__name__ for build in FIXED_FAMILIES.values()}
+    covered |= {build.__name__ for build in MEMBER_FAMILIES.values()}
+    covered |= {build.__name__ for build in MEMORY_FAMILIES.values()}
     for pattern, builders in SCANNED_FAMILIES.values():
         covered |= {pattern.__name__, *(build.__name__ for build in builders)}
-    outside = {"agent_keys"}  # the key store: outside the fold, forgotten apart
+    outside = {
+        "agent_keys",  # the key store: outside the fold, forgotten apart
+        "agent_memory_pattern",  # a SCAN pattern of the memory family
+    }
     assert taking("agent_id") - covered - outside == set()
     assert taking("memory_id") == {build.__name__ for build in MEMORY_FAMILIES.values()}
 
@@ -145,7 +194,60 @@ def test_every_per_agent_key_is_in_an_agents_footprint() -> None:
 def test_agent_keys_of_two_deployments_never_meet() -> None:
     one, two = Keyspace("one"), Keyspace("two")
     assert one.decided("a") != two.decided("a")
-    assert not one.memory("x").startswith(two.memory_prefix)
+    assert not one.memory("a", "x").startswith(two.memory_prefix)
+
+
+# ---- Redis Cluster: one agent, one slot ---------------------------------------------
+
+AGENTS = ("a", "golem-1", "fleet-a/golem-2", "x.y_z@host+1=2", "A" * 64, "~forgotten")
+
+
+def _agent_keys(keys: Keyspace, agent: str) -> list[str]:
+    """Every key of the agent's state the keyspace builds (its footprint's families)."""
+    built = [build(keys, agent) for build in FIXED_FAMILIES.values()]
+    built += [build(keys, agent) for build in MEMBER_FAMILIES.values()]
+    built += [
+        build(keys, agent, "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+        for build in MEMORY_FAMILIES.values()
+    ]
+    for _, builders in SCANNED_FAMILIES.values():
+        built += [build(keys, agent, "name:with{braces}") for build in builders]
+    return built
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_key_of_an_agent_carries_its_hash_tag(agent: str) -> None:
+    keys = Keyspace("gm")
+    for key in _agent_keys(keys, agent):
+        # The first braces of the key are the agent id: its hash tag.
+        assert key[key.index("{") + 1 : key.index("}")] == agent, key
+        assert key.startswith("gm:")
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_key_of_an_agent_is_in_its_slot(agent: str) -> None:
+    keys = Keyspace("gm")
+    slot = agent_slot(agent)
+    assert {key_slot(key.encode()) for key in _agent_keys(keys, agent)} == {slot}
+
+
+def test_agents_spread_over_the_slots() -> None:
+    slots = {agent_slot(f"golem-{i}") for i in range(1000)}
+    assert len(slots) > 900  # CRC16 of the tag: no hot slot for a fleet
+
+
+def test_deployment_wide_keys_are_outside_every_agents_transaction() -> None:
+    # Untagged, so never queued on an agent's pipeline (`AgentTransactions`):
+    # they hash by their whole name.
+    keys = Keyspace("gm")
+    for key in (keys.agents, keys.metrics, keys.outbox_agents(0), keys.applied_sources,
+                keys.vector_space, keys.store_format):  # fmt: skip
+        assert "{" not in key
+
+
+def test_a_masters_index_name_hashes_to_its_tag() -> None:
+    keys = Keyspace("gm")
+    assert key_slot(keys.cluster_index_name("s7").encode()) == key_slot(b"s7")
 
 
 def _literal_parts(node: ast.JoinedStr) -> Iterator[tuple[str, bool]]:

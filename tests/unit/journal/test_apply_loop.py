@@ -373,8 +373,10 @@ async def test_decisions_stored_but_not_published_are_published_by_the_next_owne
     decisions = [e for e in rig.events() if e.get("candidate_id")]
     assert sorted(e["source_event_id"] for e in decisions) == ["a1", "a2", "a3", "b1"]
     witnessed = [e for e in rig.events() if "fields_digest" in e]
+    # Agent by agent (each agent's outbox is its own, in its slot on a cluster),
+    # each agent's in order.
     assert [(e["agent_id"], e["seq"]) for e in witnessed] == [
-        ("agent-1", 1), ("agent-1", 2), ("agent-2", 1), ("agent-1", 3)
+        ("agent-1", 1), ("agent-1", 2), ("agent-1", 3), ("agent-2", 1)
     ]  # fmt: skip
     assert await second.outbox.pending(0) == []
     assert report.applied == len(EPISODES)  # recognised as decided: no second decision
