@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from redis.crc import key_slot
 
 from grimoire.tables.keyspace import STORE_FORMAT, Keyspace, glob_escape
