@@ -9,7 +9,14 @@ Both run on 127.0.0.1 under one state directory::
     <state>/redis-<port>/      redis working directory (nothing is persisted, unless
                                `redis_appendonly` turns the append-only file on)
 
-Usage: ``python -m grimoire.infra.local.services {up,down,status}``.
+With `redis_cluster_masters` (``--cluster``), Redis is a real Redis Cluster of that many
+masters on consecutive ports from the Redis port (their cluster bus on each port +
+10000), each with the search and JSON modules: the slots are split evenly, the
+masters meet, and `up` returns once every master reports `cluster_state:ok`
+(redis-py forms it: there is no redis-cli here). The URL to give Grimoire is then
+``redis+cluster://127.0.0.1:<port>/0`` (`redis_url`).
+
+Usage: ``python -m grimoire.infra.local.services {up,down,status} [--cluster]``.
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 _T = TypeVar("_T")
+CLUSTER_SLOTS = 16384
+# Port + this is a cluster node's bus port (Redis's own fixed offset).
+CLUSTER_BUS_OFFSET = 10000
 
 
 @dataclass(frozen=True)
@@ -182,9 +192,15 @@ class LocalServices:
         ready_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         redis_appendonly: bool = False,
+        redis_cluster_masters: int = 0,
     ) -> None:
         if ports.kafka == ports.redis:
             raise ServiceError(f"kafka and redis cannot share port {ports.kafka}")
+        if redis_cluster_masters < 0 or redis_cluster_masters == 1:
+            raise ServiceError("a Redis Cluster here has at least 2 masters (0: one Redis)")
+        redis_ports = [ports.redis + i for i in range(max(1, redis_cluster_masters))]
+        if ports.kafka in redis_ports:
+            raise ServiceError(f"kafka port {ports.kafka} is one of the cluster's {redis_ports}")
         self.state_dir = Path(state_dir).resolve()
         self.ports = ports
         self.wheel_cache = Path(wheel_cache or self.state_dir / "wheels").resolve()
@@ -194,8 +210,22 @@ class LocalServices:
         # The append-only file (fsync every second; a clean stop flushes it), so that
         # a restarted Redis comes back with what it held (`restart_redis`).
         self.redis_appendonly = redis_appendonly
+        self.redis_cluster_masters = redis_cluster_masters
         self._kafka = _Service("kafka", "tansu", ports.kafka, self.bin_dir / "tansu")
-        self._redis = _Service("redis", "redis", ports.redis, self.bin_dir / "redis-server")
+        binary = self.bin_dir / "redis-server"
+        self._redis_nodes = tuple(
+            _Service("redis" if i == 0 else f"redis-{i + 1}", "redis", port, binary)
+            for i, port in enumerate(redis_ports)
+        )
+        self._redis = self._redis_nodes[0]
+
+    @property
+    def clustered(self) -> bool:
+        return self.redis_cluster_masters > 0
+
+    @property
+    def _services(self) -> tuple[_Service, ...]:
+        return (self._kafka, *self._redis_nodes)
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -203,7 +233,8 @@ class LocalServices:
 
     @property
     def redis_url(self) -> str:
-        return f"redis://{HOST}:{self.ports.redis}/0"
+        scheme = "redis+cluster" if self.clustered else "redis"
+        return f"{scheme}://{HOST}:{self.ports.redis}/0"
 
     # -- binaries ---------------------------------------------------------------------------
 
@@ -251,7 +282,7 @@ class LocalServices:
         """Start whatever is not running; True if anything was started."""
         running: dict[str, int] = {}
         # Check every port before starting anything, so a conflict leaves nothing half-up.
-        for svc in (self._kafka, self._redis):
+        for svc in self._services:
             pid = self._owned_pid(svc)
             if pid is not None:
                 running[svc.name] = pid
@@ -262,7 +293,7 @@ class LocalServices:
                     f"{HOST}:{svc.port} ({svc.name}) is in use by a process this tool did not "
                     f"start; stop it or choose another --{svc.name}-port"
                 )
-        to_start = [svc for svc in (self._kafka, self._redis) if svc.name not in running]
+        to_start = [svc for svc in self._services if svc.name not in running]
         if to_start:
             self.ensure_binaries()
         started: list[_Service] = []
@@ -270,8 +301,10 @@ class LocalServices:
             for svc in to_start:
                 running[svc.name] = self._start(svc)
                 started.append(svc)
-            for svc in (self._kafka, self._redis):
+            for svc in self._services:
                 self._wait_ready(svc, running[svc.name])
+            if self.clustered:
+                self._form_cluster()
         except BaseException:
             # A later `up` should begin from a clean slate rather than adopt a broken start.
             for svc in started:
@@ -280,26 +313,32 @@ class LocalServices:
         return bool(started)
 
     def down(self) -> None:
-        for svc in (self._kafka, self._redis):
+        for svc in self._services:
             self._stop(svc)
 
     def restart_redis(self, downtime_s: float = 0.0) -> None:
         """Stop Redis (SIGTERM: a clean shutdown, the append-only file flushed), wait
         `downtime_s`, and start it again on the same working directory. Only with
-        `redis_appendonly` does it come back holding its data."""
-        self._stop(self._redis)
+        `redis_appendonly` does it come back holding its data (a cluster's masters
+        all restart, each keeping its node configuration)."""
+        for node in self._redis_nodes:
+            self._stop(node)
         if downtime_s > 0:
             time.sleep(downtime_s)
-        pid = self._start(self._redis, append_log=True)
+        pids = [self._start(node, append_log=True) for node in self._redis_nodes]
         try:
-            self._wait_ready(self._redis, pid)
+            for node, pid in zip(self._redis_nodes, pids, strict=True):
+                self._wait_ready(node, pid)
+            if self.clustered:
+                self._form_cluster()
         except BaseException:
-            self._stop(self._redis)
+            for node in self._redis_nodes:
+                self._stop(node)
             raise
 
     def status(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for svc in (self._kafka, self._redis):
+        for svc in self._services:
             pid = self._owned_pid(svc)
             addr = f"{HOST}:{svc.port}"
             if pid is not None:
@@ -309,7 +348,62 @@ class LocalServices:
                 out[svc.name] = f"stopped ({addr} is in use by another process)"
             else:
                 out[svc.name] = "stopped"
+        if self.clustered:
+            out["cluster"] = self._cluster_status()
         return out
+
+    # -- the cluster ------------------------------------------------------------------------
+
+    def _slot_ranges(self) -> list[tuple[int, int]]:
+        """Each master's slots: the 16384 split evenly, in port order."""
+        n = len(self._redis_nodes)
+        bounds = [CLUSTER_SLOTS * i // n for i in range(n + 1)]
+        return [(bounds[i], bounds[i + 1] - 1) for i in range(n)]
+
+    def _node_client(self, svc: _Service) -> redis.Redis:
+        return redis.Redis(host=HOST, port=svc.port, socket_timeout=5, decode_responses=True)
+
+    def _form_cluster(self) -> None:
+        """Give each master its slots (unless it has some) and let them meet; wait for
+        `cluster_state:ok` on every master."""
+        clients = [self._node_client(node) for node in self._redis_nodes]
+        try:
+            for client, (first, last) in zip(clients, self._slot_ranges(), strict=True):
+                info = client.cluster("INFO")
+                if int(info.get("cluster_slots_assigned", 0)) == 0:
+                    client.execute_command("CLUSTER ADDSLOTSRANGE", first, last)
+            for node in self._redis_nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", HOST, node.port)
+            deadline = time.monotonic() + self.ready_timeout
+            while True:
+                states = [client.cluster("INFO") for client in clients]
+                if all(
+                    st.get("cluster_state") == "ok"
+                    and int(st.get("cluster_known_nodes", 0)) == len(clients)
+                    for st in states
+                ):
+                    logger.info("redis cluster of %d masters is ok", len(clients))
+                    return
+                if time.monotonic() >= deadline:
+                    raise ServiceError(f"redis cluster not ok after {self.ready_timeout:.0f}s")
+                time.sleep(0.2)
+        finally:
+            for client in clients:
+                client.close()
+
+    def _cluster_status(self) -> str:
+        try:
+            client = self._node_client(self._redis)
+            try:
+                info = client.cluster("INFO")
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            return f"unreachable ({type(exc).__name__})"
+        return (
+            f"{info.get('cluster_state')}, {info.get('cluster_known_nodes')} nodes, "
+            f"{info.get('cluster_slots_assigned')} slots assigned"
+        )
 
     # -- internals --------------------------------------------------------------------------
 
@@ -362,12 +456,26 @@ class LocalServices:
                 "--daemonize", "no", "--dir", str(workdir),
                 "--loadmodule", str(self.bin_dir / "redisearch.so"), "DEFAULT_DIALECT", "2",
                 "MAXSEARCHRESULTS", "10000", "TIMEOUT", "0",
-                "--loadmodule", str(self.bin_dir / "rejson.so")]  # fmt: skip
+                "--loadmodule", str(self.bin_dir / "rejson.so"),
+                *self._cluster_flags()]  # fmt: skip
+
+    def _cluster_flags(self) -> list[str]:
+        if not self.clustered:
+            return []
+        # The node configuration lives in the node's working directory: a restart
+        # (`restart_redis`) finds its cluster again; a fresh `up` removes it first.
+        return ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "5000",
+                # A master down must not take every agent's slot offline with it.
+                "--cluster-require-full-coverage", "no"]  # fmt: skip
 
     def _start(self, svc: _Service, *, append_log: bool = False) -> int:
         log_path = self._log_file(svc)
         for directory in (self._pid_file(svc).parent, log_path.parent):
             directory.mkdir(parents=True, exist_ok=True)
+        if self.clustered and svc in self._redis_nodes and not append_log:
+            # A fresh start is a fresh cluster: a stale node file would name dead peers.
+            (self.state_dir / f"redis-{svc.port}" / "nodes.conf").unlink(missing_ok=True)
         env = dict(os.environ)
         if svc is self._kafka:
             for key in _TANSU_ENV_SCRUB:
@@ -482,10 +590,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--redis-port", type=_port_arg, default=env.get("GRIMOIRE_LOCAL_REDIS_PORT", "6379")
     )
+    parser.add_argument(
+        "--cluster",
+        nargs="?",
+        type=int,
+        const=3,
+        default=int(env.get("GRIMOIRE_LOCAL_REDIS_CLUSTER", "0") or 0),
+        metavar="MASTERS",
+        help="Redis as a Redis Cluster of MASTERS masters (default 3) on consecutive ports "
+        "from --redis-port; give Grimoire redis+cluster://127.0.0.1:<redis-port>/0",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        services = LocalServices(args.state_dir, ServicePorts(args.kafka_port, args.redis_port))
+        services = LocalServices(
+            args.state_dir,
+            ServicePorts(args.kafka_port, args.redis_port),
+            redis_cluster_masters=args.cluster,
+        )
         if args.action == "up":
             services.up()
         elif args.action == "down":

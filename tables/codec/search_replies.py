@@ -26,9 +26,32 @@ def docs(result: Any, *, with_scores: bool = False) -> list[Any]:
     return list(result.docs)
 
 
+def keyed_docs(result: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(document key, returned fields) of each document of a reply without scores.
+
+    On a Redis Cluster a search loads no field of a document outside the slot of
+    its index's name (`grimoire.tables.routing`): ask only for what the query
+    computes (a KNN distance) or what is SORTABLE, and read the rest from the
+    hashes by these keys."""
+    if isinstance(result, dict):  # RESP3
+        rows = result.get("results", result.get(b"results", []))
+        found = []
+        for row in rows:
+            extra = row.get("extra_attributes", row.get(b"extra_attributes")) or {}
+            key = text_of(row.get("id", row.get(b"id")))
+            found.append((key, {text_of(k): v for k, v in extra.items()}))
+        return found
+    if isinstance(result, list):  # raw RESP2: [total, key, [fields], ...]
+        return [
+            (text_of(result[i]), doc_fields(result[i + 1] or []))
+            for i in range(1, len(result) - 1, 2)
+        ]
+    return [(doc.id, doc_fields(doc)) for doc in result.docs]
+
+
 def doc_fields(doc: Any) -> dict[str, Any]:
     if isinstance(doc, dict):
-        extra = doc.get("extra_attributes", doc.get(b"extra_attributes", {}))
+        extra = doc.get("extra_attributes", doc.get(b"extra_attributes")) or {}
         return {text_of(k): v for k, v in extra.items()}
     if isinstance(doc, tuple):  # (score, fields) from a raw reply with scores
         return doc_fields(doc[1])
@@ -62,6 +85,16 @@ def scored_keys(result: Any) -> list[tuple[str, float]]:
             for i in range(1, len(result) - 1, 2)
         ]
     return []
+
+
+def nocontent_keys(reply: Any) -> list[str]:
+    """Document keys of an FT.SEARCH NOCONTENT reply (no scores), in either protocol."""
+    if isinstance(reply, dict):  # RESP3
+        rows: list[Any] = list(reply.get("results", reply.get(b"results")) or [])
+        return [text_of(row.get("id", row.get(b"id"))) for row in rows]
+    if isinstance(reply, list):  # RESP2: [total, key, key, ...]
+        return [text_of(key) for key in reply[1:]]
+    return [doc.id for doc in reply.docs]
 
 
 def total_results(reply: Any) -> int:

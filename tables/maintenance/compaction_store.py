@@ -36,7 +36,7 @@ from grimoire.streams.maintenance.compaction import (
 from grimoire.tables.codec.compaction_plan import decode_plan, encode_plan
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import CANDIDATE_FIELDS, candidate_of, summary_fields
-from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
+from grimoire.tables.codec.search_replies import doc_fields, docs, nocontent_keys, total_results
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
@@ -228,22 +228,30 @@ async def load_candidates(
     if since_ms is not None:
         where &= (Num("ts") >= since_ms) & (Num("ts") < since_ms + policy.window_ms)
     kinds = "@kind:{summary}" if policy.summary_level else "-@kind:{summary|aggregate}"
-    # Pipelined so the reply comes back raw whatever callbacks the client has.
+    # Keys only, then the fields from the hashes with their usage in one round trip
+    # (a cluster master loads no field of another slot's document). Pipelined so
+    # the reply comes back raw whatever callbacks the client has.
     async with redis.pipeline(transaction=False) as pipe:
         pipe.execute_command(
-            "FT.SEARCH", target.index, f"({where}) {kinds}",
-            "RETURN", len(CANDIDATE_FIELDS), *CANDIDATE_FIELDS,
+            "FT.SEARCH", target.index, f"({where}) {kinds}", "NOCONTENT",
             "SORTBY", "ts", "ASC", "LIMIT", 0, limit, "DIALECT", 2, **target.options,
         )  # fmt: skip
         (reply,) = await pipe.execute()
-    rows = [doc_fields(doc) for doc in docs(reply)]
-    if not rows:
+    ids = [keys.memory_id_of(key) for key in nocontent_keys(reply)]
+    if not ids:
         return []
     async with redis.pipeline(transaction=False) as pipe:
-        for row in rows:
-            pipe.hmget(keys.usage(agent_id, text_of(row["memory_id"])), list(USAGE_FIELDS))
-        usages = await pipe.execute()
-    return [candidate_of(row, usage) for row, usage in zip(rows, usages, strict=True)]
+        for memory_id in ids:
+            pipe.hmget(keys.memory(agent_id, memory_id), list(CANDIDATE_FIELDS))
+            pipe.hmget(keys.usage(agent_id, memory_id), list(USAGE_FIELDS))
+        replies = await pipe.execute()
+    found = []
+    for index in range(len(ids)):
+        row = dict(zip(CANDIDATE_FIELDS, replies[2 * index], strict=True))
+        if row.get("memory_id") is None:
+            continue  # gone since the index listed it
+        found.append(candidate_of(row, replies[2 * index + 1]))
+    return found
 
 
 async def next_candidate_ts(

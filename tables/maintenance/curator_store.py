@@ -56,7 +56,7 @@ from grimoire.tables.codec.memory_hash import (
     episode_view,
     quarantined_view,
 )
-from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
+from grimoire.tables.codec.search_replies import nocontent_keys, total_results
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
@@ -190,22 +190,22 @@ class RedisCuratorStore:
 
     # ---- reads ------------------------------------------------------------------
 
-    def _search_args(
-        self, index: str, where: FilterExpression, fields: Sequence[str], offset: int
-    ) -> list[Any]:
+    def _search_args(self, index: str, where: FilterExpression, offset: int) -> list[Any]:
         return [
-            "FT.SEARCH", index, str(where), "RETURN", len(fields), *fields,
+            "FT.SEARCH", index, str(where), "NOCONTENT",
             "SORTBY", "ts", "ASC", "LIMIT", offset, PAGE, "DIALECT", 2,
         ]  # fmt: skip
 
     async def _search_all(
         self, agent_id: str, where: FilterExpression, fields: Sequence[str], limit: int
     ) -> list[dict[str, Any]]:
-        """Every match up to `limit` (`where` names the agent): the first page tells
-        the total, the rest go in one pipeline."""
+        """Every match up to `limit` (`where` names the agent), as the named fields its
+        hash has: the first page tells the total, the rest go in one pipeline, then
+        the fields are read from the hashes (a cluster master loads no field of
+        another slot's document)."""
         target = await self._routing.target(agent_id)
         first = await self._redis.execute_command(
-            *self._search_args(target.index, where, fields, 0), **target.options
+            *self._search_args(target.index, where, 0), **target.options
         )
         # A raw RESP3 reply keys its map with bytes: reading "total_results" alone
         # read 0 there, and only the first page (500) was ever returned.
@@ -216,10 +216,22 @@ class RedisCuratorStore:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for offset in offsets:
                     pipe.execute_command(
-                        *self._search_args(target.index, where, fields, offset), **target.options
+                        *self._search_args(target.index, where, offset), **target.options
                     )
                 replies += await pipe.execute()
-        return [doc_fields(doc) for reply in replies for doc in docs(reply)][:limit]
+        keys = [key for reply in replies for key in nocontent_keys(reply)][:limit]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hmget(key, list(fields))
+            rows = await pipe.execute() if keys else []
+        found = []
+        for row in rows:
+            doc = {
+                name: value for name, value in zip(fields, row, strict=True) if value is not None
+            }
+            if doc:  # else gone since the index listed it
+                found.append(doc)
+        return found
 
     async def episodes_since(self, agent_id: str, watermark_ms: int) -> list[EpisodeView]:
         where = (

@@ -21,7 +21,7 @@ from grimoire.streams.recall.walk.daimoi import NodeInfo
 from grimoire.tables.codec.fact import decode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import NODE_FIELDS, RECORD_FIELDS, decode_node, decode_row
-from grimoire.tables.codec.search_replies import doc_fields, docs, scored_keys
+from grimoire.tables.codec.search_replies import keyed_docs, scored_keys
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD
@@ -94,11 +94,13 @@ class RedisRecallSource:
     # ---- lanes ----------------------------------------------------------------------
 
     async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
+        # Only the distance, which the query computes: the memory id is in the key
+        # (a cluster master loads no field of another slot's document).
         query = KnnQuery(
             self._agent,
             lane,
             k,
-            ("memory_id",),
+            (),
             filters,
             ef_runtime=max(self._knn.ef_runtime, k) if self._knn.ef_runtime else None,
             hybrid_policy=self._knn.hybrid_policy,
@@ -108,12 +110,10 @@ class RedisRecallSource:
         reply = await self._redis.execute_command(
             "FT.SEARCH", target.index, *query.arguments(blob), **target.options
         )
-        hits = []
-        for doc in docs(reply):
-            fields = doc_fields(doc)
-            hits.append(
-                LaneHit(text_of(fields["memory_id"]), 1.0 - float(text_of(fields["distance"])))
-            )
+        hits = [
+            LaneHit(self._keys.memory_id_of(key), 1.0 - float(text_of(fields["distance"])))
+            for key, fields in keyed_docs(reply)
+        ]
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
         return hits
 

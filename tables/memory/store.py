@@ -32,7 +32,7 @@ from grimoire.tables.codec.memory_hash import (
     hash_fields,
     stored_memory,
 )
-from grimoire.tables.codec.search_replies import doc_fields, doc_score, docs, total_results
+from grimoire.tables.codec.search_replies import keyed_docs, scored_keys, total_results
 from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 USAGE_SEQ_WINDOW = 10_000
 
 EXACT_NEIGHBOUR_POLICY = "ADHOC_BF"
+# What admission reads of each neighbour, from its hash.
+_NEIGHBOUR_FIELDS = ("memory_id", "agent_id", "confidence", "kind", "text", "canonical")
 # Neighbours read per lookup, so a tie at the top is broken by `closer` (the batch
 # planner's own rule), not by the index.
 NEIGHBOUR_TIES = 4
@@ -277,7 +279,9 @@ class RedisMemoryStore:
                     agent_id,
                     "canonical",
                     NEIGHBOUR_TIES,
-                    ("memory_id", "agent_id", "confidence", "kind", "text", "canonical"),
+                    # Only the distance: the fields are read from the hashes below (a
+                    # cluster master loads no field of another slot's document).
+                    (),
                     # Exact, never the graph walk recall uses: admission folds and
                     # merges into this neighbour, and an approximate one would
                     # depend on where the apply loop's batches fell (a neighbour
@@ -290,13 +294,21 @@ class RedisMemoryStore:
                     "FT.SEARCH", target.index, *knn.arguments(vector), **target.options
                 )
             replies = await pipe.execute()
+        hits = [keyed_docs(reply) for reply in replies]
+        keys = sorted({key for found in hits for key, _ in found})
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hmget(key, list(_NEIGHBOUR_FIELDS))
+            rows = dict(zip(keys, await pipe.execute(), strict=True))
         found: list[StoredNeighbour | None] = []
-        for (agent_id, vector), reply in zip(queries, replies, strict=True):
+        for (agent_id, vector), matches in zip(queries, hits, strict=True):
             query = np.frombuffer(vector, dtype=np.float32)
             best: StoredNeighbour | None = None
-            for match in docs(reply):
-                doc = doc_fields(match)
-                owner = text_of(doc.get("agent_id", ""))
+            for key, computed in matches:
+                doc = dict(zip(_NEIGHBOUR_FIELDS, rows[key], strict=True))
+                if doc["memory_id"] is None:
+                    continue  # gone since the index listed it
+                owner = text_of(doc["agent_id"] or b"")
                 if owner != agent_id:
                     logger.warning(
                         "nearest for %r returned a memory of %r: ignored", agent_id, owner
@@ -304,23 +316,23 @@ class RedisMemoryStore:
                     continue
                 # As an in-batch neighbour is read (see `neighbour_similarity`): the
                 # index's own distance differs in the last bits.
-                stored = doc.get("canonical")
+                stored = doc["canonical"]
                 if isinstance(stored, bytes) and len(stored) == len(vector):
                     similarity = neighbour_similarity(
                         query, np.frombuffer(stored, dtype=np.float32)
                     )
                 else:
-                    similarity = 1.0 - float(text_of(doc["distance"]))
+                    similarity = 1.0 - float(text_of(computed["distance"]))
                 memory_id = text_of(doc["memory_id"])
                 if closer(similarity, memory_id, best.neighbour if best else None):
                     best = StoredNeighbour(
                         Neighbour(
                             memory_id=memory_id,
                             similarity=similarity,
-                            confidence=float(text_of(doc.get("confidence", "0.5"))),
-                            text=text_of(doc.get("text", "")),
+                            confidence=float(text_of(doc["confidence"] or b"0.5")),
+                            text=text_of(doc["text"] or b""),
                         ),
-                        text_of(doc.get("kind", "")),
+                        text_of(doc["kind"] or b""),
                     )
             found.append(best)
         return found
@@ -421,19 +433,17 @@ class RedisMemoryStore:
         query = VectorQuery(
             vector=np.asarray(vector, dtype=np.float32).tobytes(),
             vector_field_name=lane,
-            return_fields=list(RETURN_FIELDS),
+            return_fields=[],
             filter_expression=live_filter(agent_id),
             num_results=k,
             dtype="float32",
         )
         reply = await self._search(agent_id, *query.get_args(), "PARAMS", *_params(query))
-        hits = []
-        for doc in docs(reply):
-            fields = doc_fields(doc)
-            distance = float(text_of(fields.pop("vector_distance")))
-            hits.append(ScoredHit(stored_memory(fields), 1.0 - distance))
-        hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
-        return hits
+        scored = [
+            (self.keys.memory_id_of(key), 1.0 - float(text_of(fields["vector_distance"])))
+            for key, fields in keyed_docs(reply)
+        ]
+        return await self._hits(agent_id, scored)
 
     async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]:
         if not terms:
@@ -443,14 +453,22 @@ class RedisMemoryStore:
             Query(text_query.query_string())
             .scorer("BM25")
             .with_scores()
-            .return_fields(*RETURN_FIELDS)
+            .no_content()
             .paging(0, k)
             .dialect(2)
         )
-        result = await self._search(agent_id, *query.get_args())
+        reply = await self._search(agent_id, *query.get_args())
+        scored = [(self.keys.memory_id_of(key), score) for key, score in scored_keys(reply)]
+        return await self._hits(agent_id, scored)
+
+    async def _hits(self, agent_id: str, scored: Sequence[tuple[str, float]]) -> list[ScoredHit]:
+        """A search's (memory id, score) as hits, each record read from its hash (a
+        cluster master loads no field of another slot's document)."""
+        records = await self.get_many(agent_id, [memory_id for memory_id, _ in scored])
         hits = [
-            ScoredHit(stored_memory(doc_fields(doc)), doc_score(doc))
-            for doc in docs(result, with_scores=True)
+            ScoredHit(record, score)
+            for record, (_, score) in zip(records, scored, strict=True)
+            if record is not None
         ]
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
         return hits

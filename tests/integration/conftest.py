@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.settings import Settings
+from grimoire.tables.redis_client import create_redis
 from grimoire.topics.client import GrimoireClient
 from tests.support.workers import start_ready_worker
 
@@ -31,13 +32,24 @@ WHEEL_CACHE = ROOT / ".grimoire" / "wheels"
 WORKER_READY_TIMEOUT_S = 120.0
 
 
+def redis_cluster_masters() -> int:
+    """`GRIMOIRE_TEST_REDIS_CLUSTER`: run the session against a Redis Cluster of that
+    many masters (`1` or `yes`: 3) on consecutive ports from the Redis test port."""
+    raw = os.environ.get("GRIMOIRE_TEST_REDIS_CLUSTER", "").strip().lower()
+    if raw in ("", "0", "no", "false"):
+        return 0
+    return 3 if raw in ("1", "yes", "true") else int(raw)
+
+
 @pytest.fixture(scope="session")
 def local_services() -> Iterator[LocalServices]:
     ports = ServicePorts(
         kafka=int(os.environ.get("GRIMOIRE_TEST_KAFKA_PORT", "19392")),
         redis=int(os.environ.get("GRIMOIRE_TEST_REDIS_PORT", "16679")),
     )
-    services = LocalServices(STATE_DIR, ports, wheel_cache=WHEEL_CACHE)
+    services = LocalServices(
+        STATE_DIR, ports, wheel_cache=WHEEL_CACHE, redis_cluster_masters=redis_cluster_masters()
+    )
     started = services.up()
     yield services
     if started:
@@ -80,7 +92,8 @@ async def client(
 
 @pytest.fixture
 async def redis_client(settings: Settings) -> AsyncIterator[Redis]:
-    redis = Redis.from_url(settings.redis_url)
+    # One Redis or a cluster client, as the worker makes it.
+    redis = create_redis(settings.redis_url, 8)
     yield redis
     await redis.aclose()
 
