@@ -11,7 +11,7 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.tables.schema.memory_index import memory_schema
+from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
 
@@ -126,14 +126,14 @@ async def test_publishing_the_same_events_twice_changes_nothing(
     read_topic: Any,
 ) -> None:
     agent, _ = agent_ids
-    prefix = memory_schema(settings.topic_prefix).index.prefix
+    pattern = Keyspace(settings.topic_prefix).agent_memory_pattern(agent)
     episodes = [
         EpisodeV1(agent_id=agent, ts=BASE_TS + i, text=text, event_id=f"evt-{i}" if i else None)
         for i, text in enumerate(A_EPISODES)
     ]
 
     async def keys() -> list[bytes]:
-        found = [key async for key in redis_client.scan_iter(f"{prefix}:*", count=1000)]
+        found = [key async for key in redis_client.scan_iter(pattern, count=1000)]
         owners = [await redis_client.hget(key, "agent_id") for key in found]
         return sorted(
             key for key, owner in zip(found, owners, strict=True) if owner == agent.encode()

@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
+from grimoire.tables.codec.watermark import WINDOW_MEMBER
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets, RecallFilters
 from grimoire.topics.schemas import EpisodeV1, OutcomeV1, TranscriptV1
@@ -96,10 +96,9 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     assert all(s["role"] for s in top.episode)
     assert explained.timings_ms["total"] > 0 and explained.mode == "full"
 
-    assert await redis_client.exists(
-        f"{memory_schema(settings.topic_prefix).index.prefix}:{top.id}"
-    )
-    usage = f"{settings.topic_prefix}:use:{top.id}"  # not indexed: a touch never re-indexes
+    assert await redis_client.exists(Keyspace(settings.topic_prefix).memory(agent, top.id))
+    # not indexed: a touch never re-indexes
+    usage = Keyspace(settings.topic_prefix).usage(agent, top.id)
     counts = await redis_client.hmget(usage, ["included_count_total", "last_accessed"])
     assert int(counts[0]) >= 1  # the explained recall counted it (record_usage defaults on)
     assert int(counts[1]) == explained.as_of
@@ -116,7 +115,7 @@ async def test_outcomes_through_the_broker_apply_once(
     await _ingest(client, agent, eventually)
     answer = await client.recall(agent, "staging deploy timeout", k=1, record_usage=False)
     (top,) = answer.items
-    key = f"{memory_schema(settings.topic_prefix).index.prefix}:{top.id}"
+    key = Keyspace(settings.topic_prefix).memory(agent, top.id)
     before = float(await redis_client.hget(key, "confidence"))
 
     positive = OutcomeV1(
@@ -140,7 +139,7 @@ async def test_outcomes_through_the_broker_apply_once(
     await eventually(validated, timeout=15)
     assert float(await redis_client.hget(key, "confidence")) == pytest.approx(before + 0.1)
     assert float(await redis_client.hget(key, "strength")) == 2.0
-    usage = f"{settings.topic_prefix}:use:{top.id}"
+    usage = Keyspace(settings.topic_prefix).usage(agent, top.id)
     assert int(await redis_client.hget(usage, "last_accessed")) == BASE_TS + 60_000
 
 
@@ -191,10 +190,10 @@ async def test_anti_rumination_through_the_pipeline(
     assert first.items[-1].source_event_id == "glad"
     assert injected[0].scores is not None and injected[0].scores["contrarian"] == 1.0
     assert not any("anti-rumination" in (item.reasons or ()) for item in again.items)
-    windows = Keyspace(settings.topic_prefix).contrarian_windows
+    windows = Keyspace(settings.topic_prefix).contrarian_window(agent)
 
     async def served() -> Any:
         # Recall is a read: the window served is a journal entry, applied shortly.
-        return await redis_client.zscore(windows, agent)
+        return await redis_client.zscore(windows, WINDOW_MEMBER)
 
     assert await eventually(served, timeout=10) == 1.0  # ticks 100-199

@@ -13,7 +13,6 @@ from redis.asyncio import Redis
 from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
-from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
 
@@ -71,10 +70,10 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
         return found if len(found) == 5 else None
 
     edge = await eventually(members, timeout=15)
-    prefix = memory_schema(settings.topic_prefix).index.prefix
+    keys = Keyspace(settings.topic_prefix)
     layers: dict[str, str] = {}
     for memory_id, role in edge.items():
-        record = await redis_client.hgetall(f"{prefix}:{memory_id.decode()}")
+        record = await redis_client.hgetall(keys.memory(agent, memory_id.decode()))
         assert record[b"hyperedge_ids"] == b"turn:turn-7"
         assert record[b"session_id"] == b"sess-1"
         layers[record[b"layer"].decode()] = role.decode()
