@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user browser run smoke demo test test-unit test-integration lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet services-up services-down services-status clean
+.PHONY: help setup qemu-user browser run smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -58,6 +58,14 @@ test-unit: setup ## only the pure tests (no services)
 
 test-integration: setup qemu-user browser ## only the tests against the real broker and Redis
 	$(PY) -m pytest tests/integration
+
+# The session's Redis is a real Redis Cluster of 3 masters on consecutive ports from
+# GRIMOIRE_TEST_REDIS_PORT (tests/integration/conftest.py starts it and forms it).
+CLUSTER_TESTS := tests/integration/test_recall.py tests/integration/test_write_path.py \
+	tests/integration/test_pipeline.py tests/integration/test_store_contract.py
+test-cluster: setup ## the recall and write-path integration tests against a real 3-master Redis Cluster
+	GRIMOIRE_TEST_REDIS_CLUSTER=3 GRIMOIRE_TEST_REDIS_PORT=$${GRIMOIRE_TEST_REDIS_PORT:-17001} \
+		$(PY) -m pytest $(CLUSTER_TESTS)
 
 lint: setup ## ruff check + format check
 	$(VENV)/bin/ruff check .
