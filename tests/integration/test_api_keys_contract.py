@@ -143,7 +143,7 @@ async def test_the_keys_live_in_the_key_store_and_survive_a_wipe(settings: Setti
     try:
         store = RedisApiKeyStore(redis, prefix)
         record, token = await store.create(FLEET, "fleet", now_ms=1)
-        await redis.hset(keys.memory("m1"), mapping={"agent_id": "fleet-a/x"})
+        await redis.hset(keys.memory("fleet-a/x", "m1"), mapping={"agent_id": "fleet-a/x"})
         found = [name async for name in redis.scan_iter(match=keys.deployment_pattern)]
         assert sorted(n for n in found if keys.is_keystore_key(n)) == sorted(
             [keys.api_key(record.key_id).encode(), keys.api_key_index.encode()]

@@ -58,6 +58,7 @@ from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.stored import owned_key
 
 pytestmark = pytest.mark.integration
 
@@ -215,15 +216,20 @@ class RedisHarness(Harness):
         self.store = RedisCompactionStore(redis, prefix, dims=DIMS)
 
     async def record(self, memory_id: str) -> Hash | None:
-        raw = await self.redis.hgetall(self.keys.memory(memory_id))
+        raw = await self.redis.hgetall(await self._key(self.keys.memory, memory_id))
         return _text_hash(raw) if raw else None
 
+    async def _key(self, build: Any, memory_id: str) -> str:
+        return await owned_key(self.redis, build, (A, B), memory_id)
+
     async def set_field(self, memory_id: str, name: str, value: str) -> None:
-        await self.redis.hset(self.keys.memory(memory_id), name, value)
+        await self.redis.hset(await self._key(self.keys.memory, memory_id), name, value)
 
     async def touch(self, memory_id: str, as_of_ms: int) -> None:
+        owner = await self._key(self.keys.memory, memory_id)
+        agent = owner[owner.index("{") + 1 : owner.index("}")]
         await self.redis.hset(
-            self.keys.usage(memory_id),
+            self.keys.usage(agent, memory_id),
             mapping={
                 "included_count_total": "1",
                 "included_count_decay": "1.0",
@@ -236,7 +242,7 @@ class RedisHarness(Harness):
         return {text_of(member): int(score) for member, score in members}
 
     async def tombstone(self, memory_id: str) -> dict[str, str]:
-        raw = await self.redis.hgetall(self.keys.tombstone(memory_id))
+        raw = await self.redis.hgetall(await self._key(self.keys.tombstone, memory_id))
         return {text_of(k): text_of(v) for k, v in raw.items()}
 
     async def plan_fields(self, agent: str, plan_id: str) -> dict[str, str] | None:
@@ -283,7 +289,7 @@ async def commit(h: Harness, *records: MemoryRecord) -> None:
 async def indexed_eventually(h: Harness, ids: list[str], expected: int) -> int:
     """The index catches up shortly after a write (Redis); the reference at once."""
     for _ in range(250):
-        found = await h.store.indexed(ids)
+        found = await h.store.indexed(A, ids)
         if found >= expected:
             return found
         await asyncio.sleep(0.02)
@@ -409,7 +415,7 @@ async def test_summaries_are_written_hidden_and_linked_with_the_phase(h: Harness
     second = cluster_plan("sum-2", ("m-x",), ts=T0 + 5, text="other")
     plan = plan_of(first, second)
     await h.store.save_plan(A, plan)
-    assert await h.store.existing(["sum-1", sources[0].id, "nothing"]) == {sources[0].id}
+    assert await h.store.existing(A, ["sum-1", sources[0].id, "nothing"]) == {sources[0].id}
 
     vector = unit(3).tobytes()
     await h.store.write_summaries(A, plan, {"sum-1": vector})  # sum-2 exists already, say
@@ -423,7 +429,7 @@ async def test_summaries_are_written_hidden_and_linked_with_the_phase(h: Harness
     assert written["deleted"] == "1" and written["compaction_pending"] == "plan-1"
     assert await h.record("sum-2") is None
     assert (await h.nexus(A, "err:oom"))["sum-1"] == T0 + 2
-    assert await h.store.existing(["sum-1", "sum-2"]) == {"sum-1"}
+    assert await h.store.existing(A, ["sum-1", "sum-2"]) == {"sum-1"}
     assert await indexed_eventually(h, ["sum-1", "sum-2"], 1) == 1
     stored = await h.store.load_plan(A, "plan-1")
     assert stored is not None and stored.phase is Phase.SUMMARIES_WRITTEN

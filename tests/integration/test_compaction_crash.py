@@ -40,6 +40,7 @@ from grimoire.streams.recall.options import RecallBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.search_replies import scored_keys
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import (
     CompactionStore,
     Phase,
@@ -194,21 +195,23 @@ class RedisWorld(World):
     async def vectors_left(self) -> int:
         async with self.redis.pipeline(transaction=False) as pipe:
             for source in self.sources:
-                pipe.hexists(self.redis_memory.key(source), "canonical")
+                pipe.hexists(self.redis_memory.key(self.agent, source), "canonical")
             return sum(bool(found) for found in await pipe.execute())
 
     async def fields(self, memory_id: str) -> Hash:
-        return _text_hash(await self.redis.hgetall(self.redis_memory.key(memory_id)))
+        return _text_hash(await self.redis.hgetall(self.redis_memory.key(self.agent, memory_id)))
 
     async def tombstone(self, memory_id: str) -> Hash:
-        return _text_hash(await self.redis.hgetall(f"{self.prefix}:tomb:{memory_id}"))
+        return _text_hash(
+            await self.redis.hgetall(Keyspace(self.prefix).tombstone(self.agent, memory_id))
+        )
 
     async def nexus_members(self, key: str) -> set[str]:
-        nexus = f"{self.prefix}:nexus:{self.agent}:{key}"
+        nexus = Keyspace(self.prefix).nexus(self.agent, key)
         return {text_of(m) for m in await self.redis.zrange(nexus, 0, -1)}
 
     async def quarantine(self, memory_id: str) -> None:
-        await self.redis.hset(self.redis_memory.key(memory_id), "quarantined", "1")
+        await self.redis.hset(self.redis_memory.key(self.agent, memory_id), "quarantined", "1")
 
 
 class MemoryWorld(World):

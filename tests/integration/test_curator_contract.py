@@ -49,6 +49,7 @@ from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.stored import owned_key
 
 pytestmark = pytest.mark.integration
 
@@ -206,10 +207,13 @@ class RedisHarness(Harness):
         return [_readable(await self.redis.hgetall(key)) for key in keys]
 
     async def set_field(self, memory_id: str, name: str, value: str) -> None:
-        await self.redis.hset(self.store.memory_key(memory_id), name, value)
+        key = await owned_key(self.redis, self.store.memory_key, (A, B), memory_id)
+        await self.redis.hset(key, name, value)
 
     async def usage(self, memory_id: str) -> Hash:
-        return _readable(await self.redis.hgetall(self.store.usage_key(memory_id)))
+        key = await owned_key(self.redis, self.store.memory_key, (A, B), memory_id)
+        agent = key[key.index("{") + 1 : key.index("}")]
+        return _readable(await self.redis.hgetall(self.store.usage_key(agent, memory_id)))
 
     async def bookkeeping(self, agent: str) -> dict[str, Any]:
         raw = await self.redis.hgetall(self.store.entries_key(agent))

@@ -122,16 +122,17 @@ async def test_a_cycle_writes_the_documented_keys(env: Env) -> None:
     report = await CuratorRunner(env.curator, fake_embed, no_reschedule).run_cycle(A, NOW, 1)
     (insight,) = await env.curator.entries(A)
     new = await env.keys() - written
+    tag = f"{{{A}}}"  # every key of the agent carries it (its cluster hash tag)
     assert new == {
-        f"curator:{A}",
-        f"curator:{A}:entries",
-        f"nexus:{A}:tool:swap",  # the situation's tool, a key no episode carries
-        f"playbook:{A}",
-        f"mem:{insight.memory_id}",
-        f"use:{insight.memory_id}",
+        f"curator:{tag}",
+        f"curator:{tag}:entries",
+        f"nexus:{tag}:tool:swap",  # the situation's tool, a key no episode carries
+        f"playbook:{tag}",
+        f"mem:{tag}:{insight.memory_id}",
+        f"use:{tag}:{insight.memory_id}",
         # the derivation index: the insight from each of its evidence episodes
-        f"deriv:{A}:of:{insight.memory_id}",
-        *(f"deriv:{A}:from:{source}" for source in insight.source_ids),
+        f"deriv:{tag}:of:{insight.memory_id}",
+        *(f"deriv:{tag}:from:{source}" for source in insight.source_ids),
     }
     state = await env.redis.hgetall(env.curator.state_key(A))
     assert state[b"cycle"] == b"1" and state[b"watermark"] == str(T0 + 2).encode()

@@ -184,22 +184,32 @@ class RedisHarness(Harness):
         self.keys = self.decay.keys
         # Seeding finds an agent's memories through the index.
         self.index = AsyncSearchIndex(memory_schema(prefix), redis_client=redis)
+        # memory id -> its agent: keys name both since the store's format 2, the
+        # contract names memories alone (agent "a" for one never written).
+        self.owners: dict[str, str] = {}
+
+    def _agent(self, memory_id: str) -> str:
+        return self.owners.get(memory_id, "a")
 
     async def write(
         self, *docs: dict[str, Any], scheduled: bool = True, keep_existing: bool = False
     ) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
             for doc in docs:
-                pipe.hset(self.keys.memory(doc["memory_id"]), mapping=doc)
+                self.owners[doc["memory_id"]] = doc["agent_id"]
+                pipe.hset(self.keys.memory(doc["agent_id"], doc["memory_id"]), mapping=doc)
                 if scheduled:
                     self.decay.schedule_new(pipe, doc, keep_existing=keep_existing)
             await pipe.execute()
 
     async def update(self, memory_id: str, **changes: Any) -> None:
-        await self.redis.hset(self.keys.memory(memory_id), mapping=changes)
+        await self.redis.hset(self.keys.memory(self._agent(memory_id), memory_id), mapping=changes)
 
     async def touch(self, memory_id: str, last_accessed: int) -> None:
-        await self.redis.hset(self.keys.usage(memory_id), mapping={"last_accessed": last_accessed})
+        await self.redis.hset(
+            self.keys.usage(self._agent(memory_id), memory_id),
+            mapping={"last_accessed": last_accessed},
+        )
 
     async def schedule(self, agent: str, memory_id: str, due: int) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -211,15 +221,15 @@ class RedisHarness(Harness):
         return {text_of(member): score for member, score in rows}
 
     async def snapshot(self, memory_id: str) -> dict[str, str]:
-        raw = await self.redis.hgetall(self.keys.decayed(memory_id))
+        raw = await self.redis.hgetall(self.keys.decayed(self._agent(memory_id), memory_id))
         return {text_of(k): text_of(v) for k, v in raw.items()}
 
     async def seed(self, agent: str, now_ms: int) -> int:
         return await self.decay.seed(agent, now_ms, batch=7)  # several pages
 
     async def hashes(self, memory_id: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-        doc = await self.redis.hgetall(self.keys.memory(memory_id))
-        use = await self.redis.hgetall(self.keys.usage(memory_id))
+        doc = await self.redis.hgetall(self.keys.memory(self._agent(memory_id), memory_id))
+        use = await self.redis.hgetall(self.keys.usage(self._agent(memory_id), memory_id))
         return {text_of(k): v for k, v in doc.items()}, {text_of(k): v for k, v in use.items()}
 
     async def close(self) -> None:

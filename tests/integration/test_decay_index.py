@@ -97,7 +97,7 @@ async def test_commit_schedules_and_the_pass_writes_only_its_own_keys(
     schedule = await redis_client.zrange(keys.decay_schedule(agent), 0, -1, withscores=True)
     # 0.8 halves to 0.4 in one 48 h episode half-life; 0.3 to 0.1 in log2(3) of them.
     assert {text_of(m): s for m, s in schedule}["ep"] == T0 + H48 + 1
-    memory_before = await hash_of(redis_client, keys.memory("ep"))
+    memory_before = await hash_of(redis_client, keys.memory(agent, "ep"))
 
     now = T0 + H48 + 1
     report = await DecayRunner(decay, 100)(plan(agent, now))
@@ -105,11 +105,11 @@ async def test_commit_schedules_and_the_pass_writes_only_its_own_keys(
     assert report["seeded"] == 2
     assert report["entries_decayed"] == 1
     assert await redis_client.get(keys.decay_seeded(agent)) == str(now).encode()
-    assert await hash_of(redis_client, keys.memory("ep")) == memory_before
-    snapshot = await hash_of(redis_client, keys.decayed("ep"))
+    assert await hash_of(redis_client, keys.memory(agent, "ep")) == memory_before
+    snapshot = await hash_of(redis_client, keys.decayed(agent, "ep"))
     assert set(snapshot) == {"effective", "band", "as_of"}
     assert snapshot["band"] == b"1"
     assert snapshot["as_of"] == str(now).encode()
-    assert await redis_client.exists(keys.decayed("low")) == 0
+    assert await redis_client.exists(keys.decayed(agent, "low")) == 0
     later = await redis_client.zscore(keys.decay_schedule(agent), "ep")
     assert later == T0 + 3 * H48 + 1

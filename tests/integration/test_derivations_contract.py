@@ -74,6 +74,7 @@ from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.trust.derivations import DerivationStore, RedisDerivationStore
+from tests.support.stored import owned_key
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +231,9 @@ class RedisHarness(Harness):
         self.derivations = RedisDerivationStore(redis, prefix, dims=DIMS)
 
     async def doc(self, memory_id: str) -> Hash:
-        raw = await self.redis.hgetall(self.keys.memory(memory_id))
+        raw = await self.redis.hgetall(
+            await owned_key(self.redis, self.keys.memory, (A, B), memory_id)
+        )
         return {
             _text(k): _text(v) for k, v in raw.items() if _text(k) not in ("canonical", "eidolon")
         }

@@ -8,6 +8,7 @@ import uuid
 from grimoire.infra.settings import Settings
 from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.rebuild import rebuild_derived
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -34,9 +35,10 @@ async def test_a_rebuild_recreates_what_the_write_path_keeps(settings: Settings)
         mine.append(_record("golem-a", 9, "held back claim", quarantined=True))
         theirs = [_record("golem-b", n, "cpu load high") for n in range(3)]
         await store.commit(WriteBatch(records=(*mine, *theirs)))
-        keys = {name: f"{prefix}:{name}:golem-a" for name in ("nodes", "terms")}
+        ks = Keyspace(prefix)
+        keys = {"nodes": ks.nodes("golem-a"), "terms": ks.terms("golem-a")}
         kept = {name: await redis.hgetall(key) for name, key in keys.items()}
-        other = await redis.hgetall(f"{prefix}:terms:golem-b")
+        other = await redis.hgetall(Keyspace(prefix).terms("golem-b"))
         assert len(kept["nodes"]) == 6 and kept["terms"][b"#memories"] == b"6"
         assert kept["terms"][b"disk"] == b"5" and kept["terms"][b"claim"] == b"1"
 
@@ -45,7 +47,7 @@ async def test_a_rebuild_recreates_what_the_write_path_keeps(settings: Settings)
             report = await rebuild_derived(redis, prefix, "golem-a")
             assert (report.memories, report.terms) == (6, len(kept["terms"]) - 1)
             assert {name: await redis.hgetall(key) for name, key in keys.items()} == kept
-        assert await redis.hgetall(f"{prefix}:terms:golem-b") == other
+        assert await redis.hgetall(Keyspace(prefix).terms("golem-b")) == other
     finally:
         await redis.execute_command("FT.DROPINDEX", store.index_name, "DD")
         leftovers = [key async for key in redis.scan_iter(match=f"{prefix}:*")]

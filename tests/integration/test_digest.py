@@ -24,6 +24,7 @@ from grimoire.streams.maintenance.schedule import Task
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.records import EventType, HyperedgeRef, MemoryRecord, Provenance, Role
 from grimoire.streams.write.changes import Decision, Reinforcement, StatsDelta, WriteBatch
+from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore
@@ -171,8 +172,8 @@ async def test_the_same_writes_at_other_times_by_other_workers_digest_the_same(
     await write_state(two, A, worker="host-2:22", elapsed_ms=910.5)
     # The wall clock did reach the stores: the digest had something to leave out.
     memory = records[0].id
-    assert await one.redis.hget(one.keys.memory(memory), "recorded_at") != await two.redis.hget(
-        two.keys.memory(memory), "recorded_at"
+    assert await one.redis.hget(one.keys.memory(A, memory), "recorded_at") != await two.redis.hget(
+        two.keys.memory(A, memory), "recorded_at"
     )
     first = await agent_digest(one.redis, one.prefix, A)
     second = await agent_digest(two.redis, two.prefix, A)
@@ -191,12 +192,12 @@ async def test_the_same_writes_at_other_times_by_other_workers_digest_the_same(
 
 
 MUTATIONS: dict[str, Callable[[Deployment, list[MemoryRecord]], Awaitable[object]]] = {
-    "memory field": lambda d, r: d.redis.hset(d.keys.memory(r[0].id), "confidence", "0.61"),
+    "memory field": lambda d, r: d.redis.hset(d.keys.memory(A, r[0].id), "confidence", "0.61"),
     "memory vector": lambda d, r: d.redis.hset(
-        d.keys.memory(r[1].id), "canonical", unit(0.0, 1.0).tobytes()
+        d.keys.memory(A, r[1].id), "canonical", unit(0.0, 1.0).tobytes()
     ),
-    "memory field added": lambda d, r: d.redis.hset(d.keys.memory(r[2].id), "pinned", "1"),
-    "usage": lambda d, r: d.redis.hset(d.keys.usage(r[1].id), "included_count_total", 9),
+    "memory field added": lambda d, r: d.redis.hset(d.keys.memory(A, r[2].id), "pinned", "1"),
+    "usage": lambda d, r: d.redis.hset(d.keys.usage(A, r[1].id), "included_count_total", 9),
     "nexus score": lambda d, r: d.redis.zadd(d.keys.nexus(A, "tool:rpc"), {r[2].id: T0 + 21}),
     "nexus key gone": lambda d, r: d.redis.delete(d.keys.nexus(A, "err:timeout")),
     "hyperedge role": lambda d, r: d.redis.hset(
@@ -205,10 +206,10 @@ MUTATIONS: dict[str, Callable[[Deployment, list[MemoryRecord]], Awaitable[object
     "decision": lambda d, r: d.redis.hset(d.keys.decided(A), "c9", "reject"),
     "stats": lambda d, r: d.redis.hincrby(d.keys.stats(A), "candidates", 1),
     "decay due": lambda d, r: d.redis.zadd(d.keys.decay_schedule(A), {r[0].id: 1}),
-    "tombstone": lambda d, r: d.redis.set(d.keys.tombstone(r[0].id), "summary-1"),
-    "field state": lambda d, r: d.redis.hset(d.keys.field_states, A, b'{"regime":"storm"}'),
-    "watermark": lambda d, r: d.redis.zadd(d.keys.watermarks, {A: T0 + 31}),
-    "contrarian window": lambda d, r: d.redis.zadd(d.keys.contrarian_windows, {A: 5}),
+    "tombstone": lambda d, r: d.redis.set(d.keys.tombstone(A, r[0].id), "summary-1"),
+    "field state": lambda d, r: d.redis.set(d.keys.field_state(A), b'{"regime":"storm"}'),
+    "watermark": lambda d, r: d.redis.zadd(d.keys.watermark(A), {WATERMARK_MEMBER: T0 + 31}),
+    "contrarian window": lambda d, r: d.redis.zadd(d.keys.contrarian_window(A), {WINDOW_MEMBER: 5}),
     "maintenance log": lambda d, r: d.redis.xadd(
         d.keys.maintenance_log(A), {"task": "curator", "tick": 4}
     ),
@@ -236,7 +237,7 @@ async def test_wall_clock_and_worker_fields_do_not_change_the_digest(
     d = await open_deployment(1_000)
     records = await write_state(d, A, worker="w", elapsed_ms=1.0)
     before = await d.digest()
-    await d.redis.hset(d.keys.memory(records[0].id), "recorded_at", 123_456_789)
+    await d.redis.hset(d.keys.memory(A, records[0].id), "recorded_at", 123_456_789)
     await d.redis.set(d.keys.maintenance_lease(A), "another-worker", px=5_000)
     # A finished plan expires on the wall clock: whether it is still there is not state.
     plan = d.keys.compaction_plan(A, "p2")
@@ -273,11 +274,11 @@ async def test_the_footprint_names_every_key_of_the_agent(
 ) -> None:
     d = await open_deployment(1_000)
     records = await write_state(d, A, worker="w", elapsed_ms=1.0)
-    await d.redis.hset(d.keys.memory(records[2].id), "deleted", "1")  # still the agent's
+    await d.redis.hset(d.keys.memory(A, records[2].id), "deleted", "1")  # still the agent's
     keys = set(await agent_keys(d.redis, d.prefix, A))
     k = d.keys
     expected = {
-        *(k.memory(r.id) for r in records),
+        *(k.memory(A, r.id) for r in records),
         k.decided(A), k.stats(A), k.applied_outcomes(A), k.nodes(A), k.terms(A),
         k.decay_schedule(A), k.decay_seeded(A), k.compaction_plan(A, "p1"),
         k.compaction_pending(A), k.maintenance_ledger(A), k.maintenance_lease(A),
@@ -287,11 +288,15 @@ async def test_the_footprint_names_every_key_of_the_agent(
     footprint = await agent_footprint(d.redis, d.prefix, A)
     assert expected <= keys
     # Beyond those: the derivation index and usage counters the writes made.
-    others = set(footprint.families.get("derivation", ())) | {k.usage(r.id) for r in records}
+    others = set(footprint.families.get("derivation", ())) | {k.usage(A, r.id) for r in records}
     assert keys - expected <= others
     assert keys == set(footprint.keys)
     assert await agent_members(d.redis, d.prefix, A) == sorted(
-        [(k.field_states, A), (k.watermarks, A), (k.contrarian_windows, A)]
+        [
+            (k.field_state(A), ""),
+            (k.watermark(A), WATERMARK_MEMBER),
+            (k.contrarian_window(A), WINDOW_MEMBER),
+        ]
     )
     assert footprint.memory_ids == tuple(sorted(r.id for r in records))
     assert footprint.name_of("nexus", k.nexus(A, "tool:rpc")) == "tool:rpc"

@@ -166,7 +166,7 @@ async def test_an_export_imported_elsewhere_has_the_same_state_digest(
 
             async def counted() -> bool:  # the recall's usage entry was applied
                 keys = Keyspace(source)
-                return all([await redis.exists(keys.usage(m)) for m in used])
+                return all([await redis.exists(keys.usage(agent, m)) for m in used])
 
             await eventually(counted, timeout=60)
         await _settled(redis, source, [agent], eventually)
@@ -239,15 +239,15 @@ async def test_a_successor_recalls_its_predecessors_entries_at_a_discount(
             )
         assert answer.items
         for item in answer.items:
-            inherited = await memory_fields(redis, keys, item.id)
+            inherited = await memory_fields(redis, keys, successor, item.id)
             old_id = inherited["predecessor_memory_id"]
-            original = await memory_fields(redis, keys, old_id)
+            original = await memory_fields(redis, keys, agent, old_id)
             assert item.agent_id == successor and original["agent_id"] == agent
             assert item.id == successor_memory_id(successor, agent, old_id, int(original["ts"]))
             assert inherited["provenance"] == "predecessor"
             assert float(inherited["confidence"]) == float(original["confidence"]) * 0.5
             assert inherited["included_count_total"] == "0"
-            assert await redis.exists(keys.usage(item.id)) == 0  # usage starts afresh
+            assert await redis.exists(keys.usage(successor, item.id)) == 0  # usage starts afresh
             assert item.text is None or item.text == original["text"]
             # The rerank's confidence factor, computed by hand from the stored fields.
             expected = effective_confidence(

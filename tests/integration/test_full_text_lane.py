@@ -15,6 +15,7 @@ from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.recall.ports import RecallFilters
 from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
@@ -104,7 +105,7 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
 
 async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
-    counts_key = f"{prefix}:terms:{AGENT}"
+    counts_key = Keyspace(prefix).terms(AGENT)
     expected = [b"13", b"1", b"12", b"13"]
     counted = ["jon", "banker", "friends", "#memories"]
     assert await redis.hmget(counts_key, counted) == expected

@@ -189,7 +189,7 @@ async def test_recall_and_search(api: Setup, eventually: Eventually) -> None:
     assert result["items"][0]["scores"]  # explain
     assert "total" in result["timings_ms"]
     memory_id = result["items"][0]["id"]
-    usage = Keyspace(api.prefix).usage(memory_id)
+    usage = Keyspace(api.prefix).usage(api.agent, memory_id)
 
     async def used() -> int:
         return int(await api.redis.hget(usage, "included_count_total") or 0)
@@ -460,7 +460,7 @@ async def test_the_deployments_defaults_are_kept_and_sent_to_every_agent(
     prefix = f"defaults{uuid.uuid4().hex[:6]}"
     store = RedisApiKeyStore(redis_client, prefix)
     _, admin = await store.create(TenantScope(admin=True), "operator", now_ms=1)
-    await redis_client.zadd(Keyspace(prefix).watermarks, {"a-1": T0, "a-2": T0})
+    await redis_client.zadd(Keyspace(prefix).agents, {"a-1": T0, "a-2": T0})
     recorder = _Recorder()
     deps = HttpDeps(
         redis=redis_client,

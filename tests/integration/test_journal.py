@@ -273,14 +273,14 @@ async def test_an_outcome_before_its_memory_takes_effect_once_it_is_written(
         )
 
         async def written() -> Any:
-            doc = await redis.hgetall(store.key(memory))
+            doc = await redis.hgetall(store.key(agent, memory))
             return (
                 doc if doc and await redis.hlen(store.keys.pending_outcomes(agent)) == 0 else None
             )
 
         doc = await eventually(written, timeout=30)
         assert float(doc[b"strength"]) == 2.0
-        usage = await redis.hgetall(store.keys.usage(memory))
+        usage = await redis.hgetall(store.keys.usage(agent, memory))
         assert usage[b"last_accessed"] == str(BASE_TS + 10).encode()
     finally:
         await redis.aclose()

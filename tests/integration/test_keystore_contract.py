@@ -135,8 +135,8 @@ async def test_the_key_store_survives_a_wipe_of_the_memory_state(settings: Setti
         store = RedisKeyStore(redis, prefix)
         key = await store.key_for("a")
         await store.next_sequence("a", 4)
-        await redis.hset(keys.memory("m1"), mapping={"agent_id": "a"})
-        await redis.zadd(keys.watermarks, {"a": 1})
+        await redis.hset(keys.memory("a", "m1"), mapping={"agent_id": "a"})
+        await redis.zadd(keys.agents, {"a": 1})
         # What a rebuild's wipe does: every key of the deployment but the key store's.
         found = [name async for name in redis.scan_iter(match=keys.deployment_pattern)]
         kept = [name for name in found if keys.is_keystore_key(name)]

@@ -102,9 +102,9 @@ async def _publish_run(client: GrimoireClient, agent: str, number: int, quality:
     return ended.event_id or ""
 
 
-async def _run_record(redis: Redis, keys: Keyspace, memory: str) -> dict[str, str]:
+async def _run_record(redis: Redis, keys: Keyspace, agent: str, memory: str) -> dict[str, str]:
     """How often the memory's own run validated and contradicted it."""
-    return await memory_fields(redis, keys, memory, "validated_count", "contradicted_count")
+    return await memory_fields(redis, keys, agent, memory, "validated_count", "contradicted_count")
 
 
 async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
@@ -135,7 +135,7 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
         # A run's outcome may be journaled before some of its members (they come
         # from another topic): those are credited as they are written.
         for number, part in members:
-            stored = await _run_record(redis_client, keys, _mid(learner, number, part))
+            stored = await _run_record(redis_client, keys, learner, _mid(learner, number, part))
             if stored and stored["validated_count"] == stored["contradicted_count"]:
                 return False
         return True
@@ -145,7 +145,7 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
     # once (admission may have turned an input away: the test needs most of them).
     written = 0
     for number, part in members:
-        stored = await _run_record(redis_client, keys, _mid(learner, number, part))
+        stored = await _run_record(redis_client, keys, learner, _mid(learner, number, part))
         if not stored:
             continue
         written += 1
@@ -208,7 +208,9 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
 
         async def credited() -> bool:
             for part in ("alert", "act", "result"):
-                found = await memory_fields(redis_client, keys, _mid(agent, number, part), record)
+                found = await memory_fields(
+                    redis_client, keys, agent, _mid(agent, number, part), record
+                )
                 if found.get(record) != "1":
                     return False
             return True
@@ -224,7 +226,7 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
         await eventually(kept, timeout=30)
 
     async def stored(memory: str) -> dict[str, str]:
-        return await memory_fields(redis_client, keys, memory, *fields)
+        return await memory_fields(redis_client, keys, agent, memory, *fields)
 
     # Run 1 succeeds with nothing recalled.
     await run_learned(1, 0.9)

@@ -74,11 +74,11 @@ async def test_history_keeps_each_completion_once(ledgers: MaintenanceLedger) ->
     assert await ledgers.history("b") == []
 
 
-async def test_known_agents_are_the_agents_with_a_watermark(settings: Settings) -> None:
+async def test_known_agents_are_the_agents_in_the_registry(settings: Settings) -> None:
     redis: Redis = create_redis(settings.redis_url, 2)
     prefix = f"lc{uuid.uuid4().hex[:8]}"
     try:
-        await redis.zadd(Keyspace(prefix).watermarks, {"a": 1, "b": 2})
+        await redis.zadd(Keyspace(prefix).agents, {"a": 1, "b": 2})
         assert sorted([agent async for agent in known_agents(redis, prefix)]) == ["a", "b"]
     finally:
         await redis.aclose()

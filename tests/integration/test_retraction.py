@@ -115,7 +115,7 @@ class World:
         )
 
     async def doc(self, memory_id: str) -> dict[str, str]:
-        raw = await self.redis.hgetall(self.keys.memory(memory_id))
+        raw = await self.redis.hgetall(self.keys.memory(A, memory_id))
         return {
             text_of(k): text_of(v)
             for k, v in raw.items()
@@ -288,7 +288,7 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
     assert f"{OOM} 1" not in rebuilt["text"] and f"{OOM} 2" in rebuilt["text"]
     assert rebuilt["source_ids"] == "|".join(sorted(sources[1:]))
     assert "path:/1" not in rebuilt["nexus_keys"].split("|")
-    stored = await world.redis.hget(world.keys.memory(summary), "canonical")
+    stored = await world.redis.hget(world.keys.memory(A, summary), "canonical")
     assert stored == world.fake.vector(rebuilt["text"]).astype(np.float32).tobytes()
     assert world.witness.ops() == [
         ("retract.memory", (sources[0],)),

@@ -18,11 +18,11 @@ Eventually = Callable[..., Awaitable[Any]]
 
 
 async def memory_fields(
-    redis: Redis, keys: Keyspace, memory_id: str, *names: str
+    redis: Redis, keys: Keyspace, agent_id: str, memory_id: str, *names: str
 ) -> dict[str, str]:
     """A memory hash's fields as text: those of `names` that are set or, with no
     names, every field but the vectors."""
-    key = keys.memory(memory_id)
+    key = keys.memory(agent_id, memory_id)
     if names:
         values = await redis.hmget(key, list(names))
         return {n: v.decode() for n, v in zip(names, values, strict=True) if v is not None}
@@ -68,3 +68,16 @@ async def settled_digests(
         return second if first == second else None
 
     return list(await eventually(quiet, timeout=120, interval=0.1))
+
+
+async def owned_key(
+    redis: Redis, build: Callable[[str, str], str], agents: Iterable[str], memory_id: str
+) -> str:
+    """The key `build(agent, memory_id)` of whichever of `agents` holds the memory
+    (keys name their agent since the store's format 2, while contract suites name
+    memories alone); the first agent's when none does."""
+    candidates = [build(agent, memory_id) for agent in agents]
+    for key in candidates:
+        if await redis.exists(key):
+            return key
+    return candidates[0]
