@@ -192,6 +192,9 @@ class Runtime:
             yield agent
 
     async def close(self) -> None:
+        if self._composed is not None:
+            # The plain clients of a cluster's masters the schema check opened.
+            await self._composed.store.routing.aclose()
         if self._redis is not None:
             await self._redis.aclose()
         if self._keystore_redis is not None:

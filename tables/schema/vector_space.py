@@ -64,8 +64,12 @@ async def claim_vector_space(redis: Redis, prefix: str, mine: str, *, has_memori
 
 async def index_holds_documents(redis: Redis, prefix: str) -> bool:
     """Whether the prefix's memory index (any master's, on a cluster) holds any."""
-    for master in await SearchRouting(redis, prefix).master_indexes():
-        info = await master.client.ft(master.index).info()
-        if int(text_of(info.get("num_docs", 0) if isinstance(info, dict) else 0)) > 0:
-            return True
-    return False
+    routing = SearchRouting(redis, prefix)
+    try:
+        for master in await routing.master_indexes():
+            info = await master.client.ft(master.index).info()
+            if int(text_of(info.get("num_docs", 0) if isinstance(info, dict) else 0)) > 0:
+                return True
+        return False
+    finally:
+        await routing.aclose()
