@@ -93,5 +93,12 @@ class AgentTransactions:
             await self._shared.execute()
         agents = sorted(self._agents)
         # Agents' units are independent: sent side by side, one per slot's master.
-        results = await asyncio.gather(*(self._agents[a].execute() for a in agents))
+        # Every one is waited for, so a failure (the caller retries the batch, which
+        # each agent's marks make idempotent) leaves nothing in flight.
+        results = await asyncio.gather(
+            *(self._agents[a].execute() for a in agents), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         return {agent: list(replies) for agent, replies in zip(agents, results, strict=True)}
