@@ -116,7 +116,14 @@ class RedisOutbox:
         trimmed = {agent: n for agent, n in counts.items() if n > 0}
         if not trimmed:
             return
+        agents = sorted(trimmed)
         async with self._redis.pipeline(transaction=False) as pipe:
-            for agent_id, count in sorted(trimmed.items()):
-                pipe.ltrim(self.keys.outbox(agent_id), count, -1)
-            await pipe.execute()
+            for agent_id in agents:
+                pipe.ltrim(self.keys.outbox(agent_id), trimmed[agent_id], -1)
+                pipe.llen(self.keys.outbox(agent_id))
+            replies = await pipe.execute()
+        # Unlisted once empty, so the next drain reads nothing (the caller is the only
+        # writer of these lists, and lists an agent again before queueing for it).
+        empty = [a for a, length in zip(agents, replies[1::2], strict=True) if not length]
+        if empty:
+            await self._redis.srem(self.keys.outbox_agents(journal_partition), *empty)
