@@ -56,7 +56,13 @@ def is_outage(exc: BaseException) -> bool:
         return True
     if isinstance(
         exc,
-        redis.exceptions.ConnectionError
+        # A Redis Cluster resharding or failing over: the slot map is read again
+        # (`grimoire.tables.transaction`) and the retry finds the slot's master.
+        redis.exceptions.AskError
+        | redis.exceptions.TryAgainError
+        | redis.exceptions.ClusterError
+        | redis.exceptions.SlotNotCoveredError
+        | redis.exceptions.ConnectionError
         | redis.exceptions.TimeoutError
         | redis.exceptions.BusyLoadingError
         | ConnectionError

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 from typing import Any, TypeAlias
+from weakref import WeakKeyDictionary
 
 import hiredis
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.commands.core import AsyncScript
@@ -26,10 +27,15 @@ __all__ = [
     "HiredisConnection",
     "HiredisSSLConnection",
     "HiredisUnixConnection",
+    "close_masters",
     "create_redis",
+    "ensure_slots",
     "is_cluster",
     "is_cluster_url",
+    "master_client",
     "queue_script",
+    "refresh_slots",
+    "slot_master",
 ]
 
 logger = logging.getLogger(__name__)
@@ -130,3 +136,53 @@ def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any
         return
     pipe.scripts.add(script)
     pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+
+# Plain clients of a cluster's masters, per cluster client: a MULTI/EXEC over one
+# slot's keys runs on one of them (see `slot_master`).
+_MASTERS: WeakKeyDictionary[Any, dict[str, Redis]] = WeakKeyDictionary()
+
+
+async def ensure_slots(cluster: Any) -> None:
+    """The cluster client's slot map, read once (redis-py reads it lazily)."""
+    if not cluster.nodes_manager.slots_cache:
+        await cluster.initialize()
+
+
+def master_client(cluster: Any, node: Any) -> Redis:
+    """A plain client of one master of `cluster`, with the cluster client's options
+    (credentials, TLS), kept per cluster client."""
+    clients = _MASTERS.setdefault(cluster, {})
+    client = clients.get(node.name)
+    if client is None:
+        kwargs = dict(node.connection_kwargs)
+        kwargs.pop("himport_registry", None)
+        pool = ConnectionPool(
+            connection_class=_PACKED_BY_HIREDIS.get(node.connection_class, node.connection_class),
+            max_connections=node.max_connections,
+            **kwargs,
+        )
+        client = clients[node.name] = Redis(connection_pool=pool)
+    return client
+
+
+def slot_master(cluster: Any, slot: int) -> Redis:
+    """The plain client of the master owning `slot` (`ensure_slots` first).
+
+    redis-py's cluster pipeline in transaction mode determines each queued
+    command's slot on a thread of its own with an event loop of its own (8.1), which
+    is slow and breaks a client not initialized yet; a MULTI/EXEC whose keys share
+    one slot (an agent's, `grimoire.tables.keyspace`) is sent to that slot's master
+    directly instead. A slot that moved since answers MOVED: the caller's retry
+    finds the new master once the map is read again (`refresh_slots`)."""
+    return master_client(cluster, cluster.nodes_manager.get_node_from_slot(slot))
+
+
+async def refresh_slots(cluster: Any) -> None:
+    """Read the slot map again (after a MOVED)."""
+    await cluster.nodes_manager.initialize()
+
+
+async def close_masters(cluster: Any) -> None:
+    for client in _MASTERS.pop(cluster, {}).values():
+        await client.aclose()

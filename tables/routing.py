@@ -25,11 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from redis.asyncio import ConnectionPool, Redis
 from redis.crc import key_slot
 
 from grimoire.tables.keyspace import Keyspace, hash_tag
-from grimoire.tables.redis_client import is_cluster
+from grimoire.tables.redis_client import close_masters, ensure_slots, is_cluster, master_client
 
 __all__ = ["MasterIndex", "SearchRouting", "SearchTarget", "agent_slot"]
 
@@ -70,7 +69,6 @@ class SearchRouting:
         self._keys = Keyspace(prefix)
         self._cluster = is_cluster(redis)
         self._tags: dict[str, str] = {}
-        self._clients: dict[str, Redis] = {}
 
     @property
     def clustered(self) -> bool:
@@ -97,27 +95,18 @@ class SearchRouting:
         if not self._cluster:
             return [MasterIndex(self._keys.index_name, self._redis, "")]
         await self._ready()
-        found = []
-        for node in self._masters():
-            client = self._clients.get(node.name)
-            if client is None:
-                kwargs = dict(node.connection_kwargs)
-                kwargs.pop("himport_registry", None)
-                pool = ConnectionPool(
-                    connection_class=node.connection_class, max_connections=4, **kwargs
-                )
-                client = self._clients[node.name] = Redis(connection_pool=pool)
-            found.append(MasterIndex(self._index_of(node.name), client, node.name))
-        return found
+        return [
+            MasterIndex(self._index_of(node.name), master_client(self._redis, node), node.name)
+            for node in self._masters()
+        ]
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
-        self._clients.clear()
+        """Close the masters' plain clients (of every user of this cluster client)."""
+        if self._cluster:
+            await close_masters(self._redis)
 
     async def _ready(self) -> None:
-        if not self._redis.nodes_manager.slots_cache:
-            await self._redis.initialize()
+        await ensure_slots(self._redis)
 
     def _masters(self) -> list[Any]:
         """The masters that own slots (a master with none holds no agent), by name."""

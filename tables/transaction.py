@@ -28,11 +28,54 @@ no longer gets on a cluster is atomicity across agents, which nothing relies on
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-from grimoire.tables.redis_client import is_cluster
+from redis.crc import key_slot
+from redis.exceptions import AskError, ResponseError
 
-__all__ = ["AgentTransactions", "TransactionPart"]
+from grimoire.tables.redis_client import ensure_slots, is_cluster, refresh_slots, slot_master
+from grimoire.tables.routing import agent_slot
+
+__all__ = ["AgentTransactions", "TransactionPart", "agent_transaction", "key_transaction"]
+
+
+@asynccontextmanager
+async def agent_transaction(redis: Any, agent_id: str) -> AsyncIterator[Any]:
+    """A MULTI/EXEC pipeline over one agent's keys: on a cluster, on the master owning
+    the agent's slot (`grimoire.tables.redis_client.slot_master`)."""
+    async with _slot_transaction(redis, lambda: agent_slot(agent_id)) as pipe:
+        yield pipe
+
+
+@asynccontextmanager
+async def key_transaction(redis: Any, key: str) -> AsyncIterator[Any]:
+    """A MULTI/EXEC pipeline over one key (the key store's, which carry no tag)."""
+    async with _slot_transaction(redis, lambda: int(key_slot(key.encode()))) as pipe:
+        yield pipe
+
+
+@asynccontextmanager
+async def _slot_transaction(redis: Any, slot: Any) -> AsyncIterator[Any]:
+    if not is_cluster(redis):
+        async with redis.pipeline(transaction=True) as pipe:
+            yield pipe
+        return
+    await ensure_slots(redis)
+    try:
+        async with slot_master(redis, slot()).pipeline(transaction=True) as pipe:
+            yield pipe
+    except ResponseError as exc:
+        await _after_moved(redis, exc)
+        raise
+
+
+async def _after_moved(redis: Any, exc: ResponseError) -> None:
+    """A slot moved under a transaction (MOVED/ASK, an outage the fold retries):
+    read the slot map again, so the retry reaches the new master."""
+    if isinstance(exc, AskError):  # MovedError is one too
+        await refresh_slots(redis)
 
 
 class TransactionPart(Protocol):
@@ -50,6 +93,7 @@ class AgentTransactions:
     one Redis (see the module's docstring). Queue, then `execute` once."""
 
     def __init__(self, redis: Any) -> None:
+        # On a cluster: `open`, which reads the slot map first.
         self._redis = redis
         self._cluster = is_cluster(redis)
         self._one: Any = None
@@ -57,14 +101,22 @@ class AgentTransactions:
         self._shared: Any = None
         self._seen: set[str] = set()
 
+    @classmethod
+    async def open(cls, redis: Any) -> AgentTransactions:
+        if is_cluster(redis):
+            await ensure_slots(redis)
+        return cls(redis)
+
     def agent(self, agent_id: str) -> Any:
-        """The pipeline of `agent_id`'s atomic unit."""
+        """The pipeline of `agent_id`'s atomic unit (on a cluster, on the master of
+        its slot: `grimoire.tables.redis_client.slot_master`)."""
         self._seen.add(agent_id)
         if not self._cluster:
             return self._single()
         pipe = self._agents.get(agent_id)
         if pipe is None:
-            pipe = self._agents[agent_id] = self._redis.pipeline(transaction=True)
+            master = slot_master(self._redis, agent_slot(agent_id))
+            pipe = self._agents[agent_id] = master.pipeline(transaction=True)
         return pipe
 
     @property
@@ -100,5 +152,7 @@ class AgentTransactions:
         )
         for result in results:
             if isinstance(result, BaseException):
+                if isinstance(result, ResponseError):
+                    await _after_moved(self._redis, result)
                 raise result
         return {agent: list(replies) for agent, replies in zip(agents, results, strict=True)}

@@ -30,6 +30,7 @@ from grimoire.tables.codec.fact import (
     pair_field,
 )
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.transaction import agent_transaction
 
 __all__ = ["FactStore", "RedisFactStore", "index_changes"]
 
@@ -145,7 +146,7 @@ class RedisFactStore:
         around = sorted({i for ids in by_entity.values() for i in ids} - set(written))
         current = {**await self._facts(agent_id, around), **written}
         links = entity_links(current.values())
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             if changes.removed:
                 pipe.hdel(keys.facts(agent_id), *sorted(gone))
             if changes.upserts:

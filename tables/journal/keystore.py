@@ -31,6 +31,7 @@ from typing import Final, Protocol
 from redis.asyncio import Redis
 
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.transaction import key_transaction
 
 __all__ = [
     "KEY_BYTES",
@@ -149,7 +150,7 @@ class RedisKeyStore:
         # in between leaves it counting on, which costs nothing (numbers only
         # have to grow), while the keys are gone either way.
         name = self._keys.agent_keys(agent_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with key_transaction(self._redis, name) as pipe:
             pipe.hkeys(name)
             pipe.delete(name)
             fields, _ = await pipe.execute()

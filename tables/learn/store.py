@@ -37,7 +37,7 @@ from grimoire.tables.codec.learning import (
     weights_value,
 )
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.transaction import AgentTransactions, TransactionPart
+from grimoire.tables.transaction import AgentTransactions, TransactionPart, agent_transaction
 
 __all__ = ["LearningStore", "LearningWrite", "RedisLearningStore"]
 
@@ -108,7 +108,7 @@ class _RedisPart:
             getattr(pipe, name)(*args, **kwargs)
 
     async def apply_alone(self) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, self._agent) as pipe:
             self._queue_on(pipe)
             await pipe.execute()
 

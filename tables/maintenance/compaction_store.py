@@ -43,6 +43,7 @@ from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import escape_tag, live_filter, tenant_filter
 from grimoire.tables.redis_client import queue_script
 from grimoire.tables.routing import SearchRouting, SearchTarget
+from grimoire.tables.transaction import agent_transaction
 from grimoire.tables.trust.derivations import queue_edges, summary_edges
 
 __all__ = [
@@ -321,7 +322,7 @@ class RedisCompactionStore:
     # ---- the persisted plan -----------------------------------------------------
 
     async def save_plan(self, agent_id: str, plan: CompactionPlan) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             pipe.hset(
                 self.keys.compaction_plan(agent_id, plan.plan_id),
                 mapping={"plan": encode_plan(plan), "phase": Phase.PLANNED, "agent_id": agent_id},
@@ -359,7 +360,7 @@ class RedisCompactionStore:
         """A summary is only ever written here, while hidden: every HSET on an
         indexed hash re-indexes its vectors, so the caller passes only missing ones."""
         written = [c for c in plan.clusters if c.summary_id in vectors]
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             for cluster in written:
                 vector = vectors[cluster.summary_id]
                 fields = summary_fields(agent_id, plan, cluster, vector, self._dims)
@@ -391,7 +392,7 @@ class RedisCompactionStore:
 
     async def flip(self, agent_id: str, plan: CompactionPlan) -> list[int]:
         outbox = self.keys.compaction_outbox(agent_id, plan.plan_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             for cluster in plan.clusters:
                 keys = [self.keys.memory(agent_id, cluster.summary_id), outbox]
                 for source_id in cluster.source_ids:
@@ -414,7 +415,7 @@ class RedisCompactionStore:
     async def drop_vectors(self, agent_id: str, plan_id: str, memory_ids: Sequence[str]) -> None:
         """The HNSW graph is the costly part of a record: dropping the vectors is
         the physical deletion. A redone batch changes nothing."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             for memory_id in memory_ids:
                 pipe.hdel(self.keys.memory(agent_id, memory_id), *VECTOR_FIELDS)
             pipe.ltrim(self.keys.compaction_outbox(agent_id, plan_id), len(memory_ids), -1)
@@ -422,7 +423,7 @@ class RedisCompactionStore:
 
     async def finish(self, agent_id: str, plan_id: str) -> None:
         plan_key = self.keys.compaction_plan(agent_id, plan_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             pipe.hset(plan_key, "phase", Phase.DONE)
             pipe.expire(plan_key, PLAN_TTL_S)
             pipe.delete(

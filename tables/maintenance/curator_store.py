@@ -61,6 +61,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
+from grimoire.tables.transaction import agent_transaction
 from grimoire.tables.trust.derivations import curated_edges, queue_edges
 
 __all__ = [
@@ -297,7 +298,7 @@ class RedisCuratorStore:
             raise ValueError(f"curator cycle {cycle.cycle} lacks vectors for {missing}")
         agent_id = cycle.agent_id
         state_key = self.state_key(agent_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             # Only the agent's partition owner writes here; the WATCH turns a
             # duplicate run that slipped past the runner's check into a no-op.
             await pipe.watch(state_key)

@@ -29,6 +29,7 @@ from grimoire.tables.maintenance.compaction_store import Phase
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import memory_terms
 from grimoire.tables.memory.scripts import RedisScripts
+from grimoire.tables.transaction import agent_transaction
 from grimoire.tables.trust.agent_keys import (
     FIXED_FAMILIES,
     MEMBER_FAMILIES,
@@ -152,7 +153,7 @@ class ImportWriter:
                 if owner is not None and text_of(owner) != agent_id:
                     raise ImportRefused(f"memory {line.name} belongs to another agent")
         written = sorted({line.name for line, _ in memories})
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             for line, key in targets:
                 if derive and line.type == "memory":
                     terms = memory_terms(text_of(hash_of(line).get(b"text", b"")))

@@ -20,6 +20,7 @@ from grimoire.streams.model.text import search_terms
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
+from grimoire.tables.transaction import agent_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ async def rebuild_derived(
             progress(min(start + _BATCH, len(keys)), len(keys))
     counts[MEMORIES_FIELD] = len(ids)
     terms_key = graph.keys.terms(agent_id)
-    async with redis.pipeline(transaction=True) as pipe:
+    async with agent_transaction(redis, agent_id) as pipe:
         pipe.delete(terms_key, graph.keys.nodes(agent_id))
         items = sorted(counts.items())
         for start in range(0, len(items), _BATCH):

@@ -47,7 +47,7 @@ from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.schema.memory_index import memory_schema
-from grimoire.tables.transaction import AgentTransactions, TransactionPart
+from grimoire.tables.transaction import AgentTransactions, TransactionPart, agent_transaction
 from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
@@ -342,7 +342,7 @@ class RedisMemoryStore:
         # Each agent's decisions, and with them (`also`) their witness records and
         # outbox events, are stored together or not at all: one MULTI/EXEC for the
         # batch on one Redis, one per agent on a cluster (`AgentTransactions`).
-        tx = AgentTransactions(self._redis)
+        tx = await AgentTransactions.open(self._redis)
         for record in batch.records:
             cand = record.candidate
             pipe = tx.agent(cand.agent_id)
@@ -515,7 +515,7 @@ class RedisMemoryStore:
         # slip in between this read and the transaction below.
         if await self._redis.zscore(applied, seq) is not None:
             return False
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             self._scripts.touch_in(
                 pipe, [self.keys.usage(agent_id, i) for i in memory_ids], as_of_ms
             )
@@ -587,7 +587,7 @@ class RedisMemoryStore:
                 credit.contradicted if credit else 0,
                 "" if uplift is None else repr(uplift),
             ]
-        tx = AgentTransactions(self._redis)
+        tx = await AgentTransactions.open(self._redis)
         pipe = tx.agent(outcome.agent_id)
         self._scripts.apply_credits_in(pipe, keys, args)
         for part in also:
@@ -629,7 +629,7 @@ class RedisMemoryStore:
         """Keep the part of `outcome` naming each of `memory_ids` until it is written."""
         key = self.keys.pending_outcomes(outcome.agent_id)
         held = await self._redis.hmget(key, list(memory_ids)) if memory_ids else []
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, outcome.agent_id) as pipe:
             for memory_id, raw in zip(memory_ids, held, strict=True):
                 waiting = outcomes_from_json(raw)
                 part = held_for(outcome, memory_id)
@@ -652,7 +652,7 @@ class RedisMemoryStore:
         if not memory_ids:
             return []
         key = self.keys.pending_outcomes(agent_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             pipe.hmget(key, list(memory_ids))
             pipe.hdel(key, *memory_ids)
             held, _ = await pipe.execute()

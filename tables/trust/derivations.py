@@ -60,6 +60,7 @@ from grimoire.tables.codec.memory_hash import (
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD, memory_terms
+from grimoire.tables.transaction import agent_transaction
 
 __all__ = [
     "MAINTENANCE_EVENT_TYPES",
@@ -282,7 +283,7 @@ class RedisDerivationStore:
     async def add(self, agent_id: str, edges: Sequence[Edge]) -> None:
         if not edges:
             return
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             queue_edges(pipe, self.keys, agent_id, edges)
             await pipe.execute()
 
@@ -337,7 +338,7 @@ class RedisDerivationStore:
             agent_id, sorted({step.memory_id for step in plan.steps})
         )
         keys = self.keys
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with agent_transaction(self._redis, agent_id) as pipe:
             for step in plan.steps:
                 before = stored.get(step.memory_id)
                 if before is None or stored_text(before["agent_id"]) != agent_id:

@@ -133,6 +133,18 @@ async def test_a_batch_of_several_agents_is_one_single_slot_transaction_per_agen
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(transaction_module, "is_cluster", lambda redis: True)
+
+    async def slots_known(redis: object) -> None:
+        return None
+
+    masters: list[int] = []
+
+    def master_of(redis: RecordingCluster, slot: int) -> RecordingCluster:
+        masters.append(slot)  # each agent's MULTI/EXEC goes to its slot's master
+        return redis
+
+    monkeypatch.setattr(transaction_module, "ensure_slots", slots_known)
+    monkeypatch.setattr(transaction_module, "slot_master", master_of)
     redis = RecordingCluster()
     store = RedisMemoryStore(redis, "gm", 8)  # type: ignore[arg-type]
     also = [
@@ -166,7 +178,7 @@ async def test_a_batch_of_several_agents_is_one_single_slot_transaction_per_agen
             keys.nodes(agent),
         ):
             assert expected in unit_.keys
-    assert seen == {agent_slot(a) for a in AGENTS}
+    assert seen == {agent_slot(a) for a in AGENTS} == set(masters)
     (beside,) = shared
     keys = Keyspace("gm")
     assert set(beside.keys) == {keys.agents, keys.metrics, keys.outbox_agents(3)}
