@@ -47,7 +47,7 @@ async def queue(box: Outbox, redis: Any, partition: int, entries: list[OutboxEnt
     if redis is None:
         await part.apply_alone()
         return
-    tx = AgentTransactions(redis)
+    tx = await AgentTransactions.open(redis)
     part.queue(tx)
     await tx.execute()
 
