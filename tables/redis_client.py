@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 from weakref import WeakKeyDictionary
 
 import hiredis
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.commands.core import AsyncScript
@@ -109,13 +109,17 @@ def create_redis(url: str, max_connections: int) -> Any:
     files as query options (?ssl_ca_certs=ca.pem&ssl_certfile=..&ssl_keyfile=..),
     all read by redis-py itself (tests/unit/test_kafka_security.py pins it).
     `redis+cluster://` / `rediss+cluster://`: a `RedisCluster` (the same options;
-    `max_connections` per master)."""
+    `max_connections` does not apply there, see below)."""
     scheme, sep, rest = url.partition("://")
     if sep and scheme.lower() in CLUSTER_SCHEMES:
         plain = f"{CLUSTER_SCHEMES[scheme.lower()]}://{rest}"
         # Commands are packed by redis-py's own packer here: a cluster node builds
-        # its connections from a class RedisCluster picks itself.
-        return RedisCluster.from_url(plain, max_connections=max_connections)
+        # its connections from a class RedisCluster picks itself. And no cap on
+        # connections per master: redis-py's cluster nodes have no blocking pool, so
+        # a cap is an error under a burst (MaxConnectionsError), not a wait; the
+        # connection count follows the concurrency. Each master's plain client for
+        # transactions (`slot_master`) has a blocking pool of its own.
+        return RedisCluster.from_url(plain)
     # The non-blocking default pool raises "Too many connections" under bursts;
     # a blocking pool makes callers wait for a free connection instead.
     pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=10)
@@ -138,6 +142,7 @@ def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any
     pipe.evalsha(script.sha, len(keys), *keys, *args)
 
 
+_MASTER_CONNECTIONS = 32
 # Plain clients of a cluster's masters, per cluster client: a MULTI/EXEC over one
 # slot's keys runs on one of them (see `slot_master`).
 _MASTERS: WeakKeyDictionary[Any, dict[str, Redis]] = WeakKeyDictionary()
@@ -157,9 +162,12 @@ def master_client(cluster: Any, node: Any) -> Redis:
     if client is None:
         kwargs = dict(node.connection_kwargs)
         kwargs.pop("himport_registry", None)
-        pool = ConnectionPool(
+        # Blocking, as one Redis's pool is (`create_redis`): a burst waits for a
+        # connection instead of failing.
+        pool = BlockingConnectionPool(
             connection_class=_PACKED_BY_HIREDIS.get(node.connection_class, node.connection_class),
-            max_connections=node.max_connections,
+            max_connections=_MASTER_CONNECTIONS,
+            timeout=10,
             **kwargs,
         )
         client = clients[node.name] = Redis(connection_pool=pool)

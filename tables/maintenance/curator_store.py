@@ -251,12 +251,14 @@ class RedisCuratorStore:
         )  # fmt: skip
         rows = await self._search_all(agent_id, where, ENTRY_FIELDS, MAX_ENTRIES)
         ids = [text_of(row["memory_id"]) for row in rows]
+        if not ids:
+            return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in ids:
                 pipe.hget(self.usage_key(agent_id, memory_id), "last_accessed")
-            pipe.hmget(self.entries_key(agent_id), ids) if ids else pipe.ping()
+            pipe.hmget(self.entries_key(agent_id), ids)
             replies = await pipe.execute()
-        books = replies[-1] if ids else []
+        books = replies[-1]
         return [
             curated_entry(row, usage, bookkeeping_from_json(book))
             for row, usage, book in zip(rows, replies[: len(ids)], books, strict=True)

@@ -22,7 +22,7 @@ from grimoire.streams.recall.rerank import DEFAULT_RERANK_WEIGHTS
 from grimoire.tables.learn.store import LearningStore, LearningWrite, RedisLearningStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.learning_store import InMemoryLearningStore
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.transaction import AgentTransactions, TransactionPart
 
 pytestmark = pytest.mark.integration
 
@@ -53,9 +53,9 @@ async def learning(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
 
     async def in_multi(part: TransactionPart) -> None:
         # As the memory store commits it: queued beside the credits, one MULTI/EXEC.
-        async with redis.pipeline(transaction=True) as pipe:
-            part.queue(pipe)
-            await pipe.execute()
+        tx = await AgentTransactions.open(redis)
+        part.queue(tx)
+        await tx.execute()
 
     try:
         yield Subject(RedisLearningStore(redis, prefix), in_multi)
