@@ -300,5 +300,5 @@ async def test_the_footprint_names_every_key_of_the_agent(
     )
     assert footprint.memory_ids == tuple(sorted(r.id for r in records))
     assert footprint.name_of("nexus", k.nexus(A, "tool:rpc")) == "tool:rpc"
-    assert footprint.name_of("usage", k.usage(records[1].id)) == records[1].id
+    assert footprint.name_of("usage", k.usage(A, records[1].id)) == records[1].id
     assert await agent_keys(d.redis, d.prefix, "nobody") == []

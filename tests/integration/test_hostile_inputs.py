@@ -56,8 +56,9 @@ async def _events_of(
     return mine(records)
 
 
-async def _owner(redis: Redis, settings: Settings, memory_id: str) -> str:
-    raw = await redis.hget(Keyspace(settings.topic_prefix).memory(memory_id), "agent_id")
+async def _owner(redis: Redis, settings: Settings, agent: str, memory_id: str) -> str:
+    """The `agent_id` the memory's hash holds under `agent`'s key ("" when absent)."""
+    raw = await redis.hget(Keyspace(settings.topic_prefix).memory(agent, memory_id), "agent_id")
     return raw.decode() if raw is not None else ""
 
 
@@ -103,7 +104,7 @@ async def test_agents_differing_only_in_case_never_fold_into_each_other(
     for event in own:
         for memory_id in (event["memory_id"], event.get("target_id")):
             if memory_id and event["action"] != "reject":
-                assert await _owner(redis_client, settings, memory_id) == lower, event
+                assert await _owner(redis_client, settings, lower, memory_id) == lower, event
 
     answer = await client.recall(upper, "rpc timed out", k=10, record_usage=False)
     assert [item.agent_id for item in answer.items] == [upper]

@@ -434,7 +434,7 @@ async def test_a_retracted_event_is_gone_from_recall_and_witnessed(
         )
 
         async def retracted() -> Any:
-            return await redis.hget(store.key(wrong), "retracted") == b"1"
+            return await redis.hget(store.key(agent, wrong), "retracted") == b"1"
 
         await eventually(retracted, timeout=120, interval=0.5)
         answer = await jclient.recall(agent, "oracle price feed froze", k=3, timeout=30)

@@ -86,7 +86,9 @@ def _events(agent: str) -> dict[str, Any]:
 
 
 async def _stored(redis: Redis, settings: Settings, agent: str, name: str) -> dict[str, str]:
-    key = Keyspace(settings.topic_prefix).memory(memory_id(agent, f"{agent}-{name}", 0, BASE_TS))
+    key = Keyspace(settings.topic_prefix).memory(
+        agent, memory_id(agent, f"{agent}-{name}", 0, BASE_TS)
+    )
     values = await redis.hmget(key, list(STORED))
     return {f: v.decode() for f, v in zip(STORED, values, strict=True) if v is not None}
 

@@ -175,7 +175,7 @@ class Agent:
         }  # fmt: skip
 
     async def field(self, memory: str, name: str) -> str | None:
-        return (await memory_fields(self.redis, self.keys, memory, name)).get(name)
+        return (await memory_fields(self.redis, self.keys, self.id, memory, name)).get(name)
 
     async def publish(self, event: Any) -> None:
         if isinstance(event, ToolEventV1):
