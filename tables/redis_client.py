@@ -11,6 +11,7 @@ scripts queued on a pipeline, the search index on every master) live in
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, TypeAlias
 from weakref import WeakKeyDictionary
@@ -94,6 +95,20 @@ _PACKED_BY_HIREDIS: dict[type[Any], type[Any]] = {
 }
 
 
+class _Cluster(RedisCluster):
+    """redis-py's `RedisCluster`, its slot map read by the first caller alone.
+
+    redis-py 8.1 reads the map lazily on first use, and commands that arrive
+    meanwhile can be sent on a connection being replaced (20 concurrent first
+    calls failed with `'NoneType' object has no attribute 'writelines'`); they
+    wait for the map here instead."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize:
+            await ensure_slots(self)
+        return await super().execute_command(*args, **kwargs)
+
+
 def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() in CLUSTER_SCHEMES
 
@@ -119,7 +134,7 @@ def create_redis(url: str, max_connections: int) -> Any:
         # a cap is an error under a burst (MaxConnectionsError), not a wait; the
         # connection count follows the concurrency. Each master's plain client for
         # transactions (`slot_master`) has a blocking pool of its own.
-        return RedisCluster.from_url(plain)
+        return _Cluster.from_url(plain)
     # The non-blocking default pool raises "Too many connections" under bursts;
     # a blocking pool makes callers wait for a free connection instead.
     pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=10)
@@ -142,6 +157,7 @@ def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any
     pipe.evalsha(script.sha, len(keys), *keys, *args)
 
 
+_FIRST_READS: WeakKeyDictionary[Any, asyncio.Lock] = WeakKeyDictionary()
 _MASTER_CONNECTIONS = 32
 # Plain clients of a cluster's masters, per cluster client: a MULTI/EXEC over one
 # slot's keys runs on one of them (see `slot_master`).
@@ -149,9 +165,16 @@ _MASTERS: WeakKeyDictionary[Any, dict[str, Redis]] = WeakKeyDictionary()
 
 
 async def ensure_slots(cluster: Any) -> None:
-    """The cluster client's slot map, read once (redis-py reads it lazily)."""
-    if not cluster.nodes_manager.slots_cache:
-        await cluster.initialize()
+    """The cluster client's slot map, read once (redis-py reads it lazily), by one
+    caller while the others wait."""
+    if not cluster._initialize and cluster.nodes_manager.slots_cache:
+        return
+    lock = _FIRST_READS.get(cluster)
+    if lock is None:
+        lock = _FIRST_READS[cluster] = asyncio.Lock()
+    async with lock:
+        if cluster._initialize or not cluster.nodes_manager.slots_cache:
+            await cluster.initialize()
 
 
 def master_client(cluster: Any, node: Any) -> Redis:

@@ -58,7 +58,7 @@ from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
-from tests.support.stored import owned_key
+from tests.support.stored import drop_deployment, owned_key
 
 pytestmark = pytest.mark.integration
 
@@ -258,14 +258,7 @@ class RedisHarness(Harness):
         return [text_of(m) for m in raw]
 
     async def close(self) -> None:
-        try:
-            await self.redis.execute_command("FT.DROPINDEX", self.redis_memory.index_name, "DD")
-            keys = [key async for key in self.redis.scan_iter(match=f"{self.prefix}:*")]
-            if keys:
-                await self.redis.delete(*keys)
-        finally:
-            await self.redis.aclose()
-            await self.redis.connection_pool.disconnect()
+        await drop_deployment(self.redis, self.prefix)
 
 
 @pytest.fixture(params=["memory", "redis"])

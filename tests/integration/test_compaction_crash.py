@@ -51,6 +51,7 @@ from grimoire.tables.queries import escape_tag
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
 
@@ -296,14 +297,7 @@ async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
         await seed(w)
         yield w
     finally:
-        try:
-            await redis.execute_command("FT.DROPINDEX", w.redis_memory.index_name, "DD")
-            keys = [key async for key in redis.scan_iter(match=f"{w.prefix}:*")]
-            if keys:
-                await redis.delete(*keys)
-        finally:
-            await redis.aclose()
-            await redis.connection_pool.disconnect()
+        await drop_deployment(redis, w.prefix)
 
 
 async def reachable_side(w: World, summary: str) -> str:

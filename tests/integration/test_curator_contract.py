@@ -49,7 +49,7 @@ from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
-from tests.support.stored import owned_key
+from tests.support.stored import drop_deployment, owned_key
 
 pytestmark = pytest.mark.integration
 
@@ -226,14 +226,7 @@ class RedisHarness(Harness):
         return {_text(member): int(score) for member, score in members}
 
     async def close(self) -> None:
-        try:
-            await self.redis.execute_command("FT.DROPINDEX", self.memory_store.index_name, "DD")
-            keys = [key async for key in self.redis.scan_iter(match=f"{self.prefix}:*")]
-            if keys:
-                await self.redis.delete(*keys)
-        finally:
-            await self.redis.aclose()
-            await self.redis.connection_pool.disconnect()
+        await drop_deployment(self.redis, self.prefix)
 
 
 async def open_redis(settings: Settings) -> RedisHarness:

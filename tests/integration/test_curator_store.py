@@ -36,6 +36,7 @@ from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.maintenance.curator_store import PAGE, RedisCuratorStore
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
+from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
 
@@ -104,12 +105,7 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
     try:
         yield Env(redis, prefix, memory, RedisCuratorStore(redis, prefix))
     finally:
-        await redis.execute_command("FT.DROPINDEX", memory.index_name, "DD")
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
-        await redis.connection_pool.disconnect()
+        await drop_deployment(redis, prefix)
 
 
 def plan(agent: str, cycle: int) -> MaintenancePlan:

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redisvl.index import AsyncSearchIndex
 
 from grimoire.agents.maintenance.decay_task import decay_pass
 from grimoire.infra.settings import Settings
@@ -31,9 +30,10 @@ from grimoire.streams.model.decay import DAY_MS, HOUR_MS
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import decode_record, with_usage
 from grimoire.tables.maintenance.decay_index import DecayIndex, DecayStore, DueDecay
+from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
-from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
+from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
 
@@ -182,8 +182,6 @@ class RedisHarness(Harness):
         self.decay = DecayIndex(redis, prefix)
         self.store = self.decay
         self.keys = self.decay.keys
-        # Seeding finds an agent's memories through the index.
-        self.index = AsyncSearchIndex(memory_schema(prefix), redis_client=redis)
         # memory id -> its agent: keys name both since the store's format 2, the
         # contract names memories alone (agent "a" for one never written).
         self.owners: dict[str, str] = {}
@@ -233,14 +231,7 @@ class RedisHarness(Harness):
         return {text_of(k): v for k, v in doc.items()}, {text_of(k): v for k, v in use.items()}
 
     async def close(self) -> None:
-        try:
-            await self.index.delete(drop=False)
-            keys = [key async for key in self.redis.scan_iter(match=f"{self.prefix}:*", count=1000)]
-            if keys:
-                await self.redis.delete(*keys)
-        finally:
-            await self.redis.aclose()
-            await self.redis.connection_pool.disconnect()
+        await drop_deployment(self.redis, self.prefix)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -252,7 +243,8 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     harness = RedisHarness(
         create_redis(settings.redis_url, 8), f"{settings.topic_prefix}dk{uuid.uuid4().hex[:6]}"
     )
-    await harness.index.create(overwrite=True)
+    # The memory store's schema check: the index on every master of a cluster.
+    await RedisMemoryStore(harness.redis, harness.prefix, 384).ensure_schema()
     try:
         yield harness
     finally:

@@ -34,6 +34,7 @@ from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.maintenance.decay_index import DecayIndex
 from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.memory.wipe import wipe_memory_state
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ async def store(redis_client: Redis, settings: Settings) -> AsyncIterator[RedisM
     try:
         yield memory
     finally:
-        await redis_client.execute_command("FT.DROPINDEX", memory.index_name)  # type: ignore[no-untyped-call]
+        await wipe_memory_state(redis_client, prefix)  # every master's index on a cluster
         keys = [key async for key in redis_client.scan_iter(match=f"{prefix}:*", count=1000)]
         if keys:
             await redis_client.delete(*keys)

@@ -74,7 +74,7 @@ from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.trust.derivations import DerivationStore, RedisDerivationStore
-from tests.support.stored import owned_key
+from tests.support.stored import drop_deployment, owned_key
 
 pytestmark = pytest.mark.integration
 
@@ -223,6 +223,7 @@ class MemoryHarness(Harness):
 class RedisHarness(Harness):
     def __init__(self, redis: Redis, prefix: str) -> None:
         self.redis = redis
+        self.prefix = prefix
         self.keys = Keyspace(prefix)
         self.memory_store = RedisMemoryStore(redis, prefix, DIMS)
         self.memory = self.memory_store
@@ -251,14 +252,7 @@ class RedisHarness(Harness):
         return {_text(k): orjson.loads(v) for k, v in raw.items()}
 
     async def close(self) -> None:
-        try:
-            await self.redis.execute_command("FT.DROPINDEX", self.memory_store.index_name, "DD")
-            keys = [key async for key in self.redis.scan_iter(match=self.keys.deployment_pattern)]
-            if keys:
-                await self.redis.delete(*keys)
-        finally:
-            await self.redis.aclose()
-            await self.redis.connection_pool.disconnect()
+        await drop_deployment(self.redis, self.prefix)
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -13,6 +13,7 @@ from grimoire.tables.memory.rebuild import rebuild_derived
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.stored import drop_deployment
 from tests.support.vectors import flat_unit
 
 T0 = 1_790_000_000_000
@@ -49,8 +50,4 @@ async def test_a_rebuild_recreates_what_the_write_path_keeps(settings: Settings)
             assert {name: await redis.hgetall(key) for name, key in keys.items()} == kept
         assert await redis.hgetall(Keyspace(prefix).terms("golem-b")) == other
     finally:
-        await redis.execute_command("FT.DROPINDEX", store.index_name, "DD")
-        leftovers = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
-        if leftovers:
-            await redis.delete(*leftovers)
-        await redis.aclose()
+        await drop_deployment(redis, prefix)

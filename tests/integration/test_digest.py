@@ -34,6 +34,7 @@ from grimoire.tables.trust.agent_keys import agent_footprint, agent_keys, agent_
 from grimoire.tables.trust.digest import agent_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.stored import drop_deployment
 from tests.support.vectors import unit
 
 pytestmark = pytest.mark.integration
@@ -76,15 +77,7 @@ async def open_deployment(
 
     yield open_one
     for deployment in opened:
-        try:
-            await deployment.redis.execute_command(
-                "FT.DROPINDEX", deployment.store.index_name, "DD"
-            )
-            keys = [k async for k in deployment.redis.scan_iter(match=f"{deployment.prefix}:*")]
-            if keys:
-                await deployment.redis.delete(*keys)
-        finally:
-            await deployment.redis.aclose()
+        await drop_deployment(deployment.redis, deployment.prefix)
 
 
 def record(

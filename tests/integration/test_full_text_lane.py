@@ -20,6 +20,7 @@ from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.stored import drop_deployment
 from tests.support.vectors import flat_unit
 
 pytestmark = pytest.mark.integration
@@ -44,8 +45,7 @@ async def redis(settings: Settings) -> AsyncIterator[Redis]:
     await store.commit(WriteBatch(records=tuple(_record(n, t) for n, t in enumerate(TEXTS))))
     client.grimoire_prefix = prefix  # type: ignore[attr-defined]
     yield client
-    await client.execute_command("FT.DROPINDEX", store.index_name, "DD")
-    await client.aclose()
+    await drop_deployment(client, prefix)
 
 
 async def test_a_cut_common_term_is_still_scored_for_pooled_documents(redis: Redis) -> None:

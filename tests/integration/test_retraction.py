@@ -61,6 +61,7 @@ from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.derivations import RedisDerivationStore
 from grimoire.topics.declarations import TopicNames
 from tests.support.embedders import FakeEmbedder
+from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
 
@@ -150,14 +151,7 @@ class World:
         return found
 
     async def close(self) -> None:
-        try:
-            await self.redis.execute_command("FT.DROPINDEX", self.store.index_name, "DD")
-            keys = [key async for key in self.redis.scan_iter(match=self.keys.deployment_pattern)]
-            if keys:
-                await self.redis.delete(*keys)
-        finally:
-            await self.redis.aclose()
-            await self.redis.connection_pool.disconnect()
+        await drop_deployment(self.redis, self.prefix)
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from redis.asyncio import Redis
 
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.imported import VECTOR_FIELDS
+from grimoire.tables.memory.wipe import wipe_memory_state
+from grimoire.tables.redis_client import close_masters
 from grimoire.tables.trust.digest import agent_digest
 
 # The `eventually` fixture: poll a check until it is truthy (tests/integration/conftest.py).
@@ -81,3 +83,19 @@ async def owned_key(
         if await redis.exists(key):
             return key
     return candidates[0]
+
+
+async def drop_deployment(redis: Redis, prefix: str) -> None:
+    """Every index and key of a test deployment gone, then the client closed: on one
+    Redis or a cluster (each master's index, each master's keys)."""
+    try:
+        await wipe_memory_state(redis, prefix)
+        left = [key async for key in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+        if left:
+            await redis.delete(*left)
+    finally:
+        await close_masters(redis)
+        await redis.aclose()
+        pool = getattr(redis, "connection_pool", None)  # a cluster client has none
+        if pool is not None:
+            await pool.disconnect()
