@@ -36,6 +36,7 @@ class FakeCluster(RedisCluster):  # type: ignore[misc]
     def __init__(self, ranges: dict[str, tuple[int, int]]) -> None:
         self.nodes_manager = FakeNodes(ranges)
         self._primaries = [Node(name) for name in ranges]
+        self._initialize = False  # the slot map is read
 
     def get_primaries(self) -> list[Any]:
         return self._primaries
