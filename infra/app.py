@@ -86,5 +86,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
     async def _close_runtime(_app: Any, **_: Any) -> None:
         await runtime.close()
 
+    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    async def _forget_kept_heads(_app: Any, *_: Any, **__: Any) -> None:
+        runtime.partitions_assigned()
+
     app.grimoire_runtime = runtime  # type: ignore[attr-defined]
     return app

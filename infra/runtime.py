@@ -180,6 +180,16 @@ class Runtime:
         report = await refold(settings, self._composed.handlers.applier, journal_partitions)
         logger.error("store rebuilt from the journal: %s", report)
 
+    def partitions_assigned(self) -> None:
+        """After every rebalance: forget the witness heads kept for agents, so each
+        is read from the log again. A journal partition this worker held before may
+        have been another worker's since, whose records moved its agents' heads on;
+        a record built from a kept head would no longer follow the stored chain, and
+        its refused append would not undo the decisions of its transaction (they
+        would stand with no witness record)."""
+        if self._composed is not None:
+            self._composed.witness.invalidate()
+
     def pressure(self) -> str:
         """This worker's load now, as a maintenance command records it."""
         probe = WorkerPressure(self._counting, self._lag)

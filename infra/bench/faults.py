@@ -96,9 +96,16 @@ __all__ = [
     "ValidEvent",
     "account_fuzz",
     "account_valid",
+    "comparable_digest",
+    "decided_sets",
+    "decided_total",
+    "decision_event_counts",
+    "expected_candidates",
     "expected_outcome",
     "fault_plan",
     "fuzz_messages",
+    "read_topics",
+    "records_per_event",
     "run_faults_bench",
     "valid_events",
 ]
@@ -834,6 +841,39 @@ def expected_outcome(
 Coordinates = tuple[str, int, int]  # (topic, partition, offset)
 
 
+def expected_candidates(
+    events: Iterable[ValidEvent], settings: Settings
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Source event id → the (agent, candidate id) pairs the write path must decide
+    for it, by the worker's own normalizer with the deployment's limits."""
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for event in events:
+        accepted = normalize_event(
+            _EVENT_TYPES[event.topic_kind], event.value, settings.input_limits
+        )
+        if not isinstance(accepted, Accepted):
+            raise RuntimeError(f"the generator produced an invalid event: {accepted}")
+        out[event.event_id] = tuple((c.agent_id, c.id) for c in accepted.candidates)
+    return out
+
+
+def decision_event_counts(values: Iterable[bytes]) -> tuple[Counter[str], int]:
+    """Decision events per candidate id on memory-events, and how many records were
+    copies. Events are published at least once (the outbox sends again what a killed
+    worker may have sent already), byte for byte: a copy is a redelivery of one
+    decision, counted apart; two different events for a candidate are two decisions."""
+    decisions: Counter[str] = Counter()
+    copies: Counter[bytes] = Counter()
+    for value in values:
+        copies[value] += 1
+        if copies[value] > 1:
+            continue
+        event = orjson.loads(value)
+        if event.get("type") in DECISION_EVENTS and event.get("candidate_id"):
+            decisions[event["candidate_id"]] += 1
+    return decisions, sum(count - 1 for count in copies.values())
+
+
 @dataclass(frozen=True, slots=True)
 class ValidAccount:
     events: int
@@ -1065,7 +1105,7 @@ async def _until_ready(client: GrimoireClient, workers: _Workers) -> None:
 # ---- reading back ------------------------------------------------------------------
 
 
-async def _read_topics(
+async def read_topics(
     bootstrap: str, topics: Sequence[str]
 ) -> dict[str, list[tuple[int, int, bytes]]]:
     """Every record of each topic: (partition, offset, value), partition by partition."""
@@ -1090,7 +1130,7 @@ async def _read_topics(
     return out
 
 
-async def _decided_sets(redis: Redis, prefix: str, agents: Iterable[str]) -> dict[str, set[str]]:
+async def decided_sets(redis: Redis, prefix: str, agents: Iterable[str]) -> dict[str, set[str]]:
     keys = Keyspace(prefix)
     out: dict[str, set[str]] = {}
     for agent in agents:
@@ -1112,7 +1152,7 @@ async def _summed(
         return None
 
 
-async def _decided_total(redis: Redis, prefix: str, agents: Sequence[str]) -> int | None:
+async def decided_total(redis: Redis, prefix: str, agents: Sequence[str]) -> int | None:
     keys = Keyspace(prefix)
     return await _summed(redis, agents, lambda pipe, agent: pipe.hlen(keys.decided(agent)))
 
@@ -1122,7 +1162,7 @@ async def _witness_total(redis: Redis, prefix: str, agents: Sequence[str]) -> in
     return await _summed(redis, agents, lambda pipe, agent: pipe.xlen(keys.witness(agent)))
 
 
-async def _records_per_event(redis: Redis, prefix: str) -> dict[tuple[str, str], int]:
+async def records_per_event(redis: Redis, prefix: str) -> dict[tuple[str, str], int]:
     """(agent, source event id) → memory records, aggregates aside."""
     keys = Keyspace(prefix)
     counts: Counter[tuple[str, str]] = Counter()
@@ -1157,7 +1197,7 @@ async def _wait_quiet(
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:
         now = (
-            await _decided_total(redis, prefix, agents),
+            await decided_total(redis, prefix, agents),
             await _witness_total(redis, prefix, agents),
         )
         if now != last:
@@ -1336,7 +1376,7 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
 
             async def poll() -> int:
                 workers.check()
-                decided = await _decided_total(redis, prefix, env.agents)
+                decided = await decided_total(redis, prefix, env.agents)
                 if decided is not None and decided != progress["decided"]:
                     progress["decided"], progress["changed"] = decided, time.monotonic()
                 while (
@@ -1412,7 +1452,7 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
             topics.memory_events,
             topics.dead_letters,
         ]
-        topic_records = await _read_topics(settings.bootstrap_servers, read)
+        topic_records = await read_topics(settings.bootstrap_servers, read)
         by_value = {m.value: i for i, m in enumerate(fuzz)}
         where: dict[int, list[Coordinates]] = {}
         valid_values = {e.value for e in env.valid}
@@ -1438,7 +1478,7 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
                     "reason", "?"
                 )
         if journal_letters:  # poison entries: through the journal to their source
-            journal = await _read_topics(settings.bootstrap_servers, [topics.journal])
+            journal = await read_topics(settings.bootstrap_servers, [topics.journal])
             for partition, offset, value in journal[topics.journal]:
                 reason = journal_letters.get((partition, offset))
                 if reason is None:
@@ -1455,22 +1495,11 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
             for partition, offset, value in topic_records[topic]
             if value in valid_values and (topic, partition, offset) in letters
         )
-        # Events are published at least once (the outbox sends again what a killed
-        # worker may have sent already), byte for byte: a copy is a redelivery of
-        # one decision, counted apart; two different events for a candidate are
-        # two decisions.
-        decision_events: Counter[str] = Counter()
-        copies: Counter[bytes] = Counter()
-        for _, _, value in topic_records[topics.memory_events]:
-            copies[value] += 1
-            if copies[value] > 1:
-                continue
-            event = orjson.loads(value)
-            if event.get("type") in DECISION_EVENTS and event.get("candidate_id"):
-                decision_events[event["candidate_id"]] += 1
-        redelivered = sum(count - 1 for count in copies.values())
-        decided = await _decided_sets(redis, prefix, env.agents + fuzz_agents)
-        records = await _records_per_event(redis, prefix)
+        decision_events, redelivered = decision_event_counts(
+            value for _, _, value in topic_records[topics.memory_events]
+        )
+        decided = await decided_sets(redis, prefix, env.agents + fuzz_agents)
+        records = await records_per_event(redis, prefix)
         valid_account = account_valid(env.expected_valid, decided, decision_events, records)
         fuzz_account = account_fuzz(fuzz, expected_fuzz, where, letters, decided)
         digests = {a: await comparable_digest(redis, prefix, a) for a in env.agents}
@@ -1525,7 +1554,7 @@ async def _clean_run(env: _Env) -> dict[str, Any]:
             last, changed = -1, time.monotonic()
             while True:
                 workers.check()
-                decided = await _decided_total(redis, prefix, env.agents) or 0
+                decided = await decided_total(redis, prefix, env.agents) or 0
                 if decided >= env.total_candidates:
                     break
                 if decided != last:
@@ -1536,8 +1565,8 @@ async def _clean_run(env: _Env) -> dict[str, Any]:
             quiet = await _wait_quiet(redis, prefix, env.agents, env.total_candidates, 120.0)
         crashes = list(workers.crashes)
         workers.stop_all()
-        decided_sets = await _decided_sets(redis, prefix, env.agents)
-        account = account_valid(env.expected_valid, decided_sets, {}, {})
+        decided = await decided_sets(redis, prefix, env.agents)
+        account = account_valid(env.expected_valid, decided, {}, {})
         digests = {a: await comparable_digest(redis, prefix, a) for a in env.agents}
         full_digests = {a: (await agent_digest(redis, prefix, a)).sha256 for a in env.agents}
         return {
@@ -1703,12 +1732,7 @@ def run_faults_bench(
         }
     )
     valid = valid_events(events=events, agents=agents, seed=seed)
-    expected_valid: dict[str, tuple[tuple[str, str], ...]] = {}
-    for event in valid:
-        outcome = normalize_event(_EVENT_TYPES[event.topic_kind], event.value, base.input_limits)
-        if not isinstance(outcome, Accepted):
-            raise RuntimeError(f"the generator produced an invalid event: {outcome}")
-        expected_valid[event.event_id] = tuple((c.agent_id, c.id) for c in outcome.candidates)
+    expected_valid = expected_candidates(valid, base)
     env = _Env(
         base=base,
         services=services,

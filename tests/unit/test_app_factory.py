@@ -54,6 +54,20 @@ async def test_maintenance_can_be_switched_off() -> None:
     assert "unit.maintenance" not in consumed
 
 
+async def test_every_rebalance_reaches_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It forgets the witness heads it kept (`Runtime.partitions_assigned`): a
+    partition it gets back may have moved on under another worker."""
+    app = create_app(_settings())
+    calls: list[str] = []
+    monkeypatch.setattr(
+        app.grimoire_runtime,  # type: ignore[attr-defined]
+        "partitions_assigned",
+        lambda: calls.append("assigned"),
+    )
+    await app.on_partitions_assigned.send(set())
+    assert calls == ["assigned"]
+
+
 def test_a_child_process_environment_reproduces_every_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
