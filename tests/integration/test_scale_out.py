@@ -404,9 +404,9 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
         )
         decisions = {prefix: await _decisions(redis, prefix, agents) for prefix in prefixes}
         in_reference = [
-            await redis.exists(Keyspace(reference.topic_prefix).memory(memory)) == 1
+            await redis.exists(Keyspace(reference.topic_prefix).memory(owner, memory)) == 1
             for _, items in recalled
-            for memory, _ in items
+            for memory, owner in items
         ]
         folds = {prefix: {a: await _fold(redis, prefix, a) for a in agents} for prefix in prefixes}
     finally:
