@@ -63,7 +63,7 @@ test-integration: setup qemu-user browser ## only the tests against the real bro
 # GRIMOIRE_TEST_REDIS_PORT (tests/integration/conftest.py starts it and forms it).
 CLUSTER_TESTS := tests/integration/test_recall.py tests/integration/test_write_path.py \
 	tests/integration/test_pipeline.py tests/integration/test_store_contract.py \
-	tests/integration/test_outbox_contract.py
+	tests/integration/test_outbox_contract.py tests/integration/test_fence.py
 test-cluster: setup ## the recall and write-path integration tests against a real 3-master Redis Cluster
 	GRIMOIRE_TEST_REDIS_CLUSTER=3 GRIMOIRE_TEST_REDIS_PORT=$${GRIMOIRE_TEST_REDIS_PORT:-17001} \
 		$(PY) -m pytest $(CLUSTER_TESTS)

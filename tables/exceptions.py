@@ -29,6 +29,13 @@ class CorruptRecord(StorageError, ValueError):
     """Stored bytes that are not the shape their key holds."""
 
 
+class FenceBroken(StorageError):
+    """A transaction's fence moved before it committed: another writer changed the
+    agent's state since this worker read it (a worker the group had dropped, still
+    at work, or the partition's new owner). Nothing of the transaction was written;
+    the retry reads the state again and finds what the other writer did."""
+
+
 class StoreLost(StorageError):
     """The store no longer holds what this worker wrote (Redis came back empty: the
     index is gone). The fold must be rebuilt from the journal."""
@@ -52,7 +59,7 @@ def is_store_lost(exc: BaseException) -> bool:
 def is_outage(exc: BaseException) -> bool:
     """Whether `exc` is the store being unavailable (retry with backoff) rather than
     a bug the same input would hit again (dead-letter it and go on)."""
-    if is_store_lost(exc):
+    if is_store_lost(exc) or isinstance(exc, FenceBroken):
         return True
     if isinstance(
         exc,

@@ -23,6 +23,16 @@ of agents with an outbox):
 Each agent's state is so always written atomically; what a batch of several agents
 no longer gets on a cluster is atomicity across agents, which nothing relies on
 (each agent's entries are applied and marked on their own).
+
+A unit can be fenced (`fence`): it commits only if a stream's newest entry is
+still the one the writer built on. The unit's pipeline WATCHes the stream, reads
+its head, and sends MULTI/EXEC only when the head is as expected; EXEC fails if
+the stream moved in between. Every mutation of an agent's state appends to its
+witness stream, so the stream's head is the agent's version: a worker that read
+the agent's state, was dropped from the group during a long batch and commits
+afterwards (while the partition's new owner applied the same entries) writes
+nothing (`FenceBroken`, retried as an outage; the retry finds the entries
+decided).
 """
 
 from __future__ import annotations
@@ -30,15 +40,50 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from redis.crc import key_slot
-from redis.exceptions import AskError, ResponseError
+from redis.exceptions import AskError, ResponseError, WatchError
 
+from grimoire.tables.exceptions import FenceBroken
 from grimoire.tables.redis_client import ensure_slots, is_cluster, refresh_slots, slot_master
 from grimoire.tables.routing import agent_slot
 
-__all__ = ["AgentTransactions", "TransactionPart", "agent_transaction", "key_transaction"]
+__all__ = [
+    "AgentTransactions",
+    "StreamFence",
+    "TransactionPart",
+    "agent_transaction",
+    "key_transaction",
+]
+
+# KEYS: streams. For each, the `ARGV[1]` field of its newest entry, or false when
+# the stream is empty or absent. Read-only: it runs between WATCH and MULTI.
+_STREAM_HEADS: Final = """
+local heads = {}
+for i, key in ipairs(KEYS) do
+  local newest = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  heads[i] = false
+  if #newest > 0 then
+    local fields = newest[1][2]
+    for j = 1, #fields, 2 do
+      if fields[j] == ARGV[1] then heads[i] = fields[j + 1] end
+    end
+  end
+end
+return heads
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFence:
+    """A unit commits only while the stream at `key` has as its newest entry one
+    whose `field` is `expected` (None: the stream is empty)."""
+
+    key: str
+    field: str
+    expected: str | None
 
 
 @asynccontextmanager
@@ -100,6 +145,8 @@ class AgentTransactions:
         self._agents: dict[str, Any] = {}
         self._shared: Any = None
         self._seen: set[str] = set()
+        # Per pipeline (by id): the fences its MULTI/EXEC waits behind.
+        self._fences: dict[int, list[StreamFence]] = {}
 
     @classmethod
     async def open(cls, redis: Any) -> AgentTransactions:
@@ -118,6 +165,10 @@ class AgentTransactions:
             master = slot_master(self._redis, agent_slot(agent_id))
             pipe = self._agents[agent_id] = master.pipeline(transaction=True)
         return pipe
+
+    def fence(self, agent_id: str, fence: StreamFence) -> None:
+        """Commit `agent_id`'s unit only while `fence` holds (see the module docstring)."""
+        self._fences.setdefault(id(self.agent(agent_id)), []).append(fence)
 
     @property
     def shared(self) -> Any:
@@ -139,7 +190,7 @@ class AgentTransactions:
         if not self._cluster:
             if self._one is None:
                 return {}
-            replies = list(await self._one.execute())
+            replies = await self._fenced(self._one)
             return dict.fromkeys(self._seen, replies)
         if self._shared is not None:
             await self._shared.execute()
@@ -148,7 +199,7 @@ class AgentTransactions:
         # Every one is waited for, so a failure (the caller retries the batch, which
         # each agent's marks make idempotent) leaves nothing in flight.
         results = await asyncio.gather(
-            *(self._agents[a].execute() for a in agents), return_exceptions=True
+            *(self._fenced(self._agents[a]) for a in agents), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):
@@ -156,3 +207,38 @@ class AgentTransactions:
                     await _after_moved(self._redis, result)
                 raise result
         return {agent: list(replies) for agent, replies in zip(agents, results, strict=True)}
+
+    async def _fenced(self, pipe: Any) -> list[Any]:
+        fences = self._fences.get(id(pipe), [])
+        if not fences:
+            return list(await pipe.execute())
+        keys = [fence.key for fence in fences]
+        # Between WATCH and MULTI the pipeline runs commands at once (redis-py); what
+        # was queued before is sent inside MULTI/EXEC by `execute`.
+        await pipe.watch(*keys)
+        try:
+            heads: list[Any] = []
+            for field_name in sorted({fence.field for fence in fences}):
+                chosen = [fence for fence in fences if fence.field == field_name]
+                found = await pipe.eval(
+                    _STREAM_HEADS, len(chosen), *[fence.key for fence in chosen], field_name
+                )
+                heads.extend(zip(chosen, found, strict=True))
+            for fence, head in heads:
+                stored = None if head in (None, False) else _text(head)
+                if stored != fence.expected:
+                    raise FenceBroken(
+                        f"{fence.key} moved: its head is {stored!r}, this writer built on "
+                        f"{fence.expected!r}"
+                    )
+        except BaseException:
+            await pipe.reset()
+            raise
+        try:
+            return list(await pipe.execute())
+        except WatchError as exc:
+            raise FenceBroken(f"{', '.join(keys)} moved before the commit") from exc
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -342,8 +342,10 @@ class JournalApplier:
             messages = [(INGEST_KINDS[item.entry.kind], item.message) for item in run.items]
             # Read at the run's place in each agent's line: a `configure` before it
             # has been applied, one after it has not.
-            off = await self._ingest_off(sorted({item.entry.agent_id for item in run.items}))
+            agents = sorted({item.entry.agent_id for item in run.items})
+            off = await self._ingest_off(agents)
             if self.publication is not None:
+                await self.publication.hold_heads(agents)
                 effects = self.publication.for_run(
                     first.journal[0], [(item.entry.agent_id, item.journal[1]) for item in run.items]
                 )

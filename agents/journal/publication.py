@@ -69,6 +69,13 @@ class Publication:
         await self.outbox.remove(journal_partition, sent)
         self._sent[journal_partition] = Counter()
 
+    async def hold_heads(self, agent_ids: Sequence[str]) -> None:
+        """Read (or keep) each agent's witness head before its run reads any state:
+        the run's transaction is fenced on that head (`WitnessPart`), so a state
+        changed by another writer after this read cannot be written over."""
+        for agent_id in agent_ids:
+            await self.witness.head(agent_id)
+
     def for_run(self, journal_partition: int, positions: Sequence[tuple[str, int]]) -> RunEffects:
         """The effects of one ingest run: `positions` is (agent id, journal offset)
         of each of its entries, in order."""

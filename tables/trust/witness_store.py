@@ -42,7 +42,7 @@ from grimoire.tables.codec.witness import CorruptWitness, decode_witness, encode
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.redis_client import queue_script
-from grimoire.tables.transaction import AgentTransactions
+from grimoire.tables.transaction import AgentTransactions, StreamFence
 
 __all__ = [
     "AUDIT_PAGE",
@@ -209,7 +209,18 @@ class WitnessPart:
     def queue(self, tx: AgentTransactions) -> None:
         if not isinstance(self._log, RedisWitnessLog):
             raise TypeError(f"{type(self._log).__name__} joins no Redis pipeline")
+        fenced: set[str] = set()
         for record in self.records:
+            if record.agent_id not in fenced:
+                # The agent's unit commits only on the head its first record follows:
+                # every change of its state appends here, so a head that moved means
+                # another writer changed the state this batch was decided on.
+                fenced.add(record.agent_id)
+                expected = None if record.prev_hash == GENESIS_HASH else record.prev_hash
+                tx.fence(
+                    record.agent_id,
+                    StreamFence(self._log.key(record.agent_id), "hash", expected),
+                )
             self._log.append_in(tx.agent(record.agent_id), record)
 
     async def apply_alone(self) -> None:
