@@ -16,7 +16,7 @@ from redis.crc import key_slot
 
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.records import EventType, Provenance
-from grimoire.streams.trust.witness import WitnessRecord
+from grimoire.streams.trust.witness import GENESIS_HASH, WitnessRecord
 from grimoire.streams.write.changes import (
     AggregateFold,
     Decision,
@@ -51,8 +51,24 @@ class RecordingPipeline:
         self.transaction = transaction
         self.keys: list[str] = []
         self.scripts: set[Any] = set()
+        self.watched: list[str] = []
+
+    async def watch(self, *keys: str) -> None:
+        # The fence's keys are the agent's too: WATCH runs on its slot's master.
+        self.watched += keys
+        self.keys += keys
+
+    async def reset(self) -> None:
+        return None
 
     def __getattr__(self, name: str) -> Any:
+        if name == "eval" and self.watched:
+
+            async def heads(*args: Any) -> list[Any]:
+                return [False] * int(args[1])  # every chain empty, as fenced
+
+            return heads
+
         def queue(*args: Any, **kwargs: Any) -> None:
             if name in ("evalsha", "eval"):
                 self.keys += [str(k) for k in args[2 : 2 + int(args[1])]]
@@ -124,7 +140,7 @@ def _witness(agent: str) -> WitnessRecord:
         op="ingest",
         ids=("m1",),
         fields_digest="0" * 64,
-        prev_hash="",
+        prev_hash=GENESIS_HASH,
         hash="1" * 64,
     )
 
@@ -178,6 +194,7 @@ async def test_a_batch_of_several_agents_is_one_single_slot_transaction_per_agen
             keys.nodes(agent),
         ):
             assert expected in unit_.keys
+        assert unit_.watched == [keys.witness(agent)]  # fenced on its own chain
     assert seen == {agent_slot(a) for a in AGENTS} == set(masters)
     (beside,) = shared
     keys = Keyspace("gm")
