@@ -338,6 +338,20 @@ class Keyspace:
     def curator_entries(self, agent_id: str) -> str:
         return f"{self.prefix}:curator:{{{agent_id}}}:entries"
 
+    def curator_due(self, agent_id: str) -> str:
+        """ZSET curated entry id -> event time (ms) of its next curator look
+        (+inf: none until something changes it; 0: at the next cycle)."""
+        return f"{self.prefix}:curator:{{{agent_id}}}:due"
+
+    def curator_signatures(self, agent_id: str) -> str:
+        """ZSET (all scores 0) of `kind|signature|memory id`: the curated entries
+        distilled from each situation, found by lexicographic range."""
+        return f"{self.prefix}:curator:{{{agent_id}}}:signatures"
+
+    def curator_playbook(self, agent_id: str) -> str:
+        """SET of the heuristic ids in the agent's playbook."""
+        return f"{self.prefix}:curator:{{{agent_id}}}:playbook"
+
     def playbook(self, agent_id: str) -> str:
         return f"{self.prefix}:playbook:{{{agent_id}}}"
 

@@ -154,6 +154,7 @@ class GrimoireClient:
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._replies: TopicPartition | None = None
 
     async def __aenter__(self) -> GrimoireClient:
         await self.start()
@@ -182,6 +183,13 @@ class GrimoireClient:
         await self._consumer.seek_to_end(partition)
         # Resolve the end offset now: a reply produced before the first fetch must not be skipped.
         await self._consumer.position(partition)
+        # Fetched only while a request waits for its reply: an idle client would
+        # otherwise poll the broker every fetch wait (~100 fetches/s on tansu, a few
+        # per cent of a core between the client and the broker, per client).
+        # Resuming wakes the fetcher at once; the position stays where it was, so
+        # nothing produced in between is skipped.
+        self._replies = partition
+        self._consumer.pause(partition)
         self._reader = asyncio.create_task(self._read_replies(), name="grimoire-replies")
 
     async def stop(self) -> None:
@@ -351,20 +359,31 @@ class GrimoireClient:
         `timeout` raises `RecallTimeout`, an error reply `RecallFailed` (or
         `RecallUnauthorized` for a refused key)."""
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = future
+        self._awaiting(correlation_id, future)
         try:
             await self.publish_raw(topic, agent_id, value)
             payload = await asyncio.wait_for(future, timeout)
         except TimeoutError as exc:
             raise RecallTimeout(f"no reply for {correlation_id} within {timeout}s") from exc
         finally:
-            self._pending.pop(correlation_id, None)
+            self._settled(correlation_id)
         error = payload.get("error")
         if error:
             if str(error).startswith(_UNAUTHORIZED):
                 raise RecallUnauthorized(error)
             raise RecallFailed(error)
         return payload
+
+    def _awaiting(self, correlation_id: str, future: asyncio.Future[dict[str, Any]]) -> None:
+        """A reply is awaited: the reply topic is fetched while any is."""
+        if not self._pending and self._consumer is not None and self._replies is not None:
+            self._consumer.resume(self._replies)
+        self._pending[correlation_id] = future
+
+    def _settled(self, correlation_id: str) -> None:
+        self._pending.pop(correlation_id, None)
+        if not self._pending and self._consumer is not None and self._replies is not None:
+            self._consumer.pause(self._replies)
 
     async def recall(
         self,

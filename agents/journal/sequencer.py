@@ -108,10 +108,11 @@ class Sequencer:
         counts: dict[str, int] = {}
         for agent_id, _ in owned:
             counts[agent_id] = counts.get(agent_id, 0) + 1
-        numbers: dict[str, list[int]] = {}
-        for agent_id, count in counts.items():
-            last = await self.keys.next_sequence(agent_id, count)
-            numbers[agent_id] = list(range(last - count + 1, last + 1))
+        lasts = await self.keys.next_sequences(counts)
+        numbers = {
+            agent_id: list(range(lasts[agent_id] - count + 1, lasts[agent_id] + 1))
+            for agent_id, count in counts.items()
+        }
         defaults = await self._defaults_for_new(numbers)
         for agent_id, message in owned:
             if agent_id in defaults:

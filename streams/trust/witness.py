@@ -102,9 +102,9 @@ class ChainVerdict:
 def canonical_bytes(value: Any) -> bytes:
     """The canonical encoding of a value (see the module docstring); TypeError for
     anything it has no encoding for (sets, dataclasses, …: convert them first)."""
-    out = bytearray()
+    out: list[bytes] = []
     _encode(value, out)
-    return bytes(out)
+    return b"".join(out)
 
 
 def canonical_digest(value: Any) -> str:
@@ -112,33 +112,80 @@ def canonical_digest(value: Any) -> str:
     return hashlib.sha256(canonical_bytes(value)).hexdigest()
 
 
-def _encode(value: Any, out: bytearray) -> None:
+# Every ingest decision is digested (a record's written fields, both vectors
+# included) and its record hashed: the encoder runs on the write path's event
+# loop, once per journal entry. The exact built-in types take a table lookup and
+# one formatted chunk each; anything else (subclasses, numpy scalars, other
+# mappings and sequences) takes the general rules in `_encode_other`.
+def _encode(value: Any, out: list[bytes]) -> None:
+    kind = type(value)
+    if kind is str:
+        raw = value.encode("utf-8")
+        out.append(b"s%d:%b" % (len(raw), raw))
+    elif kind is dict:
+        _encode_mapping(value, out)
+    elif kind is int:
+        out.append(b"i%d;" % value)
+    elif kind is float:
+        out.append(b"d%b;" % float.__repr__(value).encode())
+    elif kind is bytes:
+        out.append(b"b%d:%b" % (len(value), value.hex().encode()))
+    elif kind is list or kind is tuple:
+        out.append(b"l%d:" % len(value))
+        for item in value:
+            _encode(item, out)
+    elif value is None:
+        out.append(b"n")
+    elif kind is bool:
+        out.append(b"t" if value else b"f")
+    else:
+        _encode_other(value, out)
+
+
+def _encode_mapping(value: Mapping[Any, Any], out: list[bytes]) -> None:
+    keys = list(value)
+    if not all(isinstance(key, str) for key in keys):
+        raise TypeError("canonical encoding needs string mapping keys")
+    out.append(b"m%d:" % len(keys))
+    append = out.append
+    for key in sorted(keys):
+        name = str.encode(key if type(key) is str else str(key), "utf-8")
+        item = value[key]
+        kind = type(item)
+        # The common leaves inline: a record's fields are mostly flat.
+        if kind is str:
+            raw = item.encode("utf-8")
+            append(b"s%d:%bs%d:%b" % (len(name), name, len(raw), raw))
+        elif kind is int:
+            append(b"s%d:%bi%d;" % (len(name), name, item))
+        elif kind is float:
+            append(b"s%d:%bd%b;" % (len(name), name, float.__repr__(item).encode()))
+        else:
+            append(b"s%d:%b" % (len(name), name))
+            _encode(item, out)
+
+
+def _encode_other(value: Any, out: list[bytes]) -> None:
     if isinstance(value, np.generic):
         value = value.item()
     if value is None:
-        out += b"n"
+        out.append(b"n")
     elif isinstance(value, bool):
-        out += b"t" if value else b"f"
+        out.append(b"t" if value else b"f")
     elif isinstance(value, int):
-        out += b"i" + int.__repr__(value).encode() + b";"
+        out.append(b"i" + int.__repr__(value).encode() + b";")
     elif isinstance(value, float):
-        out += b"d" + float.__repr__(value).encode() + b";"
+        out.append(b"d" + float.__repr__(value).encode() + b";")
     elif isinstance(value, str):
         raw = str.encode(value, "utf-8")
-        out += b"s" + str(len(raw)).encode() + b":" + raw
+        out.append(b"s" + str(len(raw)).encode() + b":" + raw)
     elif isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
-        out += b"b" + str(len(raw)).encode() + b":" + raw.hex().encode()
+        out.append(b"b" + str(len(raw)).encode() + b":" + raw.hex().encode())
     elif isinstance(value, Mapping):
-        keys = list(value)
-        if not all(isinstance(key, str) for key in keys):
-            raise TypeError("canonical encoding needs string mapping keys")
-        out += b"m" + str(len(keys)).encode() + b":"
-        for key in sorted(keys):
-            _encode(str(key), out)
-            _encode(value[key], out)
+        _encode_mapping(value, out)
     elif isinstance(value, (list, tuple)):
-        out += b"l" + str(len(value)).encode() + b":"
+        out.append(b"l" + str(len(value)).encode() + b":")
         for item in value:
             _encode(item, out)
     else:

@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -101,6 +102,11 @@ class KeyStore(Protocol):
         numbers start at 1). Blocks never overlap, whatever the concurrency."""
         ...
 
+    async def next_sequences(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """`next_sequence` for several agents at once (agent -> block size), in one
+        round trip: the last number of each agent's block."""
+        ...
+
 
 # Create the agent's key unless it has one, then read back whichever won: one round
 # trip, atomic, so two workers never create two keys.
@@ -163,6 +169,19 @@ class RedisKeyStore:
         _check_count(count)
         return int(await self._redis.hincrby(self._keys.journal_sequences, agent_id, count))
 
+    async def next_sequences(self, counts: Mapping[str, int]) -> dict[str, int]:
+        for count in counts.values():
+            _check_count(count)
+        if not counts:
+            return {}
+        # Each HINCRBY is atomic on its own: the blocks never overlap, and a
+        # pipeline is one round trip for a batch holding many agents' inputs.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id, count in counts.items():
+                pipe.hincrby(self._keys.journal_sequences, agent_id, count)
+            lasts = await pipe.execute()
+        return {agent_id: int(last) for agent_id, last in zip(counts, lasts, strict=True)}
+
 
 class CachedKeyStore:
     """A bounded, per-worker cache in front of a `KeyStore`: sealing and opening
@@ -216,6 +235,9 @@ class CachedKeyStore:
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
         return await self._store.next_sequence(agent_id, count)
+
+    async def next_sequences(self, counts: Mapping[str, int]) -> dict[str, int]:
+        return await self._store.next_sequences(counts)
 
     def invalidate(self, agent_id: str) -> None:
         """Drop every cached key of the agent (it was forgotten, here or elsewhere)."""

@@ -1,11 +1,20 @@
 """The curator's storage: read a cycle's inputs, apply a planned cycle atomically.
 
 Keys (besides the memory and usage hashes of record_codec):
-  `{prefix}:curator:{agent}`          hash: cycle, watermark, report (JSON)
-  `{prefix}:curator:{agent}:entries`  hash: memory id → bookkeeping JSON
-  `{prefix}:playbook:{agent}`         string: PLAYBOOK.md
+  `{prefix}:curator:{agent}`             hash: cycle, watermark, report (JSON),
+                                         scheduled (the indexes below are built)
+  `{prefix}:curator:{agent}:entries`     hash: memory id → bookkeeping JSON
+  `{prefix}:curator:{agent}:due`         zset: memory id → next look (event ms)
+  `{prefix}:curator:{agent}:signatures`  zset (lex): `kind|signature|memory id`
+  `{prefix}:curator:{agent}:playbook`    set: the playbook's heuristic ids
+  `{prefix}:playbook:{agent}`            string: PLAYBOOK.md
 and each written entry's evidence edges in the derivation index
 (`grimoire.tables.trust.derivations`).
+
+A cycle reads what is due by its time, what its episodes' situations name and
+the playbook (`grimoire.streams.learn.curator.schedule`), never every entry; the
+first cycle of an agent whose indexes are not built yet (`scheduled` unset: a
+new agent, or one stored before them) reads every entry once and builds them.
 
 `CuratorStore` is what a cycle (`agents/maintenance/curator_task.py`) needs from
 storage: it reads the inputs here, plans with the pure
@@ -58,6 +67,7 @@ from grimoire.tables.codec.memory_hash import (
 )
 from grimoire.tables.codec.search_replies import nocontent_keys, total_results
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.curator_marks import is_new_curated
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
@@ -66,6 +76,7 @@ from grimoire.tables.trust.derivations import curated_edges, queue_edges
 
 __all__ = [
     "DEFAULT_MAX_EPISODES",
+    "LOAD_FIELDS",
     "MAX_ENTRIES",
     "MAX_QUARANTINED",
     "CuratorCycle",
@@ -73,6 +84,7 @@ __all__ = [
     "CuratorState",
     "CuratorStore",
     "RedisCuratorStore",
+    "loaded_entry",
     "missing_vectors",
 ]
 
@@ -84,23 +96,38 @@ MAX_ENTRIES: Final = 100_000
 MAX_QUARANTINED: Final = 10_000
 
 
+# What `load` reads of a memory hash: the owner and liveness flags, then the entry.
+LOAD_FIELDS: Final = ("agent_id", "deleted", "quarantined", "archived", *ENTRY_FIELDS)
+
+
 @dataclass(frozen=True, slots=True)
 class CuratorState:
     """What the last completed cycle left: its number and the newest episode time
-    it considered (both -1 before the first cycle), and its report."""
+    it considered (both -1 before the first cycle), its report, and whether the
+    indexes a cycle reads instead of every entry are built."""
 
     cycle: int = -1
     watermark_ms: int = -1
     report: CuratorReport | None = None
+    scheduled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class CuratorInputs:
-    """Everything a cycle plans from, each oldest first (event time)."""
+    """Everything a cycle plans from, each oldest first (event time).
+
+    `entries` are the ones the cycle looks at (every live one when it reads them
+    all), `context` the ones it only reads (see `plan_cycle`). `gone`: ids an
+    index named that are no longer live curated entries of the agent;
+    `stale_signatures`: signature-index members naming them.
+    """
 
     episodes: tuple[EpisodeView, ...]
     entries: tuple[CuratedEntry, ...]
     quarantined: tuple[QuarantinedView, ...]
+    context: tuple[CuratedEntry, ...] = ()
+    gone: tuple[str, ...] = ()
+    stale_signatures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +136,8 @@ class CuratorCycle:
 
     `before` are the entries the plan was made from (usage times only move
     forward from them); `vectors` holds, by memory id, the embedding of every
-    change whose text the plan wrote; `playbook` is the rendered PLAYBOOK.md.
+    change whose text the plan wrote; `playbook` is the rendered PLAYBOOK.md;
+    `gone` / `stale_signatures` leave the indexes (`CuratorInputs`).
     """
 
     agent_id: str
@@ -117,6 +145,8 @@ class CuratorCycle:
     before: tuple[CuratedEntry, ...]
     vectors: Mapping[str, bytes]
     playbook: str
+    gone: tuple[str, ...] = ()
+    stale_signatures: tuple[str, ...] = ()
 
     @property
     def cycle(self) -> int:
@@ -133,6 +163,21 @@ def missing_vectors(cycle: CuratorCycle) -> list[str]:
     ]
 
 
+def loaded_entry(
+    agent_id: str, row: Sequence[Any], usage_accessed: Any, book: Any
+) -> CuratedEntry | None:
+    """An entry from its memory hash's `LOAD_FIELDS` values, its usage hash's
+    `last_accessed` and its bookkeeping JSON; None unless it is a live (neither
+    deleted, quarantined nor archived) insight, heuristic or warning of the agent,
+    which is what `entries` searches for."""
+    doc = {name: value for name, value in zip(LOAD_FIELDS, row, strict=True) if value is not None}
+    if text_of(doc.get("agent_id", b"")) != agent_id or doc.get("memory_id") is None:
+        return None
+    if not is_new_curated(doc):
+        return None
+    return curated_entry(doc, usage_accessed, bookkeeping_from_json(book))
+
+
 class CuratorStore(Protocol):
     """The curator's storage, per agent. Reads see only the agent's own memories."""
 
@@ -140,12 +185,38 @@ class CuratorStore(Protocol):
 
     async def cycle_inputs(self, agent_id: str, watermark_ms: int) -> CuratorInputs:
         """The live episodes newer than `watermark_ms` (up to the store's episode
-        cap), the live curated entries, and the quarantined memories to review."""
+        cap), every live curated entry, and the quarantined memories to review."""
         ...
 
     async def entries(self, agent_id: str) -> list[CuratedEntry]:
         """The live insights, heuristics and warnings (neither quarantined nor
         archived), with their decay origin and bookkeeping."""
+        ...
+
+    async def episodes_since(self, agent_id: str, watermark_ms: int) -> list[EpisodeView]:
+        """The live episodes newer than `watermark_ms`, oldest first (up to the cap)."""
+        ...
+
+    async def quarantined(self, agent_id: str) -> list[QuarantinedView]:
+        """The quarantined memories to review, oldest first."""
+        ...
+
+    async def due_ids(self, agent_id: str, now_ms: int) -> list[str]:
+        """The ids scheduled for a look by `now_ms`, by (due time, id)."""
+        ...
+
+    async def playbook_ids(self, agent_id: str) -> list[str]:
+        """The ids the playbook index holds, sorted."""
+        ...
+
+    async def signature_members(
+        self, agent_id: str, prefixes: Sequence[str]
+    ) -> dict[str, list[str]]:
+        """Each `signature_key` prefix's members of the signature index, sorted."""
+        ...
+
+    async def load(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, CuratedEntry]:
+        """Those of `memory_ids` that are live curated entries of the agent."""
         ...
 
     async def get_playbook(self, agent_id: str) -> str | None: ...
@@ -279,14 +350,58 @@ class RedisCuratorStore:
             quarantined=tuple(await self.quarantined(agent_id)),
         )
 
+    async def due_ids(self, agent_id: str, now_ms: int) -> list[str]:
+        raw = await self._redis.zrangebyscore(self._keys.curator_due(agent_id), "-inf", now_ms)
+        return [text_of(member) for member in raw]
+
+    async def playbook_ids(self, agent_id: str) -> list[str]:
+        raw = await self._redis.smembers(self._keys.curator_playbook(agent_id))
+        return sorted(text_of(member) for member in raw)
+
+    async def signature_members(
+        self, agent_id: str, prefixes: Sequence[str]
+    ) -> dict[str, list[str]]:
+        if not prefixes:
+            return {}
+        key = self._keys.curator_signatures(agent_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for prefix in prefixes:
+                # Members are the prefix and a memory id (ASCII below DEL).
+                pipe.zrangebylex(key, f"[{prefix}", f"({prefix}\x7f")
+            replies = await pipe.execute()
+        return {
+            prefix: sorted(text_of(member) for member in reply)
+            for prefix, reply in zip(prefixes, replies, strict=True)
+        }
+
+    async def load(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, CuratedEntry]:
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for memory_id in ids:
+                pipe.hmget(self.memory_key(memory_id), list(LOAD_FIELDS))
+                pipe.hget(self.usage_key(memory_id), "last_accessed")
+            pipe.hmget(self.entries_key(agent_id), ids)
+            replies = await pipe.execute()
+        books = replies[-1]
+        found: dict[str, CuratedEntry] = {}
+        for index, memory_id in enumerate(ids):
+            row, usage = replies[2 * index], replies[2 * index + 1]
+            entry = loaded_entry(agent_id, row, usage, books[index])
+            if entry is not None and entry.memory_id == memory_id:
+                found[memory_id] = entry
+        return found
+
     async def state(self, agent_id: str) -> CuratorState:
-        cycle, mark, report = await self._redis.hmget(
-            self.state_key(agent_id), ["cycle", "watermark", "report"]
+        cycle, mark, report, scheduled = await self._redis.hmget(
+            self.state_key(agent_id), ["cycle", "watermark", "report", "scheduled"]
         )
         return CuratorState(
             cycle=int(text_of(cycle)) if cycle is not None else -1,
             watermark_ms=int(text_of(mark)) if mark is not None else -1,
             report=report_from_json(report) if report is not None else None,
+            scheduled=scheduled is not None and text_of(scheduled) == "1",
         )
 
     async def get_playbook(self, agent_id: str) -> str | None:
@@ -315,7 +430,7 @@ class RedisCuratorStore:
             self._queue(pipe, cycle)
             # What each entry the cycle wrote was distilled from (a retraction of
             # its evidence follows these edges), in the same transaction.
-            queue_edges(pipe, self._keys, agent_id, curated_edges(cycle.plan))
+            queue_edges(pipe, self._keys, agent_id, curated_edges(cycle.plan, cycle.before))
             try:
                 await pipe.execute()
             except WatchError:  # a cycle was applied since the read: this one is stale
@@ -361,6 +476,7 @@ class RedisCuratorStore:
         changed = [c.entry.memory_id for c in plan.changes if c.new or c.record_changed]
         changed += [decision.memory_id for decision in plan.quarantine]
         self._graph.sync_nodes(pipe, agent_id, changed)
+        self._queue_indexes(pipe, cycle)
         pipe.set(self.playbook_key(agent_id), cycle.playbook)
         pipe.hset(
             self.state_key(agent_id),
@@ -368,5 +484,30 @@ class RedisCuratorStore:
                 "cycle": plan.report.cycle,
                 "watermark": plan.watermark_ms,
                 "report": report_json(plan.report),
+                "scheduled": "1",
             },
         )
+
+    def _queue_indexes(self, pipe: Any, cycle: CuratorCycle) -> None:
+        """The schedule, signature and playbook indexes after the cycle."""
+        agent_id, schedule = cycle.agent_id, cycle.plan.schedule
+        due = self._keys.curator_due(agent_id)
+        signatures = self._keys.curator_signatures(agent_id)
+        playbook = self._keys.curator_playbook(agent_id)
+        # What the indexes named but is gone first: a quarantined entry this cycle
+        # released is both, and is due again.
+        if cycle.gone:
+            pipe.zrem(due, *cycle.gone)
+            pipe.srem(playbook, *cycle.gone)
+        if schedule.dropped:
+            pipe.zrem(due, *schedule.dropped)
+        if schedule.due:
+            pipe.zadd(due, dict(schedule.due))
+        if unsigned := (*cycle.stale_signatures, *schedule.unsigned):
+            pipe.zrem(signatures, *unsigned)
+        if schedule.signed:
+            pipe.zadd(signatures, dict.fromkeys(schedule.signed, 0))
+        if schedule.unplaybook:
+            pipe.srem(playbook, *schedule.unplaybook)
+        if schedule.playbook:
+            pipe.sadd(playbook, *schedule.playbook)

@@ -15,7 +15,8 @@ from storage: it reads the due entries here, plans with the pure
 back here. `DecayIndex` is the Redis implementation;
 `grimoire.tables.testing.decay_store.InMemoryDecayStore` is the reference one.
 The write path keeps using `DecayIndex.schedule`/`schedule_new` directly: they
-queue on its own pipeline, so a memory and its first due time land together.
+queue on its own pipeline, so a memory and its first due time land together (and
+a new insight, heuristic or warning with its first curator look).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import DECAY_FIELDS, StoredDecayState, decode_state
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.curator_marks import queue_new
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 
@@ -184,7 +186,9 @@ class DecayIndex:
     ) -> None:
         """Queue a freshly written memory (its `hash_fields`) at its first crossing;
         with `keep_existing`, only if it is not scheduled yet (an aggregate's seed
-        is written only by the fold that creates it)."""
+        is written only by the fold that creates it). A live curated entry is also
+        due for the curator's next cycle (`curator_marks`), in the same transaction."""
+        queue_new(pipe, self.keys, fields)
         state = decode_state(fields, None, None)
         if state is None or not state.live:
             return

@@ -11,7 +11,7 @@ Writing puts each line back under the importing prefix, by the same family table
 in one MULTI/EXEC per chunk together with the chunk's mark (`applied_imports`): a
 chunk read again changes nothing. A successor's chunk also gets what the write
 path derives for a new memory: its search-term counts (counted only when the
-memory is new) and its walk node.
+memory is new), its walk node, and for a curated entry its first curator look.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from grimoire.streams.exchange.format import StateLine, hash_of, split_line
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import Phase
+from grimoire.tables.maintenance.curator_marks import queue_new
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import memory_terms
 from grimoire.tables.memory.scripts import RedisScripts
@@ -156,8 +157,12 @@ class ImportWriter:
         async with agent_transaction(self._redis, agent_id) as pipe:
             for line, key in targets:
                 if derive and line.type == "memory":
-                    terms = memory_terms(text_of(hash_of(line).get(b"text", b"")))
+                    fields = hash_of(line)
+                    terms = memory_terms(text_of(fields.get(b"text", b"")))
                     self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), list(terms))
+                    # An inherited insight, heuristic or warning: the successor's
+                    # curator looks at it in its next cycle.
+                    queue_new(pipe, self.keys, {text_of(k): v for k, v in fields.items()})
                 _queue(pipe, line, key, only_up=derive)
             if derive:
                 self._graph.sync_nodes(pipe, agent_id, written)

@@ -38,8 +38,9 @@ from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
 from grimoire.tables.exceptions import SchemaMismatch
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.maintenance.decay_index import DecayIndex
-from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.memory.agent_state import AgentStateStore, present_fields
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import memory_terms
 from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
@@ -519,6 +520,8 @@ class RedisMemoryStore:
             self._scripts.touch_in(
                 pipe, [self.keys.usage(agent_id, i) for i in memory_ids], as_of_ms
             )
+            # A later decay origin can promote a curated entry: its next cycle looks.
+            queue_changed(pipe, self.keys, agent_id, memory_ids)
             if contrarian_window is not None:
                 pipe.zadd(
                     self.keys.contrarian_window(agent_id),
@@ -552,6 +555,12 @@ class RedisMemoryStore:
             effect.contradicted,
         ]
         changed = await self._scripts.apply_outcome(keys, args)
+        if effect.touches_memories:
+            # The curated entries among them are due at the next cycle; marked on a
+            # redelivery (-1) too, so a crash between the script and this mark heals.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                queue_changed(pipe, self.keys, outcome.agent_id, outcome.memory_ids)
+                await pipe.execute()
         if changed > 0 and effect.touches_memories:
             # Confidence or the decay origin moved, so each band crossing did too.
             await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
@@ -593,6 +602,7 @@ class RedisMemoryStore:
         for part in also:
             part.queue(tx)
         self.state.count(pipe, outcome.agent_id, counters)
+        queue_changed(pipe, self.keys, outcome.agent_id, ids)
         results = await tx.execute()
         changed = int(results[outcome.agent_id][0])
         if changed > 0:
@@ -639,13 +649,7 @@ class RedisMemoryStore:
 
     async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Those (agent, memory id) pairs an outcome is held for."""
-        if not pairs:
-            return set()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for agent_id, memory_id in pairs:
-                pipe.hexists(self.keys.pending_outcomes(agent_id), memory_id)
-            found = await pipe.execute()
-        return {pair for pair, held in zip(pairs, found, strict=True) if held}
+        return await present_fields(self._redis, self.keys.pending_outcomes, pairs)
 
     async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
         """The held outcomes of `memory_ids` (in the order they were held), removed."""

@@ -6,7 +6,9 @@ memory hashes the memory index searches, this one writes them into an
 store finds them and a cycle reads the episodes its write path stored. Values
 are encoded the way redis-py writes them, and the reads return what the
 RediSearch queries return (the same fields, the same filters, oldest first).
-The curator's own keys (state, bookkeeping, playbook) are dicts here.
+The curator's own keys (state, bookkeeping, playbook) are dicts here, and its
+indexes (schedule, signatures, playbook ids) the `CuratorIndexes` kept beside
+the memory store, which that store's writers mark as Redis's do.
 
 Used by unit tests and as the reference the Redis store is checked against in
 `tests/integration/test_curator_contract.py`.
@@ -40,13 +42,16 @@ from grimoire.tables.codec.memory_hash import (
 )
 from grimoire.tables.maintenance.curator_store import (
     DEFAULT_MAX_EPISODES,
+    LOAD_FIELDS,
     MAX_ENTRIES,
     MAX_QUARANTINED,
     CuratorCycle,
     CuratorInputs,
     CuratorState,
+    loaded_entry,
     missing_vectors,
 )
+from grimoire.tables.testing.curator_marks import CuratorIndexes, curator_indexes
 from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.trust.derivations import curated_edges
@@ -105,6 +110,10 @@ class _SharedRecords:
 
     def hset_usage(self, memory_id: str, name: str, value: Any) -> None:
         self._memory.put_usage(memory_id, {name: value})
+
+    def hmget(self, memory_id: str, fields: Sequence[str]) -> list[Any]:
+        doc = self._memory.stored_hash(memory_id) or {}
+        return [doc.get(name) for name in fields]
 
     def link(self, agent_id: str, memory_id: str, ts_ms: int, keys: Sequence[str]) -> None:
         self._memory.link(agent_id, memory_id, ts_ms, keys)
@@ -187,6 +196,34 @@ class InMemoryCuratorStore:
             quarantined=tuple(await self.quarantined(agent_id)),
         )
 
+    @property
+    def indexes(self) -> CuratorIndexes:
+        return curator_indexes(self.memory)
+
+    async def due_ids(self, agent_id: str, now_ms: int) -> list[str]:
+        schedule = self.indexes.due.get(agent_id, {})
+        return [i for due, i in sorted((d, i) for i, d in schedule.items()) if due <= now_ms]
+
+    async def playbook_ids(self, agent_id: str) -> list[str]:
+        return sorted(self.indexes.playbook.get(agent_id, set()))
+
+    async def signature_members(
+        self, agent_id: str, prefixes: Sequence[str]
+    ) -> dict[str, list[str]]:
+        members = self.indexes.signatures.get(agent_id, set())
+        return {prefix: sorted(m for m in members if m.startswith(prefix)) for prefix in prefixes}
+
+    async def load(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, CuratedEntry]:
+        books = self._books.get(agent_id, {})
+        found: dict[str, CuratedEntry] = {}
+        for memory_id in dict.fromkeys(memory_ids):
+            row = self._records.hmget(memory_id, LOAD_FIELDS)
+            usage = self._records.usage(memory_id).get("last_accessed")
+            entry = loaded_entry(agent_id, row, usage, books.get(memory_id))
+            if entry is not None and entry.memory_id == memory_id:
+                found[memory_id] = entry
+        return found
+
     async def state(self, agent_id: str) -> CuratorState:
         return self._states.get(agent_id, CuratorState())
 
@@ -230,10 +267,28 @@ class InMemoryCuratorStore:
                 self._records.hset(decision.memory_id, {"archived": "1"})
         # Walk nodes need no sync here: the in-memory recall source derives them
         # from the records on every read.
-        edge_index(self.memory).add(agent_id, curated_edges(plan))
+        edge_index(self.memory).add(agent_id, curated_edges(plan, cycle.before))
+        self._apply_indexes(cycle)
         self._playbooks[agent_id] = cycle.playbook
-        self._states[agent_id] = CuratorState(plan.report.cycle, plan.watermark_ms, plan.report)
+        self._states[agent_id] = CuratorState(
+            plan.report.cycle, plan.watermark_ms, plan.report, scheduled=True
+        )
         return True
+
+    def _apply_indexes(self, cycle: CuratorCycle) -> None:
+        """RedisCuratorStore._queue_indexes, in its order."""
+        agent_id, schedule = cycle.agent_id, cycle.plan.schedule
+        due = self.indexes.due.setdefault(agent_id, {})
+        signatures = self.indexes.signatures.setdefault(agent_id, set())
+        playbook = self.indexes.playbook.setdefault(agent_id, set())
+        for memory_id in (*cycle.gone, *schedule.dropped):
+            due.pop(memory_id, None)
+        playbook.difference_update(cycle.gone)
+        due.update(schedule.due)
+        signatures.difference_update((*cycle.stale_signatures, *schedule.unsigned))
+        signatures.update(schedule.signed)
+        playbook.difference_update(schedule.unplaybook)
+        playbook.update(schedule.playbook)
 
     # ---- inspection (what the Redis store keeps under its curator keys) ---------
 

@@ -30,6 +30,7 @@ from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.hash_values import stored_number, stored_text
 from grimoire.tables.codec.memory_hash import StoredDecayState, decode_state
 from grimoire.tables.maintenance.decay_index import DueDecay
+from grimoire.tables.testing.curator_marks import curator_indexes
 
 __all__ = ["InMemoryDecayStore", "MemoryHashes"]
 
@@ -87,7 +88,9 @@ class InMemoryDecayStore:
             schedule[memory_id] = due
 
     def schedule_new(self, fields: Mapping[str, Any], *, keep_existing: bool = False) -> None:
-        """What the write path does for a freshly written memory (its `hash_fields`)."""
+        """What the write path does for a freshly written memory (its `hash_fields`),
+        with the curator's first look at a new curated entry."""
+        curator_indexes(self._memories).new(fields)
         state = decode_state(fields, None, None)
         if state is None or not state.live:
             return

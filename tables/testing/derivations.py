@@ -41,6 +41,7 @@ from grimoire.tables.codec.memory_hash import (
     rebuilt_summary_fields,
     retracted_fields,
 )
+from grimoire.tables.testing.curator_marks import curator_indexes
 from grimoire.tables.trust.derivations import missing_summary_vectors
 
 if TYPE_CHECKING:
@@ -208,6 +209,7 @@ class InMemoryDerivationStore:
             elif step.op is Op.DEMOTE and step.entry is not None:
                 self.memory.put_fields(step.memory_id, changed_curated_fields(step.entry, None))
                 self._books(agent_id)[step.memory_id] = bookkeeping_json(step.entry)
+                curator_indexes(self.memory).changed(agent_id, (step.memory_id,))
         self.index.drop(agent_id, plan.dropped)
         if playbook is not None and self.curator is not None:
             self.curator._playbooks[agent_id] = playbook

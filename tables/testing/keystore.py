@@ -6,6 +6,8 @@ tests without services. Run by the same contract suite as the Redis one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from grimoire.tables.journal.keystore import AgentKey, new_key_id, new_secret
 
 __all__ = ["InMemoryKeyStore"]
@@ -41,3 +43,8 @@ class InMemoryKeyStore:
             raise ValueError(f"a sequence block holds at least one number, not {count}")
         self._sequences[agent_id] = self._sequences.get(agent_id, 0) + count
         return self._sequences[agent_id]
+
+    async def next_sequences(self, counts: Mapping[str, int]) -> dict[str, int]:
+        if any(count < 1 for count in counts.values()):
+            raise ValueError(f"a sequence block holds at least one number: {dict(counts)}")
+        return {agent_id: await self.next_sequence(agent_id, n) for agent_id, n in counts.items()}

@@ -30,6 +30,7 @@ from grimoire.tables.codec.memory_hash import (
     stored_memory,
 )
 from grimoire.tables.memory.store import ScoredHit
+from grimoire.tables.testing.curator_marks import curator_indexes
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.recall_source import InMemoryRecallSource
@@ -259,6 +260,7 @@ class InMemoryMemoryStore:
             return False
         for memory_id in memory_ids:
             self.touch(memory_id, as_of_ms)
+        curator_indexes(self).changed(agent_id, memory_ids)
         if contrarian_window is not None:
             await self.serve_contrarian(agent_id, contrarian_window)
         applied.add(seq)
@@ -303,10 +305,12 @@ class InMemoryMemoryStore:
     async def apply_outcome(self, outcome: Outcome) -> int:
         """The outcome script's effect (see scripts._APPLY_OUTCOME)."""
         applied = self._outcomes.setdefault(outcome.agent_id, set())
+        effect, changed = outcome.effect, 0
         if outcome.outcome_id in applied:
+            if effect.touches_memories:  # marked on a redelivery too, as Redis does
+                curator_indexes(self).changed(outcome.agent_id, outcome.memory_ids)
             return -1
         applied.add(outcome.outcome_id)
-        effect, changed = outcome.effect, 0
         for memory_id in outcome.memory_ids:
             doc = self._records.get(memory_id)
             if doc is None or _text(doc.get("agent_id", "")) != outcome.agent_id:
@@ -327,6 +331,8 @@ class InMemoryMemoryStore:
                 if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
                     usage["last_accessed"] = str(outcome.ts_ms)
             changed += 1
+        if effect.touches_memories:
+            curator_indexes(self).changed(outcome.agent_id, outcome.memory_ids)
         if changed > 0 and effect.touches_memories:
             await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
         return changed
@@ -377,6 +383,7 @@ class InMemoryMemoryStore:
             changed += 1
         for part in also:
             await part.apply_alone()
+        curator_indexes(self).changed(outcome.agent_id, ids)
         if changed > 0:
             await self.decay.reschedule(outcome.agent_id, ids, outcome.ts_ms)
         return changed

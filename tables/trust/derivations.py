@@ -33,7 +33,7 @@ from typing import Any, Final, Protocol
 
 from redis.asyncio import Redis
 
-from grimoire.streams.learn.curator.values import CuratorPlan
+from grimoire.streams.learn.curator.values import CuratedEntry, CuratorPlan
 from grimoire.streams.maintenance.compaction import ClusterPlan
 from grimoire.streams.trust.retraction import (
     SHARE_ROLES,
@@ -58,6 +58,7 @@ from grimoire.tables.codec.memory_hash import (
     retracted_fields,
 )
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD, memory_terms
 from grimoire.tables.transaction import agent_transaction
@@ -130,12 +131,17 @@ def summary_edges(clusters: Iterable[ClusterPlan]) -> list[Edge]:
     ]
 
 
-def curated_edges(plan: CuratorPlan) -> list[Edge]:
-    """Each entry a cycle wrote from each piece of its evidence (`source_ids`)."""
+def curated_edges(plan: CuratorPlan, before: Iterable[CuratedEntry] = ()) -> list[Edge]:
+    """Each entry a cycle wrote from each piece of its evidence (`source_ids`) it
+    did not have `before` the cycle: those edges were written when it got them
+    (a retraction drops an edge and its id together), and writing them again with
+    the same weight changes nothing but costs two writes each."""
+    had = {entry.memory_id: set(entry.source_ids) for entry in before}
     return [
         Edge(change.entry.memory_id, source_id, Role.EVIDENCE)
         for change in plan.changes
         for source_id in change.entry.source_ids
+        if change.new or source_id not in had.get(change.entry.memory_id, ())
     ]
 
 
@@ -364,6 +370,8 @@ class RedisDerivationStore:
                         step.memory_id,
                         bookkeeping_json(step.entry),
                     )
+                    # Lower confidence: its demotion or low count may come sooner.
+                    queue_changed(pipe, keys, agent_id, (step.memory_id,))
             queue_drop(pipe, keys, agent_id, plan.dropped)
             self._graph.sync_nodes(pipe, agent_id, sorted(rebuilt))
             if playbook is not None:

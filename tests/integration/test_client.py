@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
 
 from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient, RecallFailed, RecallTimeout
@@ -44,3 +46,22 @@ async def test_unknown_correlation_ids_on_the_reply_topic_are_ignored(
     await client.publish_raw(client.reply_topic, "agent-x", b"not json at all")
     answer = await client.recall("agent-x", "still works", timeout=10)
     assert answer.items == ()
+
+
+async def test_the_reply_topic_is_fetched_only_while_a_reply_is_awaited(
+    client: GrimoireClient,
+) -> None:
+    # An idle client would poll the broker every fetch wait, all its life.
+    replies = TopicPartition(client.reply_topic, 0)
+    assert client._consumer is not None
+    await client.recall("agent-x", "before", timeout=10)
+    assert client._consumer.paused() == {replies}
+    # A reply produced while paused is still read: the position did not move.
+    stray = orjson.dumps({"correlation_id": "not-mine", "items": []})
+    await client.publish_raw(client.reply_topic, "agent-x", stray)
+    first, second = await asyncio.gather(
+        client.recall("agent-x", "one", timeout=10), client.recall("agent-x", "two", timeout=10)
+    )
+    assert first.items == second.items == ()
+    assert client._consumer.paused() == {replies}
+    assert client._pending == {}

@@ -23,10 +23,12 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.agents.maintenance.curator_task import CuratorRunner, cycle_playbook
+from grimoire.agents.maintenance.curator_task import CuratorRunner, cycle_inputs, cycle_playbook
 from grimoire.infra.settings import Settings
 from grimoire.streams.learn.curator.plan import plan_cycle
 from grimoire.streams.learn.curator.values import DEFAULT_CURATOR_POLICY
+from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
+from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.decay import DAY_MS
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import (
@@ -152,6 +154,10 @@ class Harness:
     async def nexus(self, agent: str, key: str) -> dict[str, int]:
         raise NotImplementedError
 
+    async def indexes(self, agent: str) -> dict[str, Any]:
+        """The curator's schedule (id → due ms), signature members and playbook ids."""
+        raise NotImplementedError
+
     async def snapshot(self) -> dict[str, Any]:
         """Everything either store keeps, comparable before and after a call."""
         records = {_text(h["memory_id"]): h for h in await self.hashes()}
@@ -162,6 +168,7 @@ class Harness:
             "states": {a: await self.curator.state(a) for a in (A, B)},
             "playbooks": {a: await self.curator.get_playbook(a) for a in (A, B)},
             "nexus": {(a, k): await self.nexus(a, k) for a in (A, B) for k in KEYS},
+            "indexes": {a: await self.indexes(a) for a in (A, B)},
         }
 
 
@@ -189,6 +196,14 @@ class MemoryHarness(Harness):
 
     async def nexus(self, agent: str, key: str) -> dict[str, int]:
         return await self.memory_store.nexus(agent, key)
+
+    async def indexes(self, agent: str) -> dict[str, Any]:
+        indexes = self.store.indexes
+        return {
+            "due": dict(indexes.due.get(agent, {})),
+            "signatures": set(indexes.signatures.get(agent, set())),
+            "playbook": set(indexes.playbook.get(agent, set())),
+        }
 
 
 class RedisHarness(Harness):
@@ -225,6 +240,21 @@ class RedisHarness(Harness):
         )
         return {_text(member): int(score) for member, score in members}
 
+    async def indexes(self, agent: str) -> dict[str, Any]:
+        keys = self.memory_store.keys
+        due = await self.redis.zrange(keys.curator_due(agent), 0, -1, withscores=True)
+        signatures = await self.redis.zrange(keys.curator_signatures(agent), 0, -1)
+        playbook = await self.redis.smembers(keys.curator_playbook(agent))
+        return {
+            "due": {_text(member): int(score) for member, score in due},
+            "signatures": {_text(member) for member in signatures},
+            "playbook": {_text(member) for member in playbook},
+        }
+
+    async def commands(self) -> int:
+        """Commands the Redis server has processed (this test's client is its only one)."""
+        return int((await self.redis.info("stats"))["total_commands_processed"])
+
     async def close(self) -> None:
         await drop_deployment(self.redis, self.prefix)
 
@@ -250,19 +280,22 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
 async def planned(h: Harness, agent: str, cycle: int, now_ms: int = NOW) -> CuratorCycle:
     """A cycle as the runner would hand it to `apply`, built step by step."""
     state = await h.curator.state(agent)
-    inputs = await h.curator.cycle_inputs(agent, state.watermark_ms)
+    inputs = await cycle_inputs(h.curator, agent, state, now_ms)
     plan = plan_cycle(
         agent, cycle, now_ms, inputs.episodes, inputs.entries, inputs.quarantined,
-        watermark_ms=max(state.watermark_ms, 0),
+        context=inputs.context, watermark_ms=max(state.watermark_ms, 0),
     )  # fmt: skip
     written = [change.entry for change in plan.changes if change.text_changed]
     vectors = await fake_embed([entry.text for entry in written])
+    before = (*inputs.entries, *inputs.context)
     return CuratorCycle(
         agent_id=agent,
         plan=plan,
-        before=inputs.entries,
+        before=before,
         vectors={entry.memory_id: v for entry, v in zip(written, vectors, strict=True)},
-        playbook=cycle_playbook(agent, now_ms, plan, inputs.entries, DEFAULT_CURATOR_POLICY),
+        playbook=cycle_playbook(agent, now_ms, plan, before, DEFAULT_CURATOR_POLICY),
+        gone=inputs.gone,
+        stale_signatures=inputs.stale_signatures,
     )
 
 
@@ -457,6 +490,116 @@ async def test_quarantine_review_releases_or_archives(h: Harness) -> None:
     assert [q.memory_id for q in (await h.curator.cycle_inputs(A, -1)).quarantined] == [fresh.id]
 
 
+# --- the indexes a cycle reads instead of every entry ------------------------------------
+
+
+async def test_load_reads_only_the_agents_live_curated_entries(h: Harness) -> None:
+    live = record(A, 1, "", kind=Kind.INSIGHT, text="routers fill at night")
+    warning = record(A, 2, "", kind=Kind.WARNING, text="never bridge on friday")
+    held = record(A, 3, "", kind=Kind.INSIGHT, text="held back", quarantined=True)
+    gone = record(A, 4, "", kind=Kind.INSIGHT, text="deleted since")
+    theirs = record(B, 5, "", kind=Kind.INSIGHT, text="the other agent's insight")
+    await h.write(live, warning, held, gone, theirs, record(A, 6, "success"))
+    await h.set_field(gone.id, "deleted", "1")
+    ids = [live.id, warning.id, held.id, gone.id, theirs.id, record(A, 6, "").id, "missing"]
+    found = await h.curator.load(A, ids)
+    assert sorted(found) == sorted([live.id, warning.id])
+    assert found == {e.memory_id: e for e in await h.curator.entries(A)}  # as the search reads
+    assert list(await h.curator.load(B, ids)) == [theirs.id]
+
+
+async def test_new_curated_entries_are_due_at_once_and_a_cycle_schedules_them(h: Harness) -> None:
+    insight = record(A, 1, "", kind=Kind.INSIGHT, text="routers fill at night", ts=NOW)
+    await h.write(insight, record(A, 2, "success"), record(B, 3, "", kind=Kind.WARNING))
+    assert (await h.indexes(A))["due"] == {insight.id: 0}  # the write path marked it
+    assert await h.curator.due_ids(A, 0) == [insight.id]
+    await h.episodes(A, 10, "success", "success", "success")
+    await h.runner.run_cycle(A, NOW, 1)
+    indexes = await h.indexes(A)
+    (distilled,) = [e for e in await h.curator.entries(A) if e.signature]
+    # 0.5 at NOW falls below 0.1 after log2(5) insight half-lives of 7 days
+    assert NOW + 16 * DAY_MS < indexes["due"][insight.id] < NOW + 17 * DAY_MS
+    assert indexes["due"][distilled.memory_id] == indexes["due"][insight.id]
+    assert await h.curator.due_ids(A, NOW + DAY_MS) == []
+    assert await h.curator.due_ids(A, NOW + 17 * DAY_MS) == sorted(
+        [insight.id, distilled.memory_id]
+    )
+    prefix = f"insight|{distilled.signature}|"
+    assert indexes["signatures"] == {prefix + distilled.memory_id}
+    found = await h.curator.signature_members(A, [prefix, "heuristic|x|"])
+    assert found == {prefix: [prefix + distilled.memory_id], "heuristic|x|": []}
+    assert await h.curator.playbook_ids(A) == [] and indexes["playbook"] == set()
+    assert (await h.curator.state(A)).scheduled
+
+
+async def test_usage_outcomes_and_credits_mark_scheduled_entries_due(h: Harness) -> None:
+    first = record(A, 1, "", kind=Kind.INSIGHT, text="routers fill at night", ts=NOW)
+    second = record(A, 2, "", kind=Kind.WARNING, text="never bridge on friday", ts=NOW)
+    third = record(A, 3, "", kind=Kind.INSIGHT, text="gas is low at dawn", ts=NOW)
+    episode = record(A, 4, "success")
+    await h.write(first, second, third, episode)
+    await h.runner.run_cycle(A, NOW, 1)
+    assert 0 not in (await h.indexes(A))["due"].values()
+    await h.memory.apply_usage_once(A, 1, [first.id, episode.id], NOW + 5, None)
+    await h.memory.apply_outcome(
+        Outcome("o-1", A, NOW + 6, OutcomeKind.NEGATIVE, (second.id, episode.id))
+    )
+    due = (await h.indexes(A))["due"]
+    assert (due[first.id], due[second.id]) == (0, 0) and due[third.id] > NOW
+    assert episode.id not in due  # only what the schedule holds is marked
+    await h.memory.apply_credits(
+        Outcome("o-2", A, NOW + 7, OutcomeKind.RUN_ENDED, (), run_id="r", quality=1.0),
+        [MemoryCredit(third.id, ("recalled",), 0.05, 0.0, 1, 0)],
+        {},
+    )
+    assert (await h.indexes(A))["due"][third.id] == 0
+    await h.runner.run_cycle(A, NOW + 8, 2)  # looked at again, and scheduled again
+    assert 0 not in (await h.indexes(A))["due"].values()
+
+
+async def test_archived_and_gone_entries_leave_the_indexes(h: Harness) -> None:
+    stale = record(A, 1, "", kind=Kind.INSIGHT, text="stale gas insight", ts=T0)
+    gone = record(A, 2, "", kind=Kind.INSIGHT, text="forgotten since", ts=T0)
+    await h.write(stale, gone)
+    later = T0 + 120 * DAY_MS
+    await h.runner.run_cycle(A, later + 1, 1)
+    await h.set_field(gone.id, "deleted", "1")
+    for cycle in (2, 3):
+        report = await h.runner.run_cycle(A, later + cycle, cycle)
+    assert report.pruned == 1
+    assert (await h.indexes(A))["due"] == {}
+
+
+async def test_a_cycles_reads_do_not_grow_with_the_entries_nothing_touched(
+    settings: Settings,
+) -> None:
+    """The same cycle after 10 and after 400 untouched entries (confident insights
+    of other situations, nothing due for weeks) reads the same entries, and on
+    Redis sends the same number of commands."""
+    work: dict[int, tuple[int, int]] = {}
+    for untouched in (10, 400):
+        harness = await open_redis(settings)
+        try:
+            await harness.write(
+                *(
+                    record(A, 1000 + n, "", kind=Kind.INSIGHT, text=f"insight {n}", ts=NOW)
+                    for n in range(untouched)
+                )
+            )
+            await harness.episodes(A, 0, "success", "success", "success")
+            await harness.runner.run_cycle(A, NOW, 1)  # builds the indexes: reads all once
+            await harness.episodes(A, 10, "success", "success")
+            before = await harness.commands()
+            report = await harness.runner.run_cycle(A, NOW + DAY_MS, 2)
+            commands = await harness.commands() - before - 1  # not the INFO itself
+            assert report.upvoted == 1
+            work[untouched] = (report.entries_seen, commands)
+        finally:
+            await harness.close()
+    assert work[10] == work[400]
+    assert work[400][0] == 1
+
+
 # --- apply -----------------------------------------------------------------------------
 
 
@@ -465,7 +608,7 @@ async def test_apply_writes_a_cycle_once(h: Harness) -> None:
     cycle = await planned(h, A, 1)
     assert await h.curator.apply(cycle)
     applied = await h.snapshot()
-    assert await h.curator.state(A) == CuratorState(1, T0 + 2, cycle.plan.report)
+    assert await h.curator.state(A) == CuratorState(1, T0 + 2, cycle.plan.report, True)
     assert await h.curator.get_playbook(A) == cycle.playbook
     assert not await h.curator.apply(cycle)
     older = replace(cycle, plan=replace(cycle.plan, report=replace(cycle.plan.report, cycle=0)))

@@ -122,6 +122,9 @@ async def test_a_cycle_writes_the_documented_keys(env: Env) -> None:
     assert new == {
         f"curator:{tag}",
         f"curator:{tag}:entries",
+        # the schedule and the signature index (no playbook heuristic yet: no set)
+        f"curator:{tag}:due",
+        f"curator:{tag}:signatures",
         f"nexus:{tag}:tool:swap",  # the situation's tool, a key no episode carries
         f"playbook:{tag}",
         f"mem:{tag}:{insight.memory_id}",
@@ -135,6 +138,12 @@ async def test_a_cycle_writes_the_documented_keys(env: Env) -> None:
     assert orjson.loads(state[b"report"]) == orjson.loads(orjson.dumps(report))
     book = await env.redis.hget(env.curator.entries_key(A), insight.memory_id)
     assert book is not None and orjson.loads(book)["status"] == "proposed"
+    assert state[b"scheduled"] == b"1"
+    # 0.5 decays below 0.1 after log2(5) insight half-lives (7 days): its next look
+    due = await env.redis.zscore(env.memory.keys.curator_due(A), insight.memory_id)
+    assert due is not None and NOW + 16 * DAY_MS < due < NOW + 17 * DAY_MS
+    signatures = await env.redis.zrange(env.memory.keys.curator_signatures(A), 0, -1)
+    assert signatures == [f"insight|{insight.signature}|{insight.memory_id}".encode()]
     assert await env.redis.get(env.curator.playbook_key(A)) == (
         b"# PLAYBOOK \xe2\x80\x94 agent-a\n\n## Global\n\n_No heuristics yet._\n"
     )
@@ -150,7 +159,10 @@ async def test_the_runner_reschedules_the_decay_of_the_entries(env: Env) -> None
     await env.episodes(B, 0, "success", "success", "success")
     runner = CuratorRunner(env.curator, fake_embed, env.memory.decay.reschedule)
     body = await runner(plan(A, 1))
-    assert body == {"cycle": 1, "ts": NOW, "pruned": 0, "promoted": 0, "proposed": 1, "demoted": 0}
+    assert body == {
+        "cycle": 1, "ts": NOW, "pruned": 0, "promoted": 0, "proposed": 1, "demoted": 0,
+        "episodes_seen": 3, "entries_seen": 1,
+    }  # fmt: skip
     (insight,) = await env.curator.entries(A)
     schedule = await env.redis.zrange(env.memory.keys.decay_schedule(A), 0, -1)
     assert insight.memory_id.encode() in schedule

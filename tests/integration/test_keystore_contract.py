@@ -101,6 +101,26 @@ async def test_sequence_numbers_start_at_one_and_count_up(store: KeyStore) -> No
     assert await store.next_sequence("b") == 1  # per agent
 
 
+async def test_blocks_for_several_agents_come_at_once(store: KeyStore) -> None:
+    assert await store.next_sequence("a", 2) == 2
+    assert await store.next_sequences({"a": 3, "b": 1}) == {"a": 5, "b": 1}
+    assert await store.next_sequences({}) == {}
+    assert await store.next_sequence("b") == 2
+    with pytest.raises(ValueError):
+        await store.next_sequences({"a": 1, "c": 0})
+
+
+async def test_batched_and_single_blocks_never_overlap(store: KeyStore) -> None:
+    sizes = [1 + i % 3 for i in range(12)]
+    lasts = await asyncio.gather(
+        *(store.next_sequences({"a": size, "b": 1}) for size in sizes),
+        *(store.next_sequence("a", size) for size in sizes),
+    )
+    ends = [last["a"] if isinstance(last, dict) else last for last in lasts]
+    blocks = [range(end - size + 1, end + 1) for end, size in zip(ends, sizes * 2, strict=True)]
+    assert sorted(n for block in blocks for n in block) == list(range(1, 2 * sum(sizes) + 1))
+
+
 async def test_sequence_blocks_never_overlap(store: KeyStore) -> None:
     sizes = [1 + i % 4 for i in range(20)]
     lasts = await asyncio.gather(*(store.next_sequence("a", size) for size in sizes))

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import random
+from collections.abc import Sequence, Sized
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from grimoire.agents.maintenance.curator_task import (
@@ -24,11 +27,13 @@ from grimoire.agents.maintenance.curator_task import (
 from grimoire.agents.maintenance.handler import TaskRunner
 from grimoire.streams.learn.curator.distill import EpisodeCluster, Polarity
 from grimoire.streams.learn.curator.values import (
+    CuratedEntry,
     CuratorPlan,
     CuratorPolicy,
     CuratorReport,
     EntryStatus,
 )
+from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS
 from grimoire.streams.model.ids import memory_id
@@ -125,7 +130,10 @@ async def test_a_cycle_reports_applies_and_reschedules_its_entries() -> None:
     await env.episodes(B, 0, "failed", "failed", "failed")
     runner: TaskRunner = env.runner
     body = await runner(plan(A, 1))
-    assert body == {"cycle": 1, "ts": NOW, "pruned": 0, "promoted": 0, "proposed": 1, "demoted": 0}
+    assert body == {
+        "cycle": 1, "ts": NOW, "pruned": 0, "promoted": 0, "proposed": 1, "demoted": 0,
+        "episodes_seen": 3, "entries_seen": 1,
+    }  # fmt: skip
     (insight,) = await env.store.entries(A)
     assert env.rescheduled.calls == [(A, [insight.memory_id], NOW)]
     assert env.embed.calls == [[insight.text]]
@@ -160,7 +168,7 @@ async def test_a_cycle_with_nothing_to_write_embeds_nothing() -> None:
     report = await env.runner.run_cycle(A, NOW, 1)
     assert report == CuratorReport(agent_id=A, cycle=1, now_ms=NOW)
     assert env.embed.calls == []
-    assert await env.store.state(A) == CuratorState(1, 0, report)
+    assert await env.store.state(A) == CuratorState(1, 0, report, scheduled=True)
     assert await env.store.get_playbook(A) == EMPTY_PLAYBOOK
     assert await env.runner(plan(A, 2)) == report_body(CuratorReport(A, 2, NOW))
     assert env.rescheduled.calls == [(A, [], NOW)]
@@ -254,3 +262,196 @@ async def test_the_options_reach_the_planner() -> None:
 
 def _no_changes() -> CuratorPlan:
     return CuratorPlan((), (), (), CuratorReport(A, 0, NOW), 0)
+
+
+# --- looking at what changed only ---------------------------------------------------------
+
+
+class LooksAtEverything:
+    """The cycle as it was before its indexes: the store never reports them built,
+    so every cycle reads and decides on every live entry."""
+
+    def __init__(self, store: InMemoryCuratorStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def state(self, agent_id: str) -> CuratorState:
+        return replace(await self.store.state(agent_id), scheduled=False)
+
+
+@dataclass
+class CountingStore:
+    """Counts the entries each read hands the runner (the cycle's work)."""
+
+    store: InMemoryCuratorStore
+    read: dict[str, int] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def _count(self, name: str, found: Sized) -> None:
+        self.read[name] = self.read.get(name, 0) + len(found)
+
+    async def cycle_inputs(self, agent_id: str, watermark_ms: int) -> Any:
+        inputs = await self.store.cycle_inputs(agent_id, watermark_ms)
+        self._count("entries", inputs.entries)
+        return inputs
+
+    async def load(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, CuratedEntry]:
+        self._count("asked", memory_ids)
+        found = await self.store.load(agent_id, memory_ids)
+        self._count("loaded", found)
+        return found
+
+
+SITUATIONS = [(tool, key) for tool in ("swap", "bridge", "lend") for key in ("eth", "usdc", "sol")]
+
+
+def situated(agent: str, n: int, outcome: str, situation: int, ts: int) -> MemoryRecord:
+    tool, asset = SITUATIONS[situation % len(SITUATIONS)]
+    text = f"{tool} {asset} attempt {n}"
+    candidate = MemoryCandidate(
+        id=memory_id(agent, f"ev-{n}", 0, ts),
+        agent_id=agent,
+        kind=Kind.EPISODE,
+        layer=Layer.ACTION,
+        text=text,
+        ts_ms=ts,
+        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, tool=tool),
+        normalized_hash=normalized_hash(text),
+        regime="calm",
+        keys=(f"entity:{asset}",),
+        outcome=outcome,
+    )
+    return MemoryRecord(candidate, canonical=vector(text))
+
+
+def ingested(agent: str, n: int, kind: Kind, ts: int, confidence: float) -> MemoryRecord:
+    text = f"{kind.value} number {n} from the field"
+    candidate = MemoryCandidate(
+        id=memory_id(agent, f"in-{n}", 0, ts),
+        agent_id=agent,
+        kind=kind,
+        layer=Layer.CONTEMPLATION,
+        text=text,
+        ts_ms=ts,
+        provenance=Provenance(f"in-{n}", EventType.EPISODE.value),
+        normalized_hash=normalized_hash(text),
+        keys=(f"entity:thing{n}",),
+    )
+    return MemoryRecord(candidate, canonical=vector(text), confidence=confidence)
+
+
+async def _state_of(env: Env) -> dict[str, Any]:
+    """What the cycles decided: curated records, bookkeeping (an exempt entry's low
+    counter capped at 3, the documented difference), PLAYBOOK.md."""
+    policy = CuratorPolicy()
+    records = {
+        _text(doc["memory_id"]): {
+            name: _text(doc[name])
+            for name in ("confidence", "archived", "text", "validated_count", "contradicted_count")
+            if name in doc
+        }
+        for doc in env.memory.hashes()
+        if _text(doc["kind"]) in ("insight", "heuristic", "warning")
+    }
+    books = {}
+    for entry_id, raw in env.store.bookkeeping(A).items():
+        book = orjson.loads(raw)
+        doc = env.memory.record(entry_id) or {}
+        if _text(doc.get("kind", "")) == "warning" or doc.get("provenance") == "bloodstain":
+            book["consecutive_low"] = min(book["consecutive_low"], policy.prune_after_cycles)
+        books[entry_id] = book
+    return {"records": records, "books": books, "playbook": await env.store.get_playbook(A)}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+DECIDED = ("pruned", "promoted", "proposed", "demoted", "upvoted", "downvoted", "edited")
+
+
+async def test_a_cycle_looking_at_what_changed_decides_what_one_looking_at_all_decides() -> None:
+    """Two stores fed the same writes, usage, outcomes and cycles over ~90 days: one
+    cycle reads every entry (as before its indexes), the other what is due, what its
+    episodes name and the playbook. Same records, bookkeeping, playbook, decisions."""
+    due_only, everything = Env(), Env()
+    full = CuratorRunner(
+        LooksAtEverything(everything.store),  # type: ignore[arg-type]
+        everything.embed,
+        everything.rescheduled,
+    )
+    rng = random.Random(11)
+    now, serial, seen = T0, 0, {"due_only": 0, "everything": 0}
+    totals = dict.fromkeys(DECIDED, 0)
+    statuses: set[str] = set()
+    for cycle in range(1, 60):
+        now += rng.choice([2, 12, 36, 48]) * 3_600_000
+        # The world turns halfway: what worked starts failing (edits follow).
+        verdicts = ["success", "success", "failed", ""] if cycle < 30 else ["failed", "failed", ""]
+        records = [
+            situated(A, serial + n, rng.choice(verdicts), s, now - 50)
+            for n, s in enumerate(rng.choices(range(cycle % 9 + 1), k=rng.randrange(0, 10)))
+        ]
+        if cycle % 7 == 1:  # insights and warnings from the agent itself
+            records += [
+                ingested(A, serial + 50 + n, kind, now - rng.randrange(0, 30) * DAY_MS, conf)
+                for n, (kind, conf) in enumerate(
+                    [(Kind.INSIGHT, 0.9), (Kind.WARNING, 0.3), (Kind.INSIGHT, 0.45)]
+                )
+            ]
+        serial += 100
+        entries = await everything.store.entries(A)
+        used = [e.memory_id for e in rng.sample(entries, min(3, len(entries)))]
+        blamed = [e.memory_id for e in rng.sample(entries, min(2, len(entries)))]
+        for env, runner in ((due_only, due_only.runner), (everything, full)):
+            await env.memory.commit(WriteBatch(records=tuple(records)))
+            if used:  # a recall used these: their decay origin moves to now
+                await env.memory.apply_usage_once(A, cycle, used, now - 10, None)
+            if blamed and cycle % 3 == 0:
+                kind = OutcomeKind.NEGATIVE if cycle % 2 else OutcomeKind.POSITIVE
+                await env.memory.apply_outcome(
+                    Outcome(f"o-{cycle}", A, now - 5, kind, tuple(blamed))
+                )
+            report = await runner.run_cycle(A, now, cycle)
+            seen["due_only" if env is due_only else "everything"] += report.entries_seen
+            decided = {name: getattr(report, name) for name in DECIDED}
+            if env is due_only:
+                expected = decided
+        assert decided == expected, f"cycle {cycle}"
+        state = await _state_of(everything)
+        assert await _state_of(due_only) == state, f"cycle {cycle}"
+        totals = {name: totals[name] + decided[name] for name in DECIDED}
+        statuses |= {book["status"] for book in state["books"].values()}
+    # the run went through every kind of decision
+    assert {"active", "playbook", "demoted"} <= statuses
+    assert all(totals.values()), totals
+    assert seen["due_only"] < seen["everything"] / 2
+
+
+async def test_a_cycles_reads_do_not_grow_with_the_entries_nothing_touched() -> None:
+    """Untouched entries (not due, not of the new episodes' situations) are never
+    read: a cycle after 10 and after 300 of them reads the same entries."""
+    read: dict[int, dict[str, int]] = {}
+    looked: dict[int, int] = {}
+    for untouched in (10, 300):
+        env = Env()
+        # Confident insights of their own situations: nothing falls due for weeks.
+        await env.memory.commit(
+            WriteBatch(
+                records=tuple(ingested(A, n, Kind.INSIGHT, T0, 0.95) for n in range(untouched))
+            )
+        )
+        await env.episodes(A, 0, "success", "success", "success")
+        await env.runner.run_cycle(A, NOW, 1)  # builds the indexes: reads everything once
+        counting = CountingStore(env.store)
+        runner = CuratorRunner(counting, env.embed, env.rescheduled)  # type: ignore[arg-type]
+        await env.episodes(A, 10, "success", "success")
+        report = await runner.run_cycle(A, NOW + DAY_MS, 2)
+        assert report.upvoted == 1
+        read[untouched], looked[untouched] = counting.read, report.entries_seen
+    assert read[10] == read[300] and looked[10] == looked[300] == 1
+    assert "entries" not in read[300]  # never the read of every entry

@@ -242,6 +242,12 @@ class _Recorder:
     async def seek_to_end(self, *partitions: Any) -> None:
         return None
 
+    def pause(self, *partitions: Any) -> None:
+        return None
+
+    def resume(self, *partitions: Any) -> None:
+        return None
+
     async def position(self, partition: Any) -> int:
         return 0
 

@@ -5,8 +5,12 @@
 from __future__ import annotations
 
 import hashlib
+import random
+from collections.abc import Mapping
 from dataclasses import replace
+from enum import IntEnum, StrEnum
 from itertools import pairwise
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -91,6 +95,71 @@ def test_tuples_read_as_lists_and_numpy_scalars_as_python_values() -> None:
     assert canonical_bytes(np.int64(7)) == canonical_bytes(7)
     assert canonical_bytes(np.float32(0.5)) == canonical_bytes(0.5)
     assert canonical_bytes(bytearray(b"ab")) == canonical_bytes(b"ab")
+
+
+def _reference_encoding(value: object) -> bytes:
+    """The module docstring's rules, written out plainly: the fast encoder must
+    give these bytes for every value."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None:
+        return b"n"
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, int):
+        return b"i" + int.__repr__(value).encode() + b";"
+    if isinstance(value, float):
+        return b"d" + float.__repr__(value).encode() + b";"
+    if isinstance(value, str):
+        raw = str.encode(value, "utf-8")
+        return b"s" + str(len(raw)).encode() + b":" + raw
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        return b"b" + str(len(raw)).encode() + b":" + raw.hex().encode()
+    if isinstance(value, Mapping):
+        keys = sorted(value)
+        body = b"".join(_reference_encoding(str(k)) + _reference_encoding(value[k]) for k in keys)
+        return b"m" + str(len(keys)).encode() + b":" + body
+    if isinstance(value, (list, tuple)):
+        body = b"".join(_reference_encoding(item) for item in value)
+        return b"l" + str(len(value)).encode() + b":" + body
+    raise TypeError(type(value).__name__)
+
+
+class _Colour(StrEnum):
+    RED = "red"
+
+
+class _Level(IntEnum):
+    HIGH = 3
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> object:
+    leaves: list[object] = [
+        None, True, False, rng.randint(-(10**20), 10**20), rng.random() * 10 ** rng.randint(-8, 8),
+        -0.0, float("inf"), "".join(rng.choice("aé\u00ff漢 :;") for _ in range(rng.randint(0, 6))),
+        rng.randbytes(rng.randint(0, 9)), bytearray(b"xy"), np.float32(rng.random()),
+        np.int64(rng.randint(-5, 5)), np.bool_(True), _Colour.RED, _Level.HIGH,
+    ]  # fmt: skip
+    if depth >= 3 or rng.random() < 0.5:
+        return rng.choice(leaves)
+    size = rng.randint(0, 4)
+    shape = rng.random()
+    if shape < 0.4:
+        keys = ["".join(rng.choice("abcé") for _ in range(rng.randint(0, 3))) for _ in range(size)]
+        keys += [_Colour.RED] if rng.random() < 0.2 else []
+        return {key: _random_value(rng, depth + 1) for key in keys}
+    if shape < 0.6:
+        return MappingProxyType({"k": _random_value(rng, depth + 1)})
+    items = [_random_value(rng, depth + 1) for _ in range(size)]
+    return items if shape < 0.8 else tuple(items)
+
+
+def test_the_encoder_gives_the_specified_bytes_for_any_value() -> None:
+    rng = random.Random(24)
+    for _ in range(3_000):
+        value = _random_value(rng)
+        assert canonical_bytes(value) == _reference_encoding(value), value
 
 
 @pytest.mark.parametrize("value", [{1, 2}, {1: "a"}, object(), {"a": {"nested": {3}}}])

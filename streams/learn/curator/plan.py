@@ -22,6 +22,13 @@ Rules, in order:
    contradictions, or older than `quarantine_max_age_ms` → archived, except
    what is pinned (or exempt), which waits for evidence.
 
+A cycle looks at `entries` (rules 1-4): the ones due by its time, the ones its
+episodes' situations name, and new ones (`schedule.py` says why the others
+would come out unchanged). `context` entries are read, never changed: the
+signature mates a vote or a derivation needs and the playbook's heuristics,
+which PLAYBOOK.md lists. Passing every live entry as `entries` plans the cycle
+that looks at everything, with the same decisions.
+
 Nothing reads a clock: `now_ms` is the caller's event time, so replaying a
 cycle plans the same operations.
 """
@@ -41,12 +48,16 @@ from grimoire.streams.learn.curator.distill import (
     Situation,
     cluster_episodes,
 )
+from grimoire.streams.learn.curator.playbook import in_playbook
+from grimoire.streams.learn.curator.schedule import LOOK_NOW, next_look_ms, signature_member
 from grimoire.streams.learn.curator.values import (
+    CURATED_KINDS,
     DEFAULT_CURATOR_POLICY,
     CuratedEntry,
     CuratorPlan,
     CuratorPolicy,
     CuratorReport,
+    CuratorSchedule,
     EntryChange,
     EntryStatus,
     Op,
@@ -104,6 +115,7 @@ class _Cycle:
     record_ids: set[str]
     text_ids: set[str]
     ops: list[Operation]
+    looked: set[str]  # what the cycle decides on; the rest is context
 
     def log(self, op: Op, before: CuratedEntry, after: CuratedEntry) -> None:
         self.ops.append(
@@ -155,6 +167,7 @@ class _Cycle:
         disagree = cluster.failures if works else cluster.successes
         if agree == disagree == 0:
             return
+        self.looked.add(entry.memory_id)
         base = effective(entry, self.now_ms, self.policy)
         delta = self.policy.upvote if agree > disagree else 0.0
         delta = -self.policy.downvote if disagree > agree else delta
@@ -288,20 +301,25 @@ def plan_cycle(
     entries: Sequence[CuratedEntry],
     quarantined: Sequence[QuarantinedView] = (),
     *,
+    context: Sequence[CuratedEntry] = (),
     watermark_ms: int = 0,
     policy: CuratorPolicy = DEFAULT_CURATOR_POLICY,
     distiller: Distiller | None = None,
 ) -> CuratorPlan:
     """Everything one curator cycle changes, as data; the store applies it."""
-    live = {e.memory_id: e for e in entries if e.status is not EntryStatus.ARCHIVED}
+    looked = {e.memory_id: e for e in entries if e.status is not EntryStatus.ARCHIVED}
+    live = {e.memory_id: e for e in context if e.status is not EntryStatus.ARCHIVED}
+    if overlap := sorted(set(live) & set(looked)):
+        raise ValueError(f"entries {overlap} passed both as looked at and as context")
+    live.update(looked)
     work = _Cycle(
         agent_id, now_ms, policy, distiller or ExtractiveDistiller(), dict(live),
-        set(), set(), set(), [],
+        set(), set(), set(), [], set(looked),
     )  # fmt: skip
-    before = [e.confidence for e in live.values()]
-    after_decay = [effective(e, now_ms, policy) for e in live.values()]
+    before = [e.confidence for e in looked.values()]
+    after_decay = [effective(e, now_ms, policy) for e in looked.values()]
     work.distil(episodes)
-    for memory_id in sorted(work.entries):
+    for memory_id in sorted(work.looked | work.new_ids):
         work.entries[memory_id] = work.transition(work.entries[memory_id])
     work.derive()
     quarantine = review_quarantine(quarantined, now_ms, policy)
@@ -333,6 +351,7 @@ def plan_cycle(
         edited=counts[Op.EDIT],
         released=len(quarantine) - archived_q,
         episodes_seen=len(episodes),
+        entries_seen=len(work.looked | work.new_ids),
         entries_decayed=sum(1 for b, a in zip(before, after_decay, strict=True) if a < b),
         avg_confidence_before=sum(before) / len(before) if before else 0.0,
         avg_confidence_after=sum(after_decay) / len(after_decay) if after_decay else 0.0,
@@ -345,4 +364,45 @@ def plan_cycle(
         operations=tuple(work.ops),
         report=report,
         watermark_ms=max(watermark_ms, newest),
+        schedule=_schedule(work, quarantined, quarantine),
+    )
+
+
+def _schedule(
+    work: _Cycle,
+    quarantined: Sequence[QuarantinedView],
+    decisions: Sequence[QuarantineDecision],
+) -> CuratorSchedule:
+    """The indexes after the cycle, for every entry it looked at or created (the
+    context's stay as they are)."""
+    due: list[tuple[str, int]] = []
+    dropped: list[str] = []
+    signed: list[str] = []
+    unsigned: list[str] = []
+    playbook: list[str] = []
+    unplaybook: list[str] = []
+    for memory_id in sorted(work.looked | work.new_ids):
+        entry = work.entries[memory_id]
+        member = signature_member(entry)
+        (playbook if in_playbook(entry) else unplaybook).append(memory_id)
+        if entry.status is EntryStatus.ARCHIVED:
+            dropped.append(memory_id)
+            if member is not None:
+                unsigned.append(member)
+            continue
+        due.append((memory_id, next_look_ms(entry, work.now_ms, work.policy)))
+        if member is not None:  # idempotent: a seeding cycle indexes what it finds
+            signed.append(member)
+    # A released curated entry is live again: the next cycle looks at it.
+    curated = {view.memory_id for view in quarantined if view.kind in CURATED_KINDS}
+    for decision in decisions:
+        if decision.action is QuarantineAction.RELEASE and decision.memory_id in curated:
+            due.append((decision.memory_id, LOOK_NOW))
+    return CuratorSchedule(
+        due=tuple(due),
+        dropped=tuple(dropped),
+        signed=tuple(signed),
+        unsigned=tuple(unsigned),
+        playbook=tuple(playbook),
+        unplaybook=tuple(unplaybook),
     )

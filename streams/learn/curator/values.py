@@ -171,6 +171,9 @@ class CuratorReport:
     edited: int = 0
     released: int = 0
     episodes_seen: int = 0
+    # The entries the cycle looked at (due, voted on, new): its work, which the
+    # entries it did not need to look at leave unchanged.
+    entries_seen: int = 0
     entries_decayed: int = 0
     avg_confidence_before: float = 0.0
     avg_confidence_after: float = 0.0
@@ -206,9 +209,28 @@ class CuratorReport:
 
 
 @dataclass(frozen=True, slots=True)
+class CuratorSchedule:
+    """What a cycle changes in the curator's indexes (`streams/learn/curator/schedule.py`).
+
+    `due`: each entry the cycle looked at or created, with its next look (event
+    time ms); `dropped`: archived entries, out of every index; `signed` /
+    `unsigned`: signature-index members added / removed; `playbook` /
+    `unplaybook`: heuristic ids now in / no longer in the playbook.
+    """
+
+    due: tuple[tuple[str, int], ...] = ()
+    dropped: tuple[str, ...] = ()
+    signed: tuple[str, ...] = ()
+    unsigned: tuple[str, ...] = ()
+    playbook: tuple[str, ...] = ()
+    unplaybook: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class CuratorPlan:
     changes: tuple[EntryChange, ...]
     quarantine: tuple[QuarantineDecision, ...]
     operations: tuple[Operation, ...]
     report: CuratorReport
     watermark_ms: int  # the newest episode considered (or the previous watermark)
+    schedule: CuratorSchedule = CuratorSchedule()
