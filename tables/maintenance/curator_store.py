@@ -380,8 +380,8 @@ class RedisCuratorStore:
             return {}
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id in ids:
-                pipe.hmget(self.memory_key(memory_id), list(LOAD_FIELDS))
-                pipe.hget(self.usage_key(memory_id), "last_accessed")
+                pipe.hmget(self.memory_key(agent_id, memory_id), list(LOAD_FIELDS))
+                pipe.hget(self.usage_key(agent_id, memory_id), "last_accessed")
             pipe.hmget(self.entries_key(agent_id), ids)
             replies = await pipe.execute()
         books = replies[-1]
