@@ -49,7 +49,12 @@ from grimoire.streams.learn.curator.distill import (
     cluster_episodes,
 )
 from grimoire.streams.learn.curator.playbook import in_playbook
-from grimoire.streams.learn.curator.schedule import LOOK_NOW, next_look_ms, signature_member
+from grimoire.streams.learn.curator.schedule import (
+    LOOK_NOW,
+    effective,
+    next_look_ms,
+    signature_member,
+)
 from grimoire.streams.learn.curator.values import (
     CURATED_KINDS,
     DEFAULT_CURATOR_POLICY,
@@ -66,7 +71,6 @@ from grimoire.streams.learn.curator.values import (
     QuarantineDecision,
     QuarantinedView,
 )
-from grimoire.streams.model.decay import effective_confidence
 from grimoire.streams.model.ids import memory_id as make_memory_id
 from grimoire.streams.model.records import Kind
 
@@ -82,20 +86,6 @@ def heuristic_text(situation: Situation, polarity: Polarity) -> str:
     verb = "Prefer" if polarity is Polarity.WORKS else "Avoid"
     why = "it tends to work" if polarity is Polarity.WORKS else "it tends to fail"
     return f"{verb} {situation.describe()}: {why}."
-
-
-def effective(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> float:
-    return effective_confidence(
-        entry.confidence,
-        entry.last_accessed_ms,
-        now_ms,
-        kind=entry.kind,
-        decay_class=entry.decay_class or None,
-        provenance=entry.provenance,
-        quality=entry.quality,
-        strength=entry.strength,
-        policy=policy.decay,
-    )
 
 
 def _flipped(polarity: Polarity) -> Polarity:

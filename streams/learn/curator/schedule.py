@@ -44,6 +44,7 @@ __all__ = [
     "LOOK_NOW",
     "NO_LOOK_MS",
     "SIGNATURE_KINDS",
+    "effective",
     "next_look_ms",
     "signature_key",
     "signature_keys",
@@ -96,14 +97,9 @@ def _levels(entry: CuratedEntry, policy: CuratorPolicy) -> tuple[float, ...]:
     return tuple(sorted((lvl for lvl in levels if lvl > policy.decay.floor), reverse=True))
 
 
-def next_look_ms(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> int:
-    """When a cycle must next look at `entry` as it stands after a cycle at `now_ms`:
-    `now_ms` (every cycle) while it is below `prune_below` and its counter can
-    still matter, the first moment its curve crosses a level that changes a
-    decision, or `NO_LOOK_MS` when none will (until something writes it)."""
-    if entry.status is EntryStatus.ARCHIVED:
-        return NO_LOOK_MS
-    level = effective_confidence(
+def effective(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> float:
+    """An entry's decayed confidence at `now_ms`, as recall reads it."""
+    return effective_confidence(
         entry.confidence,
         entry.last_accessed_ms,
         now_ms,
@@ -114,6 +110,16 @@ def next_look_ms(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> int
         strength=entry.strength,
         policy=policy.decay,
     )
+
+
+def next_look_ms(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> int:
+    """When a cycle must next look at `entry` as it stands after a cycle at `now_ms`:
+    `now_ms` (every cycle) while it is below `prune_below` and its counter can
+    still matter, the first moment its curve crosses a level that changes a
+    decision, or `NO_LOOK_MS` when none will (until something writes it)."""
+    if entry.status is EntryStatus.ARCHIVED:
+        return NO_LOOK_MS
+    level = effective(entry, now_ms, policy)
     if level < policy.prune_below:
         # A pinned entry keeps counting: an unpin lets the next cycle archive it.
         if policy.exempt(entry) and entry.consecutive_low >= policy.prune_after_cycles:
