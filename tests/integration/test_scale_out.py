@@ -127,6 +127,9 @@ class _Stream:
     published_candidates: int = 0
     decided: int = 0
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    # While set, every round fills up to `BACKLOG`: a change's rebalance must find
+    # events waiting however fast the workers drain them.
+    full: bool = False
     _filled: asyncio.Event | None = None
 
     async def waiting(self) -> int:
@@ -152,11 +155,11 @@ class _Stream:
             while (
                 end < len(self.events)
                 and self.candidates[end] <= room
-                and (filled is not None or end - self.published < int(allowance))
+                and (filled is not None or self.full or end - self.published < int(allowance))
             ):
                 room -= self.candidates[end]
                 end += 1
-            if filled is None:
+            if filled is None and not self.full:
                 allowance -= end - self.published
             for client in self.clients:
                 for event in self.events[self.published : end]:
@@ -282,6 +285,7 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
                     )
                     was = await _group(admin, scaled.app_id)
                     waiting_at_act = await stream.fill()
+                    stream.full = True
                     act()
                     moved: list[int] = []
 
@@ -292,12 +296,15 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
                         moved.append(await stream.waiting())
                         return True
 
-                    await _until(
-                        f"a rebalance after: {what}",
-                        rebalancing,
-                        publisher=publisher,
-                        interval=0.05,
-                    )
+                    try:
+                        await _until(
+                            f"a rebalance after: {what}",
+                            rebalancing,
+                            publisher=publisher,
+                            interval=0.05,
+                        )
+                    finally:
+                        stream.full = False
                     await _until(
                         f"a group of {size} after: {what}",
                         lambda: group_of(size),
