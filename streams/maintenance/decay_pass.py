@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from grimoire.streams.exceptions import StreamsError
 from grimoire.streams.model.decay import (
@@ -127,8 +127,28 @@ class DecayPassPlan:
     invalid: tuple[str, ...] = ()
 
 
+class DecayInputs(Protocol):
+    """The stored fields an effective confidence is computed from (a decay entry, a
+    curated entry)."""
+
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def last_accessed_ms(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def decay_class(self) -> str | None: ...
+    @property
+    def provenance(self) -> str: ...
+    @property
+    def quality(self) -> float: ...
+    @property
+    def strength(self) -> float: ...
+
+
 def effective_now(
-    entry: DecayEntry, now_ms: int, policy: DecayPolicy = DEFAULT_DECAY_POLICY
+    entry: DecayInputs, now_ms: int, policy: DecayPolicy = DEFAULT_DECAY_POLICY
 ) -> float:
     """Exactly the read-time value recall computes for the same stored fields."""
     return effective_confidence(

@@ -36,8 +36,12 @@ from collections.abc import Iterable
 from typing import Final
 
 from grimoire.streams.learn.curator.values import CuratedEntry, CuratorPolicy, EntryStatus
-from grimoire.streams.maintenance.decay_pass import DecayBands, DecayEntry, next_crossing_ms
-from grimoire.streams.model.decay import effective_confidence
+from grimoire.streams.maintenance.decay_pass import (
+    DecayBands,
+    DecayEntry,
+    effective_now,
+    next_crossing_ms,
+)
 from grimoire.streams.model.records import Kind
 
 __all__ = [
@@ -99,17 +103,7 @@ def _levels(entry: CuratedEntry, policy: CuratorPolicy) -> tuple[float, ...]:
 
 def effective(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> float:
     """An entry's decayed confidence at `now_ms`, as recall reads it."""
-    return effective_confidence(
-        entry.confidence,
-        entry.last_accessed_ms,
-        now_ms,
-        kind=entry.kind,
-        decay_class=entry.decay_class or None,
-        provenance=entry.provenance,
-        quality=entry.quality,
-        strength=entry.strength,
-        policy=policy.decay,
-    )
+    return effective_now(entry, now_ms, policy.decay)
 
 
 def next_look_ms(entry: CuratedEntry, now_ms: int, policy: CuratorPolicy) -> int:
