@@ -28,7 +28,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import Phase
 from grimoire.tables.maintenance.curator_marks import queue_new
 from grimoire.tables.memory.graph import RedisGraph
-from grimoire.tables.memory.rebuild import memory_terms
+from grimoire.tables.memory.rebuild import counted_text
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.transaction import agent_transaction
 from grimoire.tables.trust.agent_keys import (
@@ -158,8 +158,8 @@ class ImportWriter:
             for line, key in targets:
                 if derive and line.type == "memory":
                     fields = hash_of(line)
-                    terms = memory_terms(text_of(fields.get(b"text", b"")))
-                    self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), list(terms))
+                    counted = counted_text(text_of(fields.get(b"text", b"")))
+                    self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), counted)
                     # An inherited insight, heuristic or warning: the successor's
                     # curator looks at it in its next cycle.
                     queue_new(pipe, self.keys, {text_of(k): v for k, v in fields.items()})

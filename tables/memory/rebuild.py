@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from grimoire.streams.model.text import search_terms
+from grimoire.streams.model.text import indexed_length, search_terms
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
@@ -25,6 +25,7 @@ from grimoire.tables.transaction import agent_transaction
 logger = logging.getLogger(__name__)
 
 MEMORIES_FIELD = "#memories"  # the term-count hash's count of memories (never a term)
+LENGTH_FIELD = "#length"  # and their summed indexed length (`indexed_length`)
 MAX_COUNTED_TERMS = 1_000  # every distinct term of a memory, not a query's first few
 _BATCH = 500
 
@@ -39,6 +40,18 @@ class RebuildReport:
 def memory_terms(text: str) -> tuple[str, ...]:
     """The terms a memory is counted under, at write time and on a rebuild."""
     return search_terms(text, limit=MAX_COUNTED_TERMS)
+
+
+@dataclass(frozen=True, slots=True)
+class CountedText:
+    """What a memory adds to its agent's term counts."""
+
+    length: int
+    terms: tuple[str, ...]
+
+
+def counted_text(text: str) -> CountedText:
+    return CountedText(indexed_length(text), memory_terms(text))
 
 
 async def rebuild_derived(
@@ -70,10 +83,13 @@ async def rebuild_derived(
             if owner is None or memory_id is None or text_of(owner) != agent_id:
                 continue
             ids.append(text_of(memory_id))
-            counts.update(memory_terms(text_of(text or b"")))
+            counted = counted_text(text_of(text or b""))
+            counts.update(counted.terms)
+            counts[LENGTH_FIELD] += counted.length
         if progress is not None:
             progress(min(start + _BATCH, len(keys)), len(keys))
     counts[MEMORIES_FIELD] = len(ids)
+    counts[LENGTH_FIELD] += 0
     terms_key = graph.keys.terms(agent_id)
     async with agent_transaction(redis, agent_id) as pipe:
         pipe.delete(terms_key, graph.keys.nodes(agent_id))
@@ -83,5 +99,5 @@ async def rebuild_derived(
         for start in range(0, len(ids), _BATCH):
             graph.sync_nodes(pipe, agent_id, ids[start : start + _BATCH])
         await pipe.execute()
-    logger.info("rebuilt %s: %d memories, %d terms", agent_id, len(ids), len(counts) - 1)
-    return RebuildReport(agent_id, len(ids), len(counts) - 1)
+    logger.info("rebuilt %s: %d memories, %d terms", agent_id, len(ids), len(counts) - 2)
+    return RebuildReport(agent_id, len(ids), len(counts) - 2)

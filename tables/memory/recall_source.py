@@ -15,16 +15,18 @@ from typing import Any
 import numpy as np
 from redis.asyncio import Redis
 
+from grimoire.streams.recall import bm25
+from grimoire.streams.recall.bm25 import DEFAULT_BM25, Bm25Parameters, CorpusStats
 from grimoire.streams.recall.options import RecallFilters
 from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector
 from grimoire.streams.recall.walk.daimoi import NodeInfo
 from grimoire.tables.codec.fact import decode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import NODE_FIELDS, RECORD_FIELDS, decode_node, decode_row
-from grimoire.tables.codec.search_replies import keyed_docs, scored_keys
+from grimoire.tables.codec.search_replies import keyed_docs, term_matches
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.rebuild import MEMORIES_FIELD
+from grimoire.tables.memory.rebuild import LENGTH_FIELD, MEMORIES_FIELD
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery
 from grimoire.tables.routing import SearchRouting, SearchTarget
@@ -49,6 +51,7 @@ class KnnPolicy:
     common_term_docs: int | None = 2_000
     common_term_share: float = 0.05
     common_term_floor: int = 20
+    bm25: Bm25Parameters = DEFAULT_BM25
 
 
 DEFAULT_KNN_POLICY = KnnPolicy()
@@ -81,6 +84,8 @@ class RedisRecallSource:
         self._records: dict[str, RecallRecord | None] = {}
         # False once the agent is seen to have no fact links: no more reads.
         self._may_link = True
+        # The agent's term counts read so far (see `_corpus`).
+        self._corpus: CorpusStats | None = None
 
     def _key(self, memory_id: str) -> str:
         return self._keys.memory(self._agent, memory_id)
@@ -135,7 +140,8 @@ class RedisRecallSource:
         if not terms or k <= 0:
             return []
         depth = max(k, self._knn.term_depth)
-        searched = await self._searched_terms(terms, filters)
+        corpus = await self._corpus_of(terms)
+        searched = self._searched_terms(terms, filters, corpus)
         target = await self._index()
         async with self._redis.pipeline(transaction=False) as pipe:
             for term in searched:
@@ -147,6 +153,7 @@ class RedisRecallSource:
                     "SCORER",
                     "BM25STD",
                     "WITHSCORES",
+                    "EXPLAINSCORE",
                     "NOCONTENT",
                     "VERBATIM",
                     "LIMIT",
@@ -157,7 +164,10 @@ class RedisRecallSource:
                     **target.options,
                 )
             replies = await pipe.execute()
-        per_term = dict(zip(searched, (self._term_scores(reply) for reply in replies), strict=True))
+        per_term = {
+            term: self._term_scores(term, reply, corpus)
+            for term, reply in zip(searched, replies, strict=True)
+        }
         totals: dict[str, float] = {}
         for scores in per_term.values():
             for memory_id, term_score in scores.items():
@@ -174,15 +184,29 @@ class RedisRecallSource:
                 found = scores.keys() if scores is not None else set()
                 refills.append((term, tuple(sorted(totals.keys() - found))))
         for memory_id, term_score in await self._scored_in(
-            [(term, missing) for term, missing in refills if missing], filters
+            [(term, missing) for term, missing in refills if missing], filters, corpus
         ):
             totals[memory_id] += term_score
         hits = [LaneHit(memory_id, total) for memory_id, total in totals.items()]
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
         return hits[:k]
 
-    async def _searched_terms(
-        self, terms: Sequence[str], filters: RecallFilters
+    async def _corpus_of(self, terms: Sequence[str]) -> CorpusStats:
+        """The agent's counts for these terms (read once per request and term)."""
+        known = self._corpus
+        wanted = [t for t in dict.fromkeys(terms) if known is None or t not in known.holding]
+        if known is not None and not wanted:
+            return known
+        values = await self._redis.hmget(
+            self._keys.terms(self._agent), [*wanted, MEMORIES_FIELD, LENGTH_FIELD]
+        )
+        holding = dict(known.holding) if known is not None else {}
+        holding.update((t, int(v or 0)) for t, v in zip(wanted, values, strict=False))
+        self._corpus = CorpusStats(int(values[-2] or 0), int(values[-1] or 0), holding)
+        return self._corpus
+
+    def _searched_terms(
+        self, terms: Sequence[str], filters: RecallFilters, corpus: CorpusStats
     ) -> tuple[str, ...]:
         """The terms the lane searches: all but the common ones (see
         `KnnPolicy`), and at least the rarest one. A provenance filter narrows
@@ -190,10 +214,8 @@ class RedisRecallSource:
         policy = self._knn
         if policy.common_term_docs is None or len(terms) < 2 or not filters.empty:
             return tuple(terms)
-        counts = await self._redis.hmget(self._keys.terms(self._agent), [*terms, MEMORIES_FIELD])
-        memories = int(counts[-1] or 0)
-        held = {term: int(count or 0) for term, count in zip(terms, counts, strict=False)}
-        share = max(policy.common_term_floor, policy.common_term_share * memories)
+        held = corpus.holding
+        share = max(policy.common_term_floor, policy.common_term_share * corpus.memories)
         cutoff = min(policy.common_term_docs, share)
         searched = tuple(term for term in terms if held[term] <= cutoff)
         return searched or (min(terms, key=lambda term: (held[term], term)),)
@@ -201,16 +223,20 @@ class RedisRecallSource:
     async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:
         ids = tuple(sorted(set(memory_ids)))
         totals: dict[str, float] = {}
-        if not ids:
+        if not ids or not terms:
             return totals
+        corpus = await self._corpus_of(terms)
         for memory_id, term_score in await self._scored_in(
-            [(term, ids) for term in dict.fromkeys(terms)], RecallFilters()
+            [(term, ids) for term in dict.fromkeys(terms)], RecallFilters(), corpus
         ):
             totals[memory_id] = totals.get(memory_id, 0.0) + term_score
         return totals
 
     async def _scored_in(
-        self, jobs: Sequence[tuple[str, Sequence[str]]], filters: RecallFilters
+        self,
+        jobs: Sequence[tuple[str, Sequence[str]]],
+        filters: RecallFilters,
+        corpus: CorpusStats,
     ) -> list[tuple[str, float]]:
         """BM25 of single terms on given documents, one pipelined query per term."""
         if not jobs:
@@ -223,12 +249,16 @@ class RedisRecallSource:
                 query = FullTextQuery(self._agent, (term,), len(ids), filters)
                 pipe.execute_command(
                     "FT.SEARCH", target.index, query.query_string(), "SCORER", "BM25STD",
-                    "WITHSCORES", "NOCONTENT", "VERBATIM",
+                    "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "VERBATIM",
                     "INKEYS", len(ids), *(self._key(i) for i in ids),
                     "LIMIT", 0, len(ids), "DIALECT", 2, **target.options,
                 )  # fmt: skip
             replies = await pipe.execute()
-        return [pair for reply in replies for pair in self._term_scores(reply).items()]
+        return [
+            pair
+            for (term, _), reply in zip(jobs, replies, strict=True)
+            for pair in self._term_scores(term, reply, corpus).items()
+        ]
 
     async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
         if not anchors:
@@ -245,8 +275,20 @@ class RedisRecallSource:
             )
         return found
 
-    def _term_scores(self, reply: Any) -> dict[str, float]:
-        return {self._keys.memory_id_of(key): score for key, score in scored_keys(reply)}
+    def _term_scores(self, term: str, reply: Any, corpus: CorpusStats) -> dict[str, float]:
+        """Each found memory's BM25 for `term`: its own occurrences and length as
+        the index counted them, the term's rarity and the average length from
+        the agent's counts (`grimoire.streams.recall.bm25`), never the index's
+        deployment-wide statistics."""
+        idf = corpus.idf(term)
+        average = corpus.average_length()
+        params = self._knn.bm25
+        return {
+            self._keys.memory_id_of(match.key): bm25.term_score(
+                match.tf, match.length, idf, average, params
+            )
+            for match in term_matches(reply, term)
+        }
 
     # ---- records and graph ---------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from grimoire.tables.memory.rebuild import MEMORIES_FIELD
+from grimoire.tables.memory.rebuild import LENGTH_FIELD, MEMORIES_FIELD, CountedText
 from grimoire.tables.redis_client import queue_script
 
 # Create the aggregate from its seed on first sight (count 1 stands for the group's
@@ -123,14 +123,16 @@ return out
 
 # Document counts of a memory's search terms, counted only when the memory is
 # new, so a redelivered batch counts nothing twice. Queued before the memory's
-# HSET. KEYS: memory hash, the agent's term counts; ARGV: the distinct terms.
-# MEMORIES_FIELD counts the memories themselves.
+# HSET. KEYS: memory hash, the agent's term counts; ARGV: the memory's indexed
+# length, then its distinct terms. MEMORIES_FIELD counts the memories themselves,
+# LENGTH_FIELD sums their lengths (the lexical lane's average length).
 _COUNT_NEW_TERMS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HINCRBY', KEYS[2], 'MEMORIES_FIELD', 1)
-for i = 1, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
-return #ARGV
-""".replace("MEMORIES_FIELD", MEMORIES_FIELD)
+redis.call('HINCRBY', KEYS[2], 'LENGTH_FIELD', ARGV[1])
+for i = 2, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
+return #ARGV - 1
+""".replace("MEMORIES_FIELD", MEMORIES_FIELD).replace("LENGTH_FIELD", LENGTH_FIELD)
 
 # A walk round in one round trip: the newest members of each nexus key, and the
 # packed walk node (graph.py's node table) of every member, which the walk scores
@@ -224,10 +226,11 @@ class RedisScripts:
         queue_script(pipe, self._reinforce, [key], [ts_ms])
 
     def count_new_terms(
-        self, pipe: Any, memory_key: str, terms_key: str, terms: Sequence[str]
+        self, pipe: Any, memory_key: str, terms_key: str, counted: CountedText
     ) -> None:
-        if terms:
-            queue_script(pipe, self._count_new_terms, [memory_key, terms_key], list(terms))
+        queue_script(
+            pipe, self._count_new_terms, [memory_key, terms_key], [counted.length, *counted.terms]
+        )
 
     def touch_in(self, pipe: Any, usage_keys: list[str], as_of_ms: int) -> None:
         if usage_keys:

@@ -42,7 +42,7 @@ from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.maintenance.decay_index import DecayIndex
 from grimoire.tables.memory.agent_state import AgentStateStore, present_fields
 from grimoire.tables.memory.graph import RedisGraph
-from grimoire.tables.memory.rebuild import memory_terms
+from grimoire.tables.memory.rebuild import counted_text
 from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
 from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
@@ -350,7 +350,7 @@ class RedisMemoryStore:
             fields = hash_fields(record, now_ms)
             key = self.key(cand.agent_id, record.id)
             self._scripts.count_new_terms(
-                pipe, key, self.graph.keys.terms(cand.agent_id), memory_terms(cand.text)
+                pipe, key, self.graph.keys.terms(cand.agent_id), counted_text(cand.text)
             )
             pipe.hset(key, mapping=fields)
             self.decay.schedule_new(pipe, fields)

@@ -60,7 +60,7 @@ from grimoire.tables.codec.memory_hash import (
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.memory.graph import RedisGraph
-from grimoire.tables.memory.rebuild import MEMORIES_FIELD, memory_terms
+from grimoire.tables.memory.rebuild import LENGTH_FIELD, MEMORIES_FIELD, counted_text
 from grimoire.tables.transaction import agent_transaction
 
 __all__ = [
@@ -408,9 +408,11 @@ class RedisDerivationStore:
         pipe.hdel(keys.nodes(agent_id), memory_id)
         if step.uncount_terms:
             terms = keys.terms(agent_id)
-            for term in memory_terms(stored_text(before["text"])):
+            counted = counted_text(stored_text(before["text"]))
+            for term in counted.terms:
                 pipe.hincrby(terms, term, -1)
             pipe.hincrby(terms, MEMORIES_FIELD, -1)
+            pipe.hincrby(terms, LENGTH_FIELD, -counted.length)
         if step.curated:
             pipe.hdel(keys.curator_entries(agent_id), memory_id)
 

@@ -12,12 +12,15 @@ from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
 from grimoire.streams.model.records import MemoryRecord
+from grimoire.streams.model.text import indexed_length
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.recall.ports import RecallFilters
 from grimoire.streams.write.changes import WriteBatch
+from grimoire.tables.codec.search_replies import term_matches
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.queries import FullTextQuery
 from grimoire.tables.redis_client import create_redis
 from tests.support.builders import memory_candidate, memory_record
 from tests.support.stored import drop_deployment
@@ -106,8 +109,8 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
 async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
     counts_key = Keyspace(prefix).terms(AGENT)
-    expected = [b"13", b"1", b"12", b"13"]
-    counted = ["jon", "banker", "friends", "#memories"]
+    expected = [b"13", b"1", b"12", b"13", str(sum(map(indexed_length, TEXTS))).encode()]
+    counted = ["jon", "banker", "friends", "#memories", "#length"]
     assert await redis.hmget(counts_key, counted) == expected
     store = RedisMemoryStore(redis, prefix, 384)
     # A redelivered batch rewrites the memories but counts nothing twice.
@@ -127,3 +130,71 @@ async def test_terms_match_verbatim_without_stem_expansion(redis: Redis) -> None
     running = await source.full_text(("running",), 20, NO_FILTERS)
     assert {hit.memory_id for hit in running} == set(ids[:12])
     assert set(await source.lexical(("running",), ids)) == set(ids[:12])
+
+
+async def test_indexed_length_is_the_length_the_index_counts(redis: Redis) -> None:
+    # The agent's average length is summed from `indexed_length` at write time;
+    # each memory's own length comes from the index at query time: they must
+    # count alike for the length normalisation to mean anything.
+    prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
+    agent = "golem-lengths"
+    texts = [
+        "zzq The cat sat on the mat, with another cat! x 42 don't stop-words e-mail",
+        "zzq Tab\there\nnewline x|y/z\\w?q`b",
+        "zzq No NOT such Such A",
+        "zzq ÉCOLE École 3.14 v1.2.3 user@example.com snake_case",
+        "zzq emoji \U0001f389 party \u2014 dash \u2013 en",
+        "zzq \uff26\uff35\uff2c\uff2c \xa1hola! \xbfqu\xe9?",
+    ]
+    store = RedisMemoryStore(redis, prefix, 384)
+    records = [
+        memory_record(memory_candidate(agent, f"len-{n}", t, ts=T0 + n), flat_unit(384))
+        for n, t in enumerate(texts)
+    ]
+    await store.commit(WriteBatch(records=tuple(records)))
+    reply = await redis.execute_command(
+        "FT.SEARCH", Keyspace(prefix).index_name, FullTextQuery(agent, ("zzq",), 9).query_string(),
+        "SCORER", "BM25STD", "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "VERBATIM",
+        "DIALECT", 2,
+    )  # fmt: skip
+    by_key = {match.key: match.length for match in term_matches(reply, "zzq")}
+    keys = Keyspace(prefix)
+    assert {keys.memory_id_of(k): n for k, n in by_key.items()} == {
+        r.id: indexed_length(r.candidate.text) for r in records
+    }
+    total = await redis.hget(keys.terms(agent), "#length")
+    assert int(total) == sum(indexed_length(t) for t in texts)
+
+
+async def test_lexical_scores_do_not_depend_on_the_index_history(redis: Redis) -> None:
+    # The same memories, in a deployment whose index also holds another tenant's
+    # memories and the garbage of rewritten and deleted documents: RediSearch's
+    # own BM25 statistics differ, the lane's scores must not.
+    prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
+    source = RedisMemoryStore(redis, prefix, 384).recall_source(AGENT)
+    ids = [_record(n, text).id for n, text in enumerate(TEXTS)]
+    terms = ("jon", "banker", "friends", "day")
+    before = (await source.full_text(terms, 20, NO_FILTERS), await source.lexical(terms, ids))
+
+    busy = f"ft{uuid.uuid4().hex[:8]}"
+    other = RedisMemoryStore(redis, busy, 384)
+    await other.ensure_schema()
+    try:
+        noise = [
+            memory_record(
+                memory_candidate(tenant, f"n-{n}", f"banker jon friends {n} " * (n % 5 + 1), ts=T0),
+                flat_unit(384),
+            )
+            for tenant in ("golem-noise-1", "golem-noise-2")
+            for n in range(40)
+        ]
+        await other.commit(WriteBatch(records=tuple(noise)))
+        mine = tuple(_record(n, t) for n, t in enumerate(TEXTS))
+        for _ in range(3):  # rewritten: each leaves its old postings behind
+            await other.commit(WriteBatch(records=mine))
+        await redis.delete(*(Keyspace(busy).memory("golem-noise-1", r.id) for r in noise[:40]))
+        moved = other.recall_source(AGENT)
+        after = (await moved.full_text(terms, 20, NO_FILTERS), await moved.lexical(terms, ids))
+        assert after == before
+    finally:
+        await drop_deployment(redis, busy)
