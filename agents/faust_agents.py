@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,6 +69,10 @@ class HandlerSource(Protocol):
 
     def known_agents(self) -> AsyncIterator[tuple[str, int]]:
         """Every agent with an event ingested, and its watermark (event time, ms)."""
+        ...
+
+    async def maintenance_wanted(self, agent_ids: Sequence[str]) -> list[str]:
+        """Those of `agent_ids` a maintenance command would find something due for."""
         ...
 
 
@@ -334,13 +338,19 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
 
     async def block_timer() -> None:
         pressure = runtime.pressure()
-        agents: list[str] = []
+        moved: list[str] = []
         async for agent_id, watermark in runtime.known_agents():
             previous = last_sent.get(agent_id)
             if previous is not None and previous == (watermark, "normal"):
                 continue
-            agents.append(agent_id)
+            moved.append(agent_id)
             last_sent[agent_id] = (watermark, pressure)
+        # Under normal load, only the agents with something due: in a fleet most
+        # agents' ticks cross no decay band and no curator or compaction period,
+        # and a command that finds nothing still travels the broker, the journal
+        # and the apply loop. Under pressure every command goes out, as the one
+        # that records the postponement.
+        agents = moved if pressure != "normal" else await runtime.maintenance_wanted(moved)
         # Spread over the first part of the block: all at once, every agent's pass
         # would land on the apply loops together and hold up ingest behind them.
         # When a command is issued decides nothing (what runs is decided at its
@@ -355,6 +365,8 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
             )
             if index + 1 < len(agents) and pause >= _MIN_FANOUT_PAUSE_S:
                 await asyncio.sleep(pause)
-        logger.debug("block timer: %d maintenance commands", len(agents))
+        logger.debug(
+            "block timer: %d maintenance commands (%d agents moved)", len(agents), len(moved)
+        )
 
     app.timer(interval=settings.block_interval_s, on_leader=True)(block_timer)

@@ -201,6 +201,9 @@ class Runtime:
         async for agent in agent_watermarks(self._redis, self._settings.topic_prefix):
             yield agent
 
+    async def maintenance_wanted(self, agent_ids: Sequence[str]) -> list[str]:
+        return await (await self.handlers()).applier.maintenance.wanted(agent_ids)
+
     async def close(self) -> None:
         if self._composed is not None:
             # The plain clients of a cluster's masters the schema check opened.
@@ -324,6 +327,8 @@ async def compose(
         policy=settings.maintenance_policy,
         limits=settings.input_limits,
         lease_ms=int(settings.maintenance_lease_s * 1000),
+        decay=store.decay,
+        count_estimates=store,
     )
     authenticator = Authenticator(
         RedisApiKeyStore(keystore_redis or redis, settings.topic_prefix),

@@ -7,6 +7,7 @@ command finds nothing due and a replay runs the same cycles.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,8 @@ from grimoire.streams.inbound.maintenance_command import parse_maintenance_comma
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.maintenance.schedule import (
     DEFAULT_MAINTENANCE_POLICY,
+    DecayOutlook,
+    Ledger,
     MaintenancePlan,
     MaintenancePolicy,
     Pressure,
@@ -35,6 +38,8 @@ from grimoire.topics.schemas import MaintenanceEventV1
 
 __all__ = [
     "EVENT_TYPES",
+    "CountEstimates",
+    "DecayOutlooks",
     "FieldStates",
     "LiveCount",
     "MaintenanceHandler",
@@ -50,6 +55,10 @@ EVENT_TYPES = {
     Task.CURATOR: "CuratorCycleComplete",
     Task.COMPACTION: "GrimoireCompaction",
 }
+
+
+async def _no_outlooks() -> dict[str, DecayOutlook]:
+    return {}
 
 
 class TaskRunner(Protocol):
@@ -78,6 +87,19 @@ class LiveCount(Protocol):
     async def __call__(self, agent_id: str) -> int: ...
 
 
+class DecayOutlooks(Protocol):
+    """Where the agent's decay schedule is seen at a glance (the decay store)."""
+
+    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]: ...
+
+
+class CountEstimates(Protocol):
+    """Memory counts for many agents at once, never below the live count (the
+    memory store's `estimated_counts`)."""
+
+    async def estimated_counts(self, agent_ids: Sequence[str]) -> dict[str, int]: ...
+
+
 @dataclass
 class MaintenanceHandler:
     ledgers: MaintenanceLedger
@@ -91,6 +113,11 @@ class MaintenanceHandler:
     policy: MaintenancePolicy = DEFAULT_MAINTENANCE_POLICY
     limits: InputLimits = field(default_factory=InputLimits)
     lease_ms: int = 120_000
+    # Without it every tick's decay pass runs, found something due or not.
+    decay: DecayOutlooks | None = None
+    # Without it `wanted` judges the compaction trigger by `live_count`, one search
+    # per agent.
+    count_estimates: CountEstimates | None = None
 
     async def handle(self, message: InputMessage) -> MaintenancePlan | None:
         """The plan that ran (None when there was nothing to look at)."""
@@ -116,21 +143,62 @@ class MaintenanceHandler:
         if state.tick is None and state.watermark_ms <= 0:
             return None  # nothing ingested for this agent yet
         tick = agent_tick(state.tick, state.watermark_ms, self.block_interval_ms)
-        ledger = await self.ledgers.ledger(agent_id)
+        ledger, live, outlooks = await asyncio.gather(
+            self.ledgers.ledger(agent_id),
+            self.live_count(agent_id),
+            self.decay.outlook([agent_id]) if self.decay is not None else _no_outlooks(),
+        )
         plan = plan_maintenance(
             agent_id,
             tick,
             state.watermark_ms,
             ledger,
-            live_memories=await self.live_count(agent_id),
+            live_memories=live,
             force_compaction=force_compaction,
             # The command's, recorded when it was issued: never this worker's load
             # now, which a replay could not see.
             pressure=pressure,
             policy=self.policy,
+            decay=outlooks.get(agent_id),
         )
         await self.execute(plan)
         return plan
+
+    async def wanted(self, agent_ids: Sequence[str]) -> list[str]:
+        """The agents a command would find something due for now, in a few round
+        trips for all of them. For the block timer, which need not send the rest
+        a command: what runs is still decided at each command's place in the
+        journal, and a command that is not sent is one that comes later (its
+        agent's next block). The compaction trigger is judged on estimated
+        counts, which are never below the live count."""
+        if not agent_ids:
+            return []
+        states, ledgers, outlooks = await asyncio.gather(
+            self.field_states.load_fields(agent_ids),
+            self.ledgers.ledgers(agent_ids),
+            self.decay.outlook(agent_ids) if self.decay is not None else _no_outlooks(),
+        )
+        if self.count_estimates is not None:
+            counts = await self.count_estimates.estimated_counts(agent_ids)
+        else:
+            counts = {agent_id: await self.live_count(agent_id) for agent_id in agent_ids}
+        found = []
+        for agent_id in agent_ids:
+            state = states.get(agent_id)
+            if state is None or (state.tick is None and state.watermark_ms <= 0):
+                continue
+            plan = plan_maintenance(
+                agent_id,
+                agent_tick(state.tick, state.watermark_ms, self.block_interval_ms),
+                state.watermark_ms,
+                ledgers.get(agent_id, Ledger()),
+                live_memories=counts.get(agent_id, 0),
+                policy=self.policy,
+                decay=outlooks.get(agent_id),
+            )
+            if plan.tasks or plan.postponed:
+                found.append(agent_id)
+        return found
 
     async def execute(self, plan: MaintenancePlan) -> list[str]:
         """Run the plan's tasks in order; returns the ones completed. A task that

@@ -110,6 +110,20 @@ def _period_crossed(tick: int, last: int | None, every: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class DecayOutlook:
+    """What an agent's decay schedule holds: whether it was ever seeded, and the
+    earliest due time in it (None: nothing scheduled)."""
+
+    seeded: bool
+    next_due_ms: int | None
+
+    def idle(self, as_of_ms: int) -> bool:
+        """Nothing to decay by `as_of_ms`: a pass would read nothing and write
+        nothing. An unseeded schedule is never idle (its pass seeds it)."""
+        return self.seeded and (self.next_due_ms is None or self.next_due_ms > as_of_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class MaintenancePlan:
     agent_id: str
     tick: int
@@ -131,9 +145,16 @@ def plan_maintenance(
     force_compaction: bool = False,
     pressure: Pressure = Pressure.NORMAL,
     policy: MaintenancePolicy = DEFAULT_MAINTENANCE_POLICY,
+    decay: DecayOutlook | None = None,
 ) -> MaintenancePlan:
+    """What is due at `tick`. With the agent's `decay` outlook, a decay pass that
+    would find nothing due by `as_of_ms` is not due: most ticks of a young store
+    cross no band, and a pass that reads nothing still cost a ledger entry, two
+    memory-events and a witness record. The outlook is the schedule as folded
+    up to this command's place in the journal, so a replay skips alike."""
     due: list[Task] = []
-    if ledger.decay is None or tick - ledger.decay >= policy.decay_every_ticks:
+    decay_idle = decay is not None and decay.idle(as_of_ms)
+    if not decay_idle and (ledger.decay is None or tick - ledger.decay >= policy.decay_every_ticks):
         due.append(Task.DECAY)
     if _period_crossed(tick, ledger.curator, policy.curator_every_ticks):
         due.append(Task.CURATOR)

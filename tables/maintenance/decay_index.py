@@ -37,6 +37,7 @@ from grimoire.streams.maintenance.decay_pass import (
     due_ms,
     initial_due_ms,
 )
+from grimoire.streams.maintenance.schedule import DecayOutlook
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import DECAY_FIELDS, StoredDecayState, decode_state
@@ -126,6 +127,11 @@ class DecayStore(Protocol):
     async def ensure_seeded(self, agent_id: str, now_ms: int) -> int | None:
         """Schedule an agent's stored live memories once; how many were scheduled,
         or None when it had been seeded before."""
+        ...
+
+    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]:
+        """Each agent's schedule at a glance: seeded or not, and its earliest due
+        time (one round trip for all of them)."""
         ...
 
     async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
@@ -255,6 +261,20 @@ class DecayIndex:
             for memory_id in dropped:
                 pipe.zrem(key, memory_id)
             await pipe.execute()
+
+    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]:
+        if not agent_ids:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agent_ids:
+                pipe.exists(self.keys.decay_seeded(agent_id))
+                pipe.zrange(self.keys.decay_schedule(agent_id), 0, 0, withscores=True)
+            replies = await pipe.execute()
+        found = {}
+        for n, agent_id in enumerate(agent_ids):
+            seeded, head = replies[2 * n], replies[2 * n + 1]
+            found[agent_id] = DecayOutlook(bool(seeded), int(head[0][1]) if head else None)
+        return found
 
     # ---- migration --------------------------------------------------------------
 

@@ -10,7 +10,7 @@ command finds nothing due.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -51,6 +51,10 @@ class MaintenanceLedger(Protocol):
 
     async def ledger(self, agent_id: str) -> Ledger: ...
 
+    async def ledgers(self, agent_ids: Sequence[str]) -> dict[str, Ledger]:
+        """`ledger` of many agents at once (one round trip)."""
+        ...
+
     async def complete(
         self, agent_id: str, task: Task, tick: int, holder: str, detail: Mapping[str, Any]
     ) -> bool:
@@ -90,9 +94,16 @@ class MaintenanceLedgerStore:
         await self._release(keys=[self.lease_key(agent_id)], args=[holder])
 
     async def ledger(self, agent_id: str) -> Ledger:
-        raw = await self._redis.hgetall(self.ledger_key(agent_id))
-        values = {_s(k): int(_s(v)) for k, v in raw.items() if _s(k) in _TASK_FIELDS}
-        return Ledger(**values)
+        return _ledger(await self._redis.hgetall(self.ledger_key(agent_id)))
+
+    async def ledgers(self, agent_ids: Sequence[str]) -> dict[str, Ledger]:
+        if not agent_ids:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agent_ids:
+                pipe.hgetall(self.ledger_key(agent_id))
+            rows = await pipe.execute()
+        return {agent_id: _ledger(raw) for agent_id, raw in zip(agent_ids, rows, strict=True)}
 
     async def complete(
         self, agent_id: str, task: Task, tick: int, holder: str, detail: Mapping[str, Any]
@@ -112,6 +123,10 @@ class MaintenanceLedgerStore:
 
 
 _TASK_FIELDS = frozenset(task.value for task in Task)
+
+
+def _ledger(raw: Mapping[Any, Any]) -> Ledger:
+    return Ledger(**{_s(k): int(_s(v)) for k, v in raw.items() if _s(k) in _TASK_FIELDS})
 
 
 async def known_agents(redis: Redis, prefix: str, batch: int = 500) -> AsyncIterator[str]:

@@ -26,6 +26,7 @@ from grimoire.streams.maintenance.decay_pass import (
     due_ms,
     initial_due_ms,
 )
+from grimoire.streams.maintenance.schedule import DecayOutlook
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.hash_values import stored_number, stored_text
 from grimoire.tables.codec.memory_hash import StoredDecayState, decode_state
@@ -142,6 +143,14 @@ class InMemoryDecayStore:
         schedule = self._schedules.get(agent_id, {})
         for memory_id in (*gone, *plan.invalid):
             schedule.pop(memory_id, None)
+
+    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]:
+        found = {}
+        for agent_id in agent_ids:
+            schedule = self._schedules.get(agent_id, {})
+            head = min(schedule.values()) if schedule else None
+            found[agent_id] = DecayOutlook(agent_id in self._seeded, head)
+        return found
 
     # ---- migration --------------------------------------------------------------
 

@@ -6,7 +6,7 @@ one (tests/integration/test_ledger_contract.py)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,6 +43,9 @@ class InMemoryMaintenanceLedger:
 
     async def ledger(self, agent_id: str) -> Ledger:
         return self._ledgers.get(agent_id, Ledger())
+
+    async def ledgers(self, agent_ids: Sequence[str]) -> dict[str, Ledger]:
+        return {agent_id: await self.ledger(agent_id) for agent_id in agent_ids}
 
     async def complete(
         self, agent_id: str, task: Task, tick: int, holder: str, detail: Mapping[str, Any]

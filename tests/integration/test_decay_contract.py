@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from grimoire.agents.maintenance.decay_task import decay_pass
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.decay_pass import DecayPassPlan, DecayReport
+from grimoire.streams.maintenance.schedule import DecayOutlook
 from grimoire.streams.model.decay import DAY_MS, HOUR_MS
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import decode_record, with_usage
@@ -482,3 +483,23 @@ async def test_seeding_removes_nothing_it_does_not_find(h: Harness, agent: str) 
     await h.schedule(agent, "stale", T0)  # deleted since: the pass drops it
     assert await h.store.ensure_seeded(agent, T0) == 1
     assert set(await h.scheduled(agent)) == {"live", "stale"}
+
+
+async def test_the_outlook_is_the_earliest_due_time_and_the_seeding(h: Harness, agent: str) -> None:
+    other = f"{agent}-other"
+    assert await h.store.outlook([agent, other]) == {
+        agent: DecayOutlook(False, None),
+        other: DecayOutlook(False, None),
+    }
+    await h.store.ensure_seeded(agent, T0)
+    assert await h.store.outlook([agent]) == {agent: DecayOutlook(True, None)}
+    await h.write(fields("late", agent), fields("early", agent, ts=T0 - DAY_MS,
+                  last_accessed=T0 - DAY_MS), fields("theirs", other))  # fmt: skip
+    seen = await h.store.outlook([agent, other])
+    assert seen[agent] == DecayOutlook(True, T0 - DAY_MS + H48 + 1)
+    assert seen[other] == DecayOutlook(False, T0 + H48 + 1)
+    assert not seen[agent].idle(T0 - DAY_MS + H48 + 1) and seen[agent].idle(T0)
+    # A pass moves the head on: the early entry's next crossing is later.
+    await run_pass(h, agent, T0 - DAY_MS + H48 + 1)
+    assert (await h.store.outlook([agent]))[agent] == DecayOutlook(True, T0 + H48 + 1)
+    assert await h.store.outlook([]) == {}

@@ -82,3 +82,16 @@ async def test_known_agents_are_the_agents_in_the_registry(settings: Settings) -
         assert sorted([agent async for agent in known_agents(redis, prefix)]) == ["a", "b"]
     finally:
         await redis.aclose()
+
+
+async def test_ledgers_of_many_agents_read_as_each_ledger(ledgers: MaintenanceLedger) -> None:
+    assert await ledgers.ledgers([]) == {}
+    await ledgers.complete("a", Task.DECAY, 5, "w1", {})
+    await ledgers.complete("a", Task.CURATOR, 3, "w1", {})
+    await ledgers.complete("c", Task.COMPACTION, 9, "w1", {})
+    assert await ledgers.ledgers(["a", "b", "c"]) == {
+        "a": Ledger(decay=5, curator=3),
+        "b": Ledger(),
+        "c": Ledger(compaction=9),
+    }
+    assert await ledgers.ledgers(["c"]) == {"c": await ledgers.ledger("c")}

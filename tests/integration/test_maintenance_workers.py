@@ -1,5 +1,6 @@
 """Two workers in one consumer group, real broker and Redis: each agent's maintenance
-runs on exactly one worker per due tick (SPEC §6, issue 5 must-show 2)."""
+runs on exactly one worker per due tick (SPEC §6, issue 5 must-show 2), and only
+the ticks with something due run at all."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ async def test_each_due_tick_is_maintained_by_exactly_one_worker(
                 async def wave_maintained(last: int = last) -> bool:
                     for agent in agents:
                         ledger = await ledgers.ledger(agent)
-                        if ledger.decay != last or ledger.curator != last:
+                        if ledger.decay is None or ledger.curator != last:
                             return False
                     return True
 
@@ -138,7 +139,10 @@ async def test_each_due_tick_is_maintained_by_exactly_one_worker(
         curator_ticks = [tick for task, tick in keys if task == "curator"]
         # One curator cycle per crossed boundary of CURATOR_EVERY ticks, never more.
         assert curator_ticks == [5, 10, 15], (agent, curator_ticks)
-        assert [tick for task, tick in keys if task == "decay"][-1] == 15
+        # One decay pass, the one that seeded the schedule: 15 blocks of event
+        # time cross no decay band, so no later tick finds an entry due (and the
+        # block timer sends no command that would find nothing).
+        assert len([tick for task, tick in keys if task == "decay"]) == 1, (agent, keys)
         for entry in entries:
             assert (agent, entry["task"], int(entry["tick"])) in counts
     # Both workers took part: the group split the agents' partitions between them.

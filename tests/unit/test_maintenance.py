@@ -7,6 +7,7 @@ import random
 import pytest
 
 from grimoire.streams.maintenance.schedule import (
+    DecayOutlook,
     Ledger,
     MaintenancePolicy,
     Pressure,
@@ -160,3 +161,20 @@ def test_commands_from_the_sdk_schema_parse_and_bad_ones_are_rejected() -> None:
         rejected = parse_maintenance_command(raw, limits)
         assert isinstance(rejected, Rejection)
         assert rejected.reason == reason
+
+
+def test_decay_is_not_due_when_its_schedule_has_nothing_due_by_the_watermark() -> None:
+    assert DecayOutlook(True, None).idle(1_000)
+    assert DecayOutlook(True, 1_001).idle(1_000)
+    assert not DecayOutlook(True, 1_000).idle(1_000)  # due at the watermark itself
+    assert not DecayOutlook(False, None).idle(1_000)  # never seeded: the pass seeds it
+    idle, due = DecayOutlook(True, 5_000), DecayOutlook(True, 500)
+    assert plan_maintenance("a", 7, 1_000, Ledger(), policy=POLICY, decay=idle).tasks == ()
+    assert plan_maintenance("a", 7, 1_000, Ledger(), policy=POLICY, decay=due).tasks == (
+        Task.DECAY,
+    )
+    # It only ever takes decay off: the curator's period is crossed regardless.
+    crossed = plan_maintenance("a", 50, 1_000, Ledger(), policy=POLICY, decay=idle)
+    assert crossed.tasks == (Task.CURATOR,)
+    # And the ticks still rule: a pass done this tick is not due again.
+    assert plan_maintenance("a", 7, 1_000, Ledger(decay=7), policy=POLICY, decay=due).tasks == ()

@@ -14,6 +14,8 @@ import orjson
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.maintenance.schedule import (
+    DecayOutlook,
+    Ledger,
     MaintenancePlan,
     MaintenancePolicy,
     Task,
@@ -193,3 +195,87 @@ async def test_a_task_another_holder_completed_is_not_reported_twice() -> None:
     events = [orjson.loads(v) for v in sink.on(TOPICS.memory_events)]
     assert [e["type"] for e in events] == ["CuratorCycleComplete", "GrimoireMaintenance"]
     assert events[1]["tasks"] == ["curator"]
+
+
+class Outlooks:
+    """The decay schedule at a glance, set by the test."""
+
+    def __init__(self) -> None:
+        self.by_agent: dict[str, DecayOutlook] = {}
+
+    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]:
+        return {a: self.by_agent.get(a, DecayOutlook(False, None)) for a in agent_ids}
+
+
+async def test_a_decay_pass_with_nothing_due_is_not_run_reported_or_ledgered() -> None:
+    world = World()
+    agent = "golem-idle"
+    outlooks = Outlooks()
+    runners = {task: Recording(task) for task in Task}
+    handler, sink = _handler(world, runners, "w1", decay=outlooks)
+    world.fields.set_tick(agent, 3)
+    as_of = 1_000_000 + 3 * 12_000
+    # Never seeded: the pass runs (it seeds the schedule).
+    assert (await handler.handle(_message(agent))).tasks == (Task.DECAY,)  # type: ignore[union-attr]
+    world.fields.set_tick(agent, 4)
+    as_of += 12_000
+    outlooks.by_agent[agent] = DecayOutlook(True, as_of + 1)  # first crossing after this tick
+    plan = await handler.handle(_message(agent))
+    assert plan is not None and plan.tasks == () and plan.postponed == ()
+    assert len(runners[Task.DECAY].calls) == 1
+    assert await world.ledgers.ledger(agent) == Ledger(decay=3)
+    outlooks.by_agent[agent] = DecayOutlook(True, None)  # nothing scheduled at all
+    assert (await handler.handle(_message(agent))).tasks == ()  # type: ignore[union-attr]
+    # An entry due by the watermark: the pass runs at this tick.
+    outlooks.by_agent[agent] = DecayOutlook(True, as_of)
+    assert (await handler.handle(_message(agent))).tasks == (Task.DECAY,)  # type: ignore[union-attr]
+    assert runners[Task.DECAY].calls[-1] == (4, as_of)
+    # Only the passes that ran were reported.
+    types = [orjson.loads(v)["type"] for v in sink.on(TOPICS.memory_events)]
+    assert types == ["GrimoireDecay", "GrimoireMaintenance"] * 2
+    # The curator's period is crossed whatever the decay schedule holds.
+    world.fields.set_tick(agent, 5)
+    outlooks.by_agent[agent] = DecayOutlook(True, None)
+    assert (await handler.handle(_message(agent))).tasks == (Task.CURATOR,)  # type: ignore[union-attr]
+
+
+async def test_wanted_names_the_agents_a_command_would_find_work_for() -> None:
+    world = World()
+    outlooks = Outlooks()
+    runners = {task: Recording(task) for task in Task}
+    handler, _ = _handler(world, runners, "w1", decay=outlooks)
+    agents = ["quiet", "due", "unseeded", "curator", "done", "never"]
+    for agent in agents[:-1]:
+        world.fields.set_tick(agent, 4)
+        outlooks.by_agent[agent] = DecayOutlook(True, 10**15)
+    world.fields.set_tick("curator", 5)
+    outlooks.by_agent["due"] = DecayOutlook(True, 0)
+    outlooks.by_agent["unseeded"] = DecayOutlook(False, None)
+    outlooks.by_agent["done"] = DecayOutlook(True, 0)
+    await world.ledgers.complete("done", Task.DECAY, 4, "w1", {})
+    assert await handler.wanted(agents) == ["due", "unseeded", "curator"]
+    # What `wanted` names is what the commands then run, and no more.
+    for agent in agents:
+        plan = await handler.handle(_message(agent))
+        ran = plan is not None and bool(plan.tasks)
+        assert ran == (agent in {"due", "unseeded", "curator"}), agent
+    assert await handler.wanted(agents) == []
+
+
+async def test_wanted_judges_the_compaction_trigger_on_estimated_counts() -> None:
+    world = World()
+    outlooks = Outlooks()
+    policy = MaintenancePolicy(compaction_trigger_memories=100)
+    handler, _ = _handler(world, {}, "w1", decay=outlooks)
+    handler.policy = policy
+    for agent in ("big", "small"):
+        world.fields.set_tick(agent, 4)
+        outlooks.by_agent[agent] = DecayOutlook(True, None)
+
+    class Estimates:
+        async def estimated_counts(self, agent_ids: Sequence[str]) -> dict[str, int]:
+            return {"big": 101, "small": 100}
+
+    assert await handler.wanted(["big", "small"]) == []  # live counts: 0
+    handler.count_estimates = Estimates()
+    assert await handler.wanted(["big", "small"]) == ["big"]
