@@ -57,13 +57,7 @@ def run_worker(settings: Settings) -> int:
             security=settings.kafka_security,
         )
     )
-    # The model loads before the worker joins its group: loaded lazily, on the
-    # first batch, it held a joining worker's partitions idle for 15-55 s (minutes
-    # under load), long enough for the group to drop it mid-rebalance.
-    from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
-
-    embedder = SentenceTransformerEmbedder.from_settings(settings)
-    app = create_app(settings, embedder=embedder)
+    app = create_app(settings)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()  # runs until SIGINT/SIGTERM, then exits the process
     return 0
