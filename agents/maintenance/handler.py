@@ -164,13 +164,23 @@ class MaintenanceHandler:
         await self.execute(plan)
         return plan
 
-    async def wanted(self, agent_ids: Sequence[str]) -> list[str]:
+    async def wanted(self, agent_ids: Sequence[str], *, chunk: int = 1_000) -> list[str]:
         """The agents a command would find something due for now, in a few round
         trips for all of them. For the block timer, which need not send the rest
         a command: what runs is still decided at each command's place in the
         journal, and a command that is not sent is one that comes later (its
         agent's next block). The compaction trigger is judged on estimated
         counts, which are never below the live count."""
+        if chunk < 1:
+            raise ValueError("chunk must be at least 1")
+        found: list[str] = []
+        # A bounded read per round: a fleet's every agent in one pipeline would
+        # hold its replies in memory at once.
+        for start in range(0, len(agent_ids), chunk):
+            found += await self._wanted(agent_ids[start : start + chunk])
+        return found
+
+    async def _wanted(self, agent_ids: Sequence[str]) -> list[str]:
         if not agent_ids:
             return []
         states, ledgers, outlooks = await asyncio.gather(

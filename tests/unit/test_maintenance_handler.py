@@ -254,6 +254,7 @@ async def test_wanted_names_the_agents_a_command_would_find_work_for() -> None:
     outlooks.by_agent["done"] = DecayOutlook(True, 0)
     await world.ledgers.complete("done", Task.DECAY, 4, "w1", {})
     assert await handler.wanted(agents) == ["due", "unseeded", "curator"]
+    assert await handler.wanted(agents, chunk=2) == ["due", "unseeded", "curator"]
     # What `wanted` names is what the commands then run, and no more.
     for agent in agents:
         plan = await handler.handle(_message(agent))
