@@ -89,7 +89,7 @@ async def rebuild_derived(
         if progress is not None:
             progress(min(start + _BATCH, len(keys)), len(keys))
     counts[MEMORIES_FIELD] = len(ids)
-    counts[LENGTH_FIELD] += 0
+    counts.setdefault(LENGTH_FIELD, 0)  # present even for an agent with no memories
     terms_key = graph.keys.terms(agent_id)
     async with agent_transaction(redis, agent_id) as pipe:
         pipe.delete(terms_key, graph.keys.nodes(agent_id))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,6 +20,7 @@ from redisvl.schema.fields import TagField
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
 from grimoire.streams.write.changes import WriteBatch
@@ -32,7 +33,7 @@ from grimoire.tables.codec.memory_hash import (
     hash_fields,
     stored_memory,
 )
-from grimoire.tables.codec.search_replies import keyed_docs, scored_keys, total_results
+from grimoire.tables.codec.search_replies import keyed_docs, total_results
 from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
@@ -45,7 +46,7 @@ from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD, counted_text
 from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
 from grimoire.tables.memory.scripts import RedisScripts
-from grimoire.tables.queries import FullTextQuery, KnnQuery, live_filter, tenant_filter
+from grimoire.tables.queries import KnnQuery, live_filter, tenant_filter
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.schema.memory_index import memory_schema
 from grimoire.tables.transaction import AgentTransactions, TransactionPart, agent_transaction
@@ -447,20 +448,14 @@ class RedisMemoryStore:
         return await self._hits(agent_id, scored)
 
     async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]:
+        """Any term may match, scored as the recall lane scores it (BM25 from the
+        agent's own counts, `RedisRecallSource.full_text`), with every term
+        searched, common ones included."""
         if not terms:
             return []
-        text_query = FullTextQuery(agent_id, tuple(terms), k)
-        query = (
-            Query(text_query.query_string())
-            .scorer("BM25")
-            .with_scores()
-            .no_content()
-            .paging(0, k)
-            .dialect(2)
-        )
-        reply = await self._search(agent_id, *query.get_args())
-        scored = [(self.keys.memory_id_of(key), score) for key, score in scored_keys(reply)]
-        return await self._hits(agent_id, scored)
+        every_term = replace(self.knn_policy, common_term_docs=None)
+        lane = await self._source(agent_id, every_term).full_text(tuple(terms), k, NO_FILTERS)
+        return await self._hits(agent_id, [(hit.memory_id, hit.score) for hit in lane])
 
     async def _hits(self, agent_id: str, scored: Sequence[tuple[str, float]]) -> list[ScoredHit]:
         """A search's (memory id, score) as hits, each record read from its hash (a
@@ -623,6 +618,9 @@ class RedisMemoryStore:
 
     def recall_source(self, agent_id: str) -> RecallSource:
         """A read view bound to one agent, for one request (it caches records)."""
+        return self._source(agent_id, self.knn_policy)
+
+    def _source(self, agent_id: str, knn_policy: KnnPolicy) -> RedisRecallSource:
         return RedisRecallSource(
             self._redis,
             routing=self.routing,
@@ -630,7 +628,7 @@ class RedisMemoryStore:
             scripts=self._scripts,
             agent_id=agent_id,
             dims=self._dims,
-            knn_policy=self.knn_policy,
+            knn_policy=knn_policy,
             decoded_nodes=self._decoded_nodes,
         )
 
