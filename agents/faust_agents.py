@@ -26,6 +26,7 @@ from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.journal.apply import JournalApplier
 from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.ports import InputMessage
+from grimoire.agents.roles import ALL_ROLES, WorkerRole
 from grimoire.streams.journal.entry import EntryKind
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MaintenanceCommandV1
@@ -88,6 +89,8 @@ class WorkerTopology:
     recall_concurrency: int
     maintenance_enabled: bool
     block_interval_s: float
+    # What this worker serves (agents/roles.py); every role joins the same group.
+    roles: frozenset[WorkerRole] = ALL_ROLES
 
 
 class FaustSink:
@@ -202,16 +205,6 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
 
         app.agent(raw_topic(topic_name), name=f"grimoire.sequence.{kind.value}")(sequence)
 
-    sequencer_agent(EntryKind.EPISODE, names.episodes)
-    sequencer_agent(EntryKind.TOOL_EVENT, names.tool_events)
-    sequencer_agent(EntryKind.TRANSCRIPT, names.transcripts)
-    sequencer_agent(EntryKind.OUTCOME, names.outcomes)
-    sequencer_agent(EntryKind.COMMAND, names.commands)
-    sequencer_agent(EntryKind.FACT, names.facts)
-    if settings.maintenance_enabled:
-        sequencer_agent(EntryKind.MAINTENANCE, names.maintenance)
-        register_block_timer(app, runtime, settings)
-
     async def apply(stream: Any) -> AsyncIterator[None]:
         # One loop for the worker's journal partitions: per partition, entries are
         # applied in order, and nothing else writes an agent's state.
@@ -259,7 +252,20 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
                 )
             yield None
 
-    app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)
+    if WorkerRole.INGEST in settings.roles:
+        sequencer_agent(EntryKind.EPISODE, names.episodes)
+        sequencer_agent(EntryKind.TOOL_EVENT, names.tool_events)
+        sequencer_agent(EntryKind.TRANSCRIPT, names.transcripts)
+        sequencer_agent(EntryKind.OUTCOME, names.outcomes)
+        sequencer_agent(EntryKind.COMMAND, names.commands)
+        sequencer_agent(EntryKind.FACT, names.facts)
+        if settings.maintenance_enabled:
+            sequencer_agent(EntryKind.MAINTENANCE, names.maintenance)
+        app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)
+    if settings.maintenance_enabled:
+        # On every worker whatever its roles: the timer fires on the group's leader
+        # only, and the leader may be a worker that serves recalls alone.
+        register_block_timer(app, runtime, settings)
 
     async def recall(stream: Any) -> AsyncIterator[None]:
         async for event in stream.events():
@@ -291,12 +297,6 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
 
     app.task(warm_up)
 
-    app.agent(
-        raw_topic(names.recall_requests),
-        name="grimoire.recall",
-        concurrency=settings.recall_concurrency,
-    )(recall)
-
     async def fact_queries(stream: Any) -> AsyncIterator[None]:
         # A read, like a recall: retried briefly, then answered with an error.
         async for event in stream.events():
@@ -317,7 +317,13 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
                 await _with_retry("fact query failure reply", answer_failure, attempts=3)
             yield None
 
-    app.agent(raw_topic(names.fact_queries), name="grimoire.fact_queries")(fact_queries)
+    if WorkerRole.RECALL in settings.roles:
+        app.agent(
+            raw_topic(names.recall_requests),
+            name="grimoire.recall",
+            concurrency=settings.recall_concurrency,
+        )(recall)
+        app.agent(raw_topic(names.fact_queries), name="grimoire.fact_queries")(fact_queries)
 
 
 def _assigned(app: faust.App, topic: str) -> list[int]:

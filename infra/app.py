@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import faust
@@ -15,6 +16,8 @@ from grimoire.infra.settings import Settings
 from grimoire.infra.transport import tuned_transport
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.security import KafkaSecurity
+
+logger = logging.getLogger(__name__)
 
 
 class GrimoireApp(faust.App):
@@ -89,6 +92,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
     @app.on_partitions_assigned.connect  # type: ignore[misc]
     async def _forget_kept_heads(_app: Any, *_: Any, **__: Any) -> None:
         runtime.partitions_assigned()
+        held: dict[str, list[int]] = {}
+        for tp in app.assignor.assigned_actives():
+            held.setdefault(tp.topic, []).append(tp.partition)
+        logger.info(
+            "assigned: %s",
+            "; ".join(f"{topic} {sorted(parts)}" for topic, parts in sorted(held.items()))
+            or "nothing",
+        )
 
     app.grimoire_runtime = runtime  # type: ignore[attr-defined]
     return app

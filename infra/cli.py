@@ -58,6 +58,7 @@ def run_worker(settings: Settings) -> int:
         )
     )
     app = create_app(settings)
+    logger.info("worker serves %s", ", ".join(sorted(role.value for role in settings.roles)))
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()  # runs until SIGINT/SIGTERM, then exits the process
     return 0
@@ -1098,7 +1099,13 @@ def _exchange_command(settings: Settings, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grimoire", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("worker", help="run a Faust worker (settings from GRIMOIRE_* env)")
+    worker_cmd = sub.add_parser("worker", help="run a Faust worker (settings from GRIMOIRE_* env)")
+    worker_cmd.add_argument(
+        "--roles",
+        default=None,
+        help="what this worker serves: ingest, recall or ingest,recall (default: "
+        "GRIMOIRE_WORKER_ROLES, both); every role joins the same group",
+    )
     services = sub.add_parser("services", help="local tansu + Redis: up | down | status")
     services.add_argument("action", choices=["up", "down", "status"])
     recall = sub.add_parser("recall", help="ask a recall question and print the items")
@@ -1241,6 +1248,12 @@ def main(argv: list[str] | None = None) -> int:
     fleet.add_argument("--blocks", type=int, default=10)
     fleet.add_argument("--speed", type=float, default=1.0, help="accelerated clock: 12/S s a block")
     fleet.add_argument("--workers", type=int, default=1)
+    fleet.add_argument(
+        "--recall-workers",
+        type=int,
+        default=0,
+        help="workers that serve recalls alone (then --workers fold the journal only)",
+    )
     fleet.add_argument("--search", action=argparse.BooleanOptionalAction, default=True)
     fleet.add_argument("--search-blocks", type=int, default=4)
     fleet.add_argument("--search-cap-s", type=float, default=900.0)
@@ -1265,6 +1278,16 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     configure_logging(settings.log_level)
     if args.command == "worker":
+        if args.roles is not None:
+            from grimoire.agents.roles import parse_roles
+
+            try:
+                roles = parse_roles(args.roles)
+            except ValueError as exc:
+                parser.error(str(exc))
+            settings = settings.model_copy(
+                update={"worker_roles": ",".join(sorted(role.value for role in roles))}
+            )
         return run_worker(settings)
     if args.command == "services":
         from grimoire.infra.local import services as local_services
@@ -1419,6 +1442,7 @@ def main(argv: list[str] | None = None) -> int:
             blocks=args.blocks,
             speed=args.speed,
             workers=args.workers,
+            recall_workers=args.recall_workers,
             search=args.search,
             search_blocks=args.search_blocks,
             search_cap_s=args.search_cap_s,

@@ -253,6 +253,7 @@ def worker_topology(settings: Settings) -> WorkerTopology:
         recall_concurrency=settings.recall_concurrency,
         maintenance_enabled=settings.maintenance_enabled,
         block_interval_s=settings.block_interval_s,
+        roles=settings.roles,
     )
 
 

@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from grimoire.agents.roles import WorkerRole, parse_roles
 from grimoire.streams.inbound.recall_request import RecallLimits
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.maintenance.schedule import MaintenancePolicy
@@ -21,6 +22,8 @@ from grimoire.streams.recall.walk.daimoi import WalkBudget
 from grimoire.topics.security import KafkaSecurity, SaslMechanism, SecurityProtocol
 
 __all__ = ["Settings", "redact_url"]
+
+_ROLES_PATTERN = r"^\s*(ingest|recall)\s*(,\s*(ingest|recall)\s*)*$"
 
 
 def redact_url(url: str) -> str:
@@ -156,6 +159,10 @@ class Settings(BaseSettings):
     recall_decoded_nodes: int = Field(50_000, ge=0)
     rrf_k: int = Field(60, ge=0)
     recall_concurrency: int = Field(4, ge=1)
+    # What this worker serves (agents/roles.py): "ingest" (the inputs, the journal's
+    # folds, maintenance), "recall" (recall requests and fact queries) or both.
+    # Split, recalls never queue behind an ingest batch in one event loop.
+    worker_roles: str = Field("ingest,recall", pattern=_ROLES_PATTERN)
 
     # Block-cadence maintenance (SPEC §6); periods count the agent's ticks.
     maintenance_enabled: bool = True
@@ -206,6 +213,11 @@ class Settings(BaseSettings):
         # Fail at startup with the reason, not at the first broker connection.
         self.kafka_security  # noqa: B018 (built for its validation)
         return self
+
+    @property
+    def roles(self) -> frozenset[WorkerRole]:
+        """`worker_roles` parsed: what this worker process serves."""
+        return parse_roles(self.worker_roles)
 
     def __repr_args__(self) -> Any:
         # The Redis URLs may carry a password: a printed or logged Settings masks it

@@ -138,6 +138,9 @@ class FleetOptions:
     blocks: int = 10
     speed: float = 1.0
     workers: int = 1
+    # Workers that serve recalls alone (agents/roles.py); with any, the `workers`
+    # fold the journal only.
+    recall_workers: int = 0
     recall_every_blocks: int = 5
     warmup_blocks: int = 1
     probes_per_block: int = 2
@@ -481,11 +484,17 @@ async def run_trial(
     topics = TopicNames(prefix)
     began = time.monotonic()
     workers: list[subprocess.Popen[bytes]] = []
-    for n in range(options.workers):
+    names: list[str] = []
+    folding_roles = "ingest" if options.recall_workers else "ingest,recall"
+    roles = [("worker", folding_roles)] * options.workers + [
+        ("recall", "recall")
+    ] * options.recall_workers
+    for n, (kind, worker_roles) in enumerate(roles):
         data_dir = log_dir / f"data-{prefix}-{n}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        own = settings.model_copy(update={"data_dir": data_dir})
+        own = settings.model_copy(update={"data_dir": data_dir, "worker_roles": worker_roles})
         workers.append(start_worker(own, log_dir / f"worker-{prefix}-{n}.log"))
+        names.append(f"{kind}-{sum(1 for name in names if name.startswith(kind))}")
     redis = create_redis(settings.redis_url, 16)
     tally = _Tally()
     rng = random.Random(options.seed)
@@ -508,7 +517,7 @@ async def run_trial(
                 ]
                 ready_s = time.monotonic() - began
                 used_before = int((await redis.info("memory"))["used_memory"])
-                pids = {f"worker-{n}": w.pid for n, w in enumerate(workers)}
+                pids = {name: w.pid for name, w in zip(names, workers, strict=True)}
                 pids.update(service_pids or {})
                 pids["bench"] = os.getpid()
                 cpu_before = {name: _ticks(pid) for name, pid in pids.items()}
@@ -602,6 +611,7 @@ async def run_trial(
         "speed": shape.speed,
         "wall_block_s": round(shape.wall_block_s, 3),
         "workers": options.workers,
+        "recall_workers": options.recall_workers,
         "real_time_equivalent": {
             "agents": round(shape.agents * shape.speed, 1),
             "note": "every rate is speed x the real-time one: this run stands for "

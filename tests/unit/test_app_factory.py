@@ -3,9 +3,11 @@ bring back its hard-coded 1.5 s fetch wait."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from grimoire.infra.app import create_app
+from grimoire.infra.app import GrimoireApp, create_app
 from grimoire.infra.local.worker_process import settings_env
 from grimoire.infra.settings import Settings
 
@@ -48,6 +50,60 @@ async def test_every_input_topic_has_an_agent() -> None:
     }
 
 
+_INGEST_TOPICS = {
+    "unit.episodes",
+    "unit.tool-events",
+    "unit.transcripts",
+    "unit.outcomes",
+    "unit.maintenance",
+    "unit.commands",
+    "unit.journal",
+    "unit.facts",
+}
+_READ_TOPICS = {"unit.recall-requests", "unit.fact-queries"}
+
+
+def _consumed(roles: str) -> set[str]:
+    app = create_app(_settings(worker_roles=roles))
+    return {topic for agent in app.agents.values() for topic in agent.channel.topics}
+
+
+async def test_a_worker_serves_only_its_roles() -> None:
+    """Split, the journal's folds and the reads never share an event loop; together
+    the roles cover every topic (test_every_input_topic_has_an_agent)."""
+    assert _consumed("ingest") == _INGEST_TOPICS
+    assert _consumed("recall") == _READ_TOPICS
+    assert _consumed("recall, ingest") == _INGEST_TOPICS | _READ_TOPICS
+
+
+@pytest.mark.parametrize("roles", ["ingest", "recall", "ingest,recall"])
+async def test_every_role_runs_the_leaders_block_timer(
+    roles: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's leader fans maintenance out, and the leader may serve recalls only."""
+    timers: list[tuple[str, bool]] = []
+
+    def timer(*, interval: float, on_leader: bool = False) -> Any:
+        def register(fun: Any) -> Any:
+            timers.append((fun.__name__, on_leader))
+            return fun
+
+        return register
+
+    monkeypatch.setattr(GrimoireApp, "timer", lambda self, **kw: timer(**kw), raising=True)
+    create_app(_settings(worker_roles=roles))
+    assert timers == [("block_timer", True)]
+    timers.clear()
+    create_app(_settings(worker_roles=roles, maintenance_enabled=False))
+    assert timers == []
+
+
+@pytest.mark.parametrize("roles", ["", "ingest,", "read", "ingest;recall", "INGEST"])
+def test_unknown_roles_are_refused_at_startup(roles: str) -> None:
+    with pytest.raises(ValueError, match="worker_roles"):
+        _settings(worker_roles=roles)
+
+
 async def test_maintenance_can_be_switched_off() -> None:
     app = create_app(_settings(maintenance_enabled=False))
     consumed = {topic for agent in app.agents.values() for topic in agent.channel.topics}
@@ -71,7 +127,9 @@ async def test_every_rebalance_reaches_the_runtime(monkeypatch: pytest.MonkeyPat
 def test_a_child_process_environment_reproduces_every_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    parent = _settings(embed_batch_size=7, web_enabled=True, rrf_k=11, partitions=2)
+    parent = _settings(
+        embed_batch_size=7, web_enabled=True, rrf_k=11, partitions=2, worker_roles="recall"
+    )
     monkeypatch.setenv("GRIMOIRE_EMBED_BATCH_SIZE", "999")  # the parent's own value must win
     env = settings_env(parent)
     for name, value in env.items():
