@@ -1254,6 +1254,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="workers that serve recalls alone (then --workers fold the journal only)",
     )
+    fleet.add_argument(
+        "--recall-fetch-wait-ms",
+        type=int,
+        default=None,
+        help="the recall workers' fetch wait (default: GRIMOIRE_CONSUMER_FETCH_MAX_WAIT_MS)",
+    )
     fleet.add_argument("--search", action=argparse.BooleanOptionalAction, default=True)
     fleet.add_argument("--search-blocks", type=int, default=4)
     fleet.add_argument("--search-cap-s", type=float, default=900.0)
@@ -1443,6 +1449,7 @@ def main(argv: list[str] | None = None) -> int:
             speed=args.speed,
             workers=args.workers,
             recall_workers=args.recall_workers,
+            recall_fetch_max_wait_ms=args.recall_fetch_wait_ms,
             search=args.search,
             search_blocks=args.search_blocks,
             search_cap_s=args.search_cap_s,

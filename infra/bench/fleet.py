@@ -43,7 +43,8 @@ Metrics, all from one trial:
   probe's text. A probe not recallable within `drain_timeout_s` counts at that
   timeout (`missed`; the percentiles are then lower bounds, `lower_bound`).
 * `recall_ms` {p50, p99}: the fleet's recalls, round trip through Kafka as the SDK
-  sees it (request published → reply read).
+  sees it (request published → reply read); `recall_handler_ms` the worker's own
+  time on them (the reply's `timings_ms.total`).
 * `maintenance_share`: the `elapsed_ms` of every completed maintenance task in the
   agents' (and the probe agent's) maintenance logs (tables/maintenance/ledger.py)
   summed, per block of the trial, / the wall block: the share of one worker's block
@@ -141,6 +142,9 @@ class FleetOptions:
     # Workers that serve recalls alone (agents/roles.py); with any, the `workers`
     # fold the journal only.
     recall_workers: int = 0
+    # The recall workers' consumer fetch wait (None: the settings'): a worker that
+    # serves recalls alone can poll sooner without slowing a fold.
+    recall_fetch_max_wait_ms: int | None = None
     recall_every_blocks: int = 5
     warmup_blocks: int = 1
     probes_per_block: int = 2
@@ -310,6 +314,7 @@ class _Tally:
     scheduled: dict[tuple[str, int], float] = field(default_factory=dict)
     late_ms: list[float] = field(default_factory=list)  # actual - scheduled publish
     recall_ms: list[float] = field(default_factory=list)
+    recall_handler_ms: list[float] = field(default_factory=list)
     recall_failures: Counter[str] = field(default_factory=Counter)
     recall_items: int = 0
     probe_ms: list[float] = field(default_factory=list)
@@ -397,6 +402,7 @@ async def _agent_turn(
                 timeout=options.recall_timeout_s,
             )
             tally.recall_ms.append((time.monotonic() - began) * 1000)
+            tally.recall_handler_ms.append(float(answer.timings_ms.get("total", 0.0)))
             tally.recall_items += len(answer.items)
         except ClientError as exc:
             tally.recall_failures[type(exc).__name__] += 1
@@ -492,7 +498,10 @@ async def run_trial(
     for n, (kind, worker_roles) in enumerate(roles):
         data_dir = log_dir / f"data-{prefix}-{n}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        own = settings.model_copy(update={"data_dir": data_dir, "worker_roles": worker_roles})
+        update: dict[str, Any] = {"data_dir": data_dir, "worker_roles": worker_roles}
+        if kind == "recall" and options.recall_fetch_max_wait_ms is not None:
+            update["consumer_fetch_max_wait_ms"] = options.recall_fetch_max_wait_ms
+        own = settings.model_copy(update=update)
         workers.append(start_worker(own, log_dir / f"worker-{prefix}-{n}.log"))
         names.append(f"{kind}-{sum(1 for name in names if name.startswith(kind))}")
     redis = create_redis(settings.redis_url, 16)
@@ -612,6 +621,7 @@ async def run_trial(
         "wall_block_s": round(shape.wall_block_s, 3),
         "workers": options.workers,
         "recall_workers": options.recall_workers,
+        "recall_fetch_max_wait_ms": options.recall_fetch_max_wait_ms,
         "real_time_equivalent": {
             "agents": round(shape.agents * shape.speed, 1),
             "note": "every rate is speed x the real-time one: this run stands for "
@@ -629,6 +639,9 @@ async def run_trial(
             "lower_bound": tally.probes_missed > 0,
         },
         "recall_ms": {**recall, "failures": dict(tally.recall_failures)},
+        # The worker's own time on each of those recalls (the reply's timings_ms
+        # total): the rest of a round trip is the broker and waiting for the loop.
+        "recall_handler_ms": summarise_ms(tally.recall_handler_ms),
         "maintenance_share": round(share, 4),
         "maintenance": {
             **maintenance,

@@ -1,7 +1,8 @@
-"""`bench fleet` at its smallest, through the real broker, Redis and a worker: five
-agents, three blocks on an accelerated clock (3 s a block). What is checked is the
-report's shape and that its counts add up (every event published decided, every
-recall answered, every run end reported), not the fleet's targets."""
+"""`bench fleet` at its smallest, through the real broker, Redis and workers split
+by role (one folds the journal, one answers recalls): five agents, three blocks on
+an accelerated clock (3 s a block). What is checked is the report's shape and that
+its counts add up (every event published decided, every recall answered, every run
+end reported), not the fleet's targets."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ async def test_a_tiny_fleet_runs_end_to_end_and_its_counts_add_up(
 ) -> None:
     shape = FleetShape(agents=5, blocks=3, speed=4.0)
     options = FleetOptions(
-        agents=5, blocks=3, speed=4.0, probes_per_block=1, search=False, drain_timeout_s=120.0
+        agents=5,
+        blocks=3,
+        speed=4.0,
+        probes_per_block=1,
+        search=False,
+        drain_timeout_s=120.0,
+        recall_workers=1,
     )
 
     report = await run_trial(settings, shape, options, log_dir=tmp_path)
@@ -63,6 +70,8 @@ async def test_a_tiny_fleet_runs_end_to_end_and_its_counts_add_up(
     assert counts["recalls"] == sum(s.recall for s in slots) == 3
     assert counts["recalls_answered"] == counts["recalls"]
     assert report["recall_ms"]["count"] == counts["recalls"]
+    assert report["recall_handler_ms"]["count"] == counts["recalls"]
+    assert report["recall_handler_ms"]["p50"] <= report["recall_ms"]["p50"]
     assert counts["outcomes_sent"] == sum(s.ends_run for s in slots) > 0
     assert counts["outcomes_reported"] == counts["outcomes_sent"]
     assert counts["probes"] == 3
@@ -76,5 +85,7 @@ async def test_a_tiny_fleet_runs_end_to_end_and_its_counts_add_up(
     assert report["maintenance_share"] >= 0
     assert 0 < report["maintenance"]["busy_share"] <= 1
     assert report["cpu"]["bench"] is not None and report["cpu"]["worker-0"] is not None
+    assert report["workers"] == 1 and report["recall_workers"] == 1
+    assert report["cpu"]["recall-0"] is not None
     assert report["machine"]["cpus"] >= 1
     assert 0 <= report["machine"]["busy_share"] <= 1
