@@ -7,7 +7,11 @@ Topology (every topic keyed and co-partitioned by agent id):
     journal → the apply agent (the only writer of agents' state)
     recall-requests → the recall agent (a read; its uses go to the journal)
     fact-queries → the fact query agent (a read)
-    the leader's block timer → maintenance (one command per known agent)
+    each ingest worker's block timer → maintenance (a command per agent of the
+        journal partitions it holds, when something is due)
+
+A worker's roles (agents/roles.py) pick which of these it runs: `ingest` the
+sequencers, the apply agent and the timer; `recall` the two reads.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.ports import InputMessage
 from grimoire.agents.roles import ALL_ROLES, WorkerRole
 from grimoire.streams.journal.entry import EntryKind
-from grimoire.topics.declarations import TopicNames
+from grimoire.topics.declarations import TopicNames, partition_of
 from grimoire.topics.schemas import MaintenanceCommandV1
 
 __all__ = ["FaustSink", "HandlerSource", "Handlers", "WorkerTopology", "register_agents"]
@@ -262,10 +266,8 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
         if settings.maintenance_enabled:
             sequencer_agent(EntryKind.MAINTENANCE, names.maintenance)
         app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)
-    if settings.maintenance_enabled:
-        # On every worker whatever its roles: the timer fires on the group's leader
-        # only, and the leader may be a worker that serves recalls alone.
-        register_block_timer(app, runtime, settings)
+        if settings.maintenance_enabled:
+            register_block_timer(app, runtime, settings)
 
     async def recall(stream: Any) -> AsyncIterator[None]:
         async for event in stream.events():
@@ -332,9 +334,11 @@ def _assigned(app: faust.App, topic: str) -> list[int]:
 
 
 def register_block_timer(app: faust.App, runtime: HandlerSource, settings: WorkerTopology) -> None:
-    """The leader's block timer fans a command out per known agent, keyed by agent
-    id; each is journaled, and what runs is decided at its place in the journal,
-    from the agent's tick (a late or duplicate command finds nothing due)."""
+    """Every ingest worker's block timer fans a command out per agent of the journal
+    partitions it holds, keyed by agent id; each is journaled, and what runs is
+    decided at its place in the journal, from the agent's tick (a late or duplicate
+    command finds nothing due). The pressure it stamps is the lag of the worker
+    that folds those agents, and the fan-out's reads split with the partitions."""
     names = TopicNames(settings.topic_prefix)
 
     # Per agent: the watermark and pressure of the last command sent. An agent
@@ -343,19 +347,21 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
     last_sent: dict[str, tuple[int, str]] = {}
 
     async def block_timer() -> None:
+        owned = set(_assigned(app, names.journal))
+        if not owned:
+            return
         pressure = runtime.pressure()
         moved: list[str] = []
         async for agent_id, watermark in runtime.known_agents():
+            # During a rebalance two workers may both send for a partition (the
+            # second command finds nothing due) or neither (the next tick sends).
+            if partition_of(agent_id, settings.partitions) not in owned:
+                continue
             previous = last_sent.get(agent_id)
             if previous is not None and previous == (watermark, "normal"):
                 continue
             moved.append(agent_id)
             last_sent[agent_id] = (watermark, pressure)
-        # Under normal load, only the agents with something due: in a fleet most
-        # agents' ticks cross no decay band and no curator or compaction period,
-        # and a command that finds nothing still travels the broker, the journal
-        # and the apply loop. Under pressure every command goes out, as the one
-        # that records the postponement.
         agents = moved if pressure != "normal" else await runtime.maintenance_wanted(moved)
         # Spread over the first part of the block: all at once, every agent's pass
         # would land on the apply loops together and hold up ingest behind them.
@@ -375,4 +381,4 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
             "block timer: %d maintenance commands (%d agents moved)", len(agents), len(moved)
         )
 
-    app.timer(interval=settings.block_interval_s, on_leader=True)(block_timer)
+    app.timer(interval=settings.block_interval_s)(block_timer)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.partitioner import murmur2
 
 from grimoire.topics.security import KafkaSecurity
 
@@ -129,3 +130,12 @@ async def ensure_topics(
             logger.info("created topics %s", [topic.name for topic in missing])
     finally:
         await admin.close()
+
+
+def partition_of(agent_id: str, partitions: int) -> int:
+    """The partition of every agent-keyed topic that holds `agent_id`: the default
+    partitioner of the producers that write them (aiokafka's murmur2 of the key),
+    so an agent's inputs, journal entries and commands share one partition number."""
+    if partitions < 1:
+        raise ValueError("a topic has at least one partition")
+    return (murmur2(agent_id.encode()) & 0x7FFFFFFF) % partitions

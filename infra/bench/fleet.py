@@ -44,7 +44,8 @@ Metrics, all from one trial:
   timeout (`missed`; the percentiles are then lower bounds, `lower_bound`).
 * `recall_ms` {p50, p99}: the fleet's recalls, round trip through Kafka as the SDK
   sees it (request published → reply read); `recall_handler_ms` the worker's own
-  time on them (the reply's `timings_ms.total`).
+  time on them (the reply's `timings_ms.total`), and `recall_stages_ms` that time
+  stage by stage.
 * `maintenance_share`: the `elapsed_ms` of every completed maintenance task in the
   agents' (and the probe agent's) maintenance logs (tables/maintenance/ledger.py)
   summed, per block of the trial, / the wall block: the share of one worker's block
@@ -315,6 +316,7 @@ class _Tally:
     late_ms: list[float] = field(default_factory=list)  # actual - scheduled publish
     recall_ms: list[float] = field(default_factory=list)
     recall_handler_ms: list[float] = field(default_factory=list)
+    recall_stages_ms: dict[str, list[float]] = field(default_factory=dict)
     recall_failures: Counter[str] = field(default_factory=Counter)
     recall_items: int = 0
     probe_ms: list[float] = field(default_factory=list)
@@ -403,6 +405,8 @@ async def _agent_turn(
             )
             tally.recall_ms.append((time.monotonic() - began) * 1000)
             tally.recall_handler_ms.append(float(answer.timings_ms.get("total", 0.0)))
+            for stage, ms in answer.timings_ms.items():
+                tally.recall_stages_ms.setdefault(stage, []).append(float(ms))
             tally.recall_items += len(answer.items)
         except ClientError as exc:
             tally.recall_failures[type(exc).__name__] += 1
@@ -642,6 +646,14 @@ async def run_trial(
         # The worker's own time on each of those recalls (the reply's timings_ms
         # total): the rest of a round trip is the broker and waiting for the loop.
         "recall_handler_ms": summarise_ms(tally.recall_handler_ms),
+        # Where that time went, stage by stage (p50 and p99 of each, apart).
+        "recall_stages_ms": {
+            stage: {
+                "p50": summarise_ms(values)["p50"],
+                "p99": summarise_ms(values)["p99"],
+            }
+            for stage, values in sorted(tally.recall_stages_ms.items())
+        },
         "maintenance_share": round(share, 4),
         "maintenance": {
             **maintenance,

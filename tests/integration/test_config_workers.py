@@ -12,22 +12,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiokafka.partitioner import murmur2
 from redis.asyncio import Redis
 
 from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
+from grimoire.topics.declarations import partition_of
 from grimoire.topics.schemas import CommandV1, EpisodeV1
 from tests.support.workers import start_ready_worker
 
 T0 = 1_790_000_000_000
-
-
-def _partition(agent_id: str, partitions: int) -> int:
-    """The partition the producer's default partitioner gives the agent's key."""
-    return (murmur2(agent_id.encode()) & 0x7FFFFFFF) % partitions
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +67,7 @@ async def test_ingest_off_is_obeyed_on_every_workers_partitions(
     n = 0
     while len(agents) < partitions:  # one agent on every journal partition
         agent = f"fleet-{n}"
-        agents.setdefault(_partition(agent, partitions), agent)
+        agents.setdefault(partition_of(agent, partitions), agent)
         n += 1
     keys = Keyspace(settings.topic_prefix)
     redis = Redis.from_url(settings.redis_url)

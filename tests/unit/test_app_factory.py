@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition as TP
 
 from grimoire.infra.app import GrimoireApp, create_app
 from grimoire.infra.local.worker_process import settings_env
 from grimoire.infra.settings import Settings
+from grimoire.topics.declarations import partition_of
 
 
 def _settings(**overrides: object) -> Settings:
@@ -76,26 +78,83 @@ async def test_a_worker_serves_only_its_roles() -> None:
     assert _consumed("recall, ingest") == _INGEST_TOPICS | _READ_TOPICS
 
 
-@pytest.mark.parametrize("roles", ["ingest", "recall", "ingest,recall"])
-async def test_every_role_runs_the_leaders_block_timer(
-    roles: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The group's leader fans maintenance out, and the leader may serve recalls only."""
-    timers: list[tuple[str, bool]] = []
+def _captured_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
+    timers: list[tuple[Any, dict[str, Any]]] = []
 
-    def timer(*, interval: float, on_leader: bool = False) -> Any:
+    def timer(self: Any, **options: Any) -> Any:
         def register(fun: Any) -> Any:
-            timers.append((fun.__name__, on_leader))
+            timers.append((fun, options))
             return fun
 
         return register
 
-    monkeypatch.setattr(GrimoireApp, "timer", lambda self, **kw: timer(**kw), raising=True)
+    monkeypatch.setattr(GrimoireApp, "timer", timer, raising=True)
+    return timers
+
+
+@pytest.mark.parametrize(
+    ("roles", "runs_it"), [("ingest", True), ("recall", False), ("ingest,recall", True)]
+)
+async def test_ingest_workers_run_the_block_timer_on_every_member(
+    roles: str, runs_it: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not on the group's leader alone: each ingest worker fans maintenance out for
+    the partitions it folds, under its own pressure."""
+    timers = _captured_timers(monkeypatch)
     create_app(_settings(worker_roles=roles))
-    assert timers == [("block_timer", True)]
+    assert [(fun.__name__, options) for fun, options in timers] == (
+        [("block_timer", {"interval": 12.0})] if runs_it else []
+    )
     timers.clear()
     create_app(_settings(worker_roles=roles, maintenance_enabled=False))
     assert timers == []
+
+
+async def test_the_block_timer_sends_for_the_agents_of_its_journal_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timers = _captured_timers(monkeypatch)
+    app = create_app(_settings(partitions=4))
+    ((block_timer, _),) = timers
+    agents = [f"golem-{n}" for n in range(40)]
+    held = {1, 3}
+    runtime = app.grimoire_runtime  # type: ignore[attr-defined]
+
+    async def known_agents() -> Any:
+        for n, agent in enumerate(agents):
+            yield agent, 1_000 + n
+
+    async def everyone(agent_ids: Any) -> list[str]:
+        return list(agent_ids)
+
+    sent: list[tuple[str, bytes]] = []
+
+    class Producer:
+        async def send(self, topic: str, key: bytes, value: bytes, *_: Any) -> None:
+            sent.append((topic, key))
+
+    monkeypatch.setattr(runtime, "known_agents", known_agents)
+    monkeypatch.setattr(runtime, "maintenance_wanted", everyone)
+    monkeypatch.setattr(runtime, "pressure", lambda: "normal")
+    monkeypatch.setattr(
+        app.assignor,
+        "assigned_actives",
+        lambda: {TP("unit.journal", p) for p in held} | {TP("unit.episodes", 0)},
+    )
+    monkeypatch.setattr(GrimoireApp, "producer", Producer())
+    await block_timer()
+    expected = [a for a in agents if partition_of(a, 4) in held]
+    assert 0 < len(expected) < len(agents)
+    assert sent == [("unit.maintenance", a.encode()) for a in expected]
+    # Nothing moved since: the next tick sends nothing.
+    sent.clear()
+    await block_timer()
+    assert sent == []
+    # A worker that holds no journal partition sends nothing.
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: {TP("unit.episodes", 1)})
+    monkeypatch.setattr(runtime, "known_agents", lambda: (_ for _ in ()).throw(AssertionError))
+    await block_timer()
+    assert sent == []
 
 
 @pytest.mark.parametrize("roles", ["", "ingest,", "read", "ingest;recall", "INGEST"])
