@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     journal_batch_size: int = Field(256, ge=1)
     # Parallel single-threaded model lanes; 0 = one per CPU core (at most 4).
     embed_lanes: int = Field(0, ge=0)
+    # How much the bulk model lanes (ingest, the curator, compaction) yield the CPU:
+    # a Linux nice value for their threads (0 = as everything else). A recall's query
+    # embedding, the event loop, the broker and Redis then run first when the cores
+    # are full, and the bulk lanes take what is left (README "Worker roles").
+    embed_lane_nice: int = Field(10, ge=0, le=19)
     embed_cache_size: int = Field(50_000, ge=0)
     eidolon_state_weight: float = Field(0.25, ge=0, lt=1)
 

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -72,6 +73,7 @@ class SentenceTransformerEmbedder:
         max_batch: int = 64,
         backend: str = "onnx-int8",
         cache_dir: Path | None = None,
+        lane_nice: int = 0,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}: expected one of {BACKENDS}")
@@ -103,7 +105,13 @@ class SentenceTransformerEmbedder:
                 torch.set_num_threads(1)
         # float: torch and float ONNX, whose vectors agree to ~1e-7
         self.vector_space = f"{key}:{QUANTIZED_FORMAT if int8 else 'float32'}"
-        self._executor = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="embed")
+        self.lane_nice = lane_nice
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.lanes,
+            thread_name_prefix="embed",
+            initializer=_yield_cpu,
+            initargs=(lane_nice,),
+        )
         # Its own thread: a query never waits for a lane to finish a bulk slice.
         self._query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
         self.query_calls = 0
@@ -129,6 +137,7 @@ class SentenceTransformerEmbedder:
             max_batch=settings.embed_batch_size,
             backend=settings.embed_backend,
             cache_dir=settings.model_cache_dir,
+            lane_nice=settings.embed_lane_nice,
         )
 
     def _encode_now(self, texts: list[str]) -> Vectors:
@@ -227,6 +236,19 @@ class SentenceTransformerEmbedder:
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._query_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _yield_cpu(nice: int) -> None:
+    """Lower the calling thread's scheduling priority by `nice` (Linux schedules
+    threads, so this thread alone). Raising niceness needs no privilege; where the
+    platform has no per-thread priority the lane runs as it is."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except OSError:
+        logger.warning("could not lower the embedding lane's priority", exc_info=True)
 
 
 def resolve_lanes(lanes: int) -> int:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -205,6 +207,29 @@ async def test_a_query_does_not_wait_behind_a_bulk_batch(
     np.testing.assert_array_equal(await cache.embed_query([query]), expected)
     np.testing.assert_array_equal(await cache.embed_query([query]), expected)  # a hit
     assert model.query_calls == before + 1
+
+
+async def test_bulk_lanes_yield_the_cpu_and_queries_do_not(cache_dir: Path) -> None:
+    """The bulk lanes' threads run niced (`embed_lane_nice`), so on full cores a
+    recall's query thread, the event loop, the broker and Redis go first."""
+    embedder = SentenceTransformerEmbedder(lanes=2, cache_dir=cache_dir, lane_nice=7)
+    loop = asyncio.get_running_loop()
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        lanes = await asyncio.gather(
+            *(loop.run_in_executor(embedder._executor, niceness) for _ in range(8))
+        )
+        query = await loop.run_in_executor(embedder._query_executor, niceness)
+        assert set(lanes) == {min(base + 7, 19)}
+        assert query == base
+        assert niceness() == base  # the caller's own thread is left alone
+        assert (await embedder.embed(["still embeds"])).shape == (1, 384)
+    finally:
+        embedder.close()
 
 
 def test_the_export_is_cached_by_weights_and_reused(
