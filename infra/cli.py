@@ -44,6 +44,10 @@ def run_worker(settings: Settings) -> int:
     # The model shares the cores with the event loop, Redis and the broker: idle
     # OpenMP threads must sleep rather than spin, or they starve everything else.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if settings.worker_nice:
+        # Before any thread starts: Linux sets a thread's priority, and every thread
+        # the worker makes later (the consumer's, the model lanes) inherits this one.
+        os.nice(settings.worker_nice)
     import faust
 
     from grimoire.infra.app import create_app
@@ -1260,6 +1264,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the recall workers' fetch wait (default: GRIMOIRE_CONSUMER_FETCH_MAX_WAIT_MS)",
     )
+    fleet.add_argument(
+        "--ingest-nice",
+        type=int,
+        default=0,
+        help="with recall workers: the folding workers' nice value (GRIMOIRE_WORKER_NICE)",
+    )
     fleet.add_argument("--search", action=argparse.BooleanOptionalAction, default=True)
     fleet.add_argument("--search-blocks", type=int, default=4)
     fleet.add_argument("--search-cap-s", type=float, default=900.0)
@@ -1450,6 +1460,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             recall_workers=args.recall_workers,
             recall_fetch_max_wait_ms=args.recall_fetch_wait_ms,
+            ingest_nice=args.ingest_nice,
             search=args.search,
             search_blocks=args.search_blocks,
             search_cap_s=args.search_cap_s,

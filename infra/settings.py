@@ -168,6 +168,10 @@ class Settings(BaseSettings):
     # folds, maintenance), "recall" (recall requests and fact queries) or both.
     # Split, recalls never queue behind an ingest batch in one event loop.
     worker_roles: str = Field("ingest,recall", pattern=_ROLES_PATTERN)
+    # A Linux nice value the worker process starts with (0 = as everything else).
+    # Beside recall workers on the same machine, ingest workers at a few steps
+    # yield the cores to recalls first and catch up in the slack.
+    worker_nice: int = Field(0, ge=0, le=19)
 
     # Block-cadence maintenance (SPEC §6); periods count the agent's ticks.
     maintenance_enabled: bool = True

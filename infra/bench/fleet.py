@@ -146,6 +146,8 @@ class FleetOptions:
     # The recall workers' consumer fetch wait (None: the settings'): a worker that
     # serves recalls alone can poll sooner without slowing a fold.
     recall_fetch_max_wait_ms: int | None = None
+    # The folding workers' nice value beside recall workers (`worker_nice`).
+    ingest_nice: int = 0
     recall_every_blocks: int = 5
     warmup_blocks: int = 1
     probes_per_block: int = 2
@@ -505,6 +507,8 @@ async def run_trial(
         update: dict[str, Any] = {"data_dir": data_dir, "worker_roles": worker_roles}
         if kind == "recall" and options.recall_fetch_max_wait_ms is not None:
             update["consumer_fetch_max_wait_ms"] = options.recall_fetch_max_wait_ms
+        if kind == "worker" and options.recall_workers:
+            update["worker_nice"] = options.ingest_nice
         own = settings.model_copy(update=update)
         workers.append(start_worker(own, log_dir / f"worker-{prefix}-{n}.log"))
         names.append(f"{kind}-{sum(1 for name in names if name.startswith(kind))}")
@@ -626,6 +630,7 @@ async def run_trial(
         "workers": options.workers,
         "recall_workers": options.recall_workers,
         "recall_fetch_max_wait_ms": options.recall_fetch_max_wait_ms,
+        "ingest_nice": options.ingest_nice if options.recall_workers else 0,
         "real_time_equivalent": {
             "agents": round(shape.agents * shape.speed, 1),
             "note": "every rate is speed x the real-time one: this run stands for "
