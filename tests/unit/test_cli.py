@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from grimoire.infra import cli
+from grimoire.infra.settings import Settings
 
 
 def test_bench_locomo_names_a_missing_data_file_instead_of_a_traceback(
@@ -75,3 +76,53 @@ def test_audit_needs_a_known_action_and_an_agent(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
     assert exited.value.code == 2
+
+
+def test_worker_roles_and_nice_reach_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`grimoire worker --roles` overrides GRIMOIRE_WORKER_ROLES (a bad one is refused
+    before anything starts), and GRIMOIRE_WORKER_NICE is applied before the app is
+    built, so every thread the worker makes inherits it."""
+    started: list[tuple[str, int]] = []
+    niced: list[int] = []
+    monkeypatch.setenv("GRIMOIRE_WORKER_NICE", "4")
+    monkeypatch.setattr(cli.os, "nice", lambda n: niced.append(n) or n)
+
+    def fake_run_worker(settings: Settings) -> int:
+        started.append((settings.worker_roles, settings.worker_nice))
+        return 0
+
+    monkeypatch.setattr(cli, "run_worker", fake_run_worker)
+    assert cli.main(["worker", "--roles", "recall"]) == 0
+    assert cli.main(["worker"]) == 0
+    assert started == [("recall", 4), ("ingest,recall", 4)]
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--roles", "reads"])
+    assert len(started) == 2
+
+
+def test_run_worker_nices_itself_before_building_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(cli.os, "nice", lambda n: order.append(f"nice {n}") or n)
+
+    async def no_topics(*_: object, **__: object) -> None:
+        order.append("topics")
+
+    monkeypatch.setattr(cli, "ensure_topics", no_topics)
+
+    class Stop(Exception):
+        pass
+
+    def create_app(settings: Settings) -> None:
+        order.append("app")
+        raise Stop
+
+    import grimoire.infra.app as app_module
+
+    monkeypatch.setattr(app_module, "create_app", create_app)
+    with pytest.raises(Stop):
+        cli.run_worker(Settings(_env_file=None, worker_nice=3))  # type: ignore[call-arg]
+    assert order == ["nice 3", "topics", "app"]
+    order.clear()
+    with pytest.raises(Stop):
+        cli.run_worker(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert order == ["topics", "app"]
