@@ -148,6 +148,11 @@ class Keyspace:
         """STRING: the agent's field state JSON."""
         return f"{self.prefix}:field:{{{agent_id}}}"
 
+    def state_vector(self, agent_id: str) -> str:
+        """HASH (digest, vector): the embedding of the agent's latest state digest,
+        written with the field state it belongs to (tables/codec/state_vector.py)."""
+        return f"{self.prefix}:state-vector:{{{agent_id}}}"
+
     def contrarian_window(self, agent_id: str) -> str:
         """ZSET of one member: the last anti-rumination window a recall served."""
         return f"{self.prefix}:contrarian-window:{{{agent_id}}}"

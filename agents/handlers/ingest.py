@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.ports import Embedder, EmbedUsage, EventSink, InputMessage, embed_with_usage
@@ -26,7 +27,7 @@ from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
 from grimoire.streams.write.admission import Action, AdmissionPolicy
-from grimoire.streams.write.changes import WriteBatch
+from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import (
     Outcome,
     PlanItem,
@@ -206,8 +207,14 @@ class IngestHandler:
             fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
             states.append(fields[cand.agent_id])
 
-        items, usage = await self._plan_items(fresh, states)
+        items, usage, digests = await self._plan_items(fresh, states)
         batch, outcomes = plan_batch(items, fields, policy=self.policy)
+        # Each agent's latest state digest, embedded above, is kept for its recalls.
+        kept = [
+            StateVector(state.agent_id, digest, digests[digest].astype(np.float32).tobytes())
+            for state in batch.fields
+            if (digest := state.digest_text()) in digests
+        ]
         counters = {
             "embed_hits": float(usage.hits),
             "embed_misses": float(usage.misses),
@@ -216,7 +223,7 @@ class IngestHandler:
             "ingest_batches": 1.0,
             "ingest_candidates": float(len(fresh)),
         }
-        batch = replace(batch, metrics=tuple(sorted(counters.items())))
+        batch = replace(batch, metrics=tuple(sorted(counters.items())), state_vectors=tuple(kept))
         by_message: list[list[Decided]] = [[] for _ in messages]
         records = {record.id: record for record in batch.records}
         for result in outcomes:
@@ -389,8 +396,9 @@ class IngestHandler:
 
     async def _plan_items(
         self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]
-    ) -> tuple[list[PlanItem], EmbedUsage]:
-        """Embed contents and state digests in one model call; blend the eidolon vectors."""
+    ) -> tuple[list[PlanItem], EmbedUsage, dict[str, npt.NDArray[np.float32]]]:
+        """Embed contents and state digests in one model call; blend the eidolon
+        vectors. Also each state digest's vector, by digest."""
         digests = [state.digest_text() for state in states]
         texts = list(dict.fromkeys([*(c.text for c in fresh), *(d for d in digests if d)]))
         vectors, usage = await embed_with_usage(self.embedder, texts)
@@ -421,7 +429,7 @@ class IngestHandler:
                 fresh, canonical, digests, states, stored, strict=True
             )
         ]
-        return items, usage
+        return items, usage, {digest: by_text[digest] for digest in digests if digest}
 
     async def _existing_groups(
         self, fresh: Sequence[MemoryCandidate], stored: Sequence[StoredNeighbour | None]

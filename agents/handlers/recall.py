@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 
 from grimoire.agents.handlers.replies import admitted, reply_error
@@ -44,6 +46,7 @@ from grimoire.streams.recall.mode_decision import decide_mode
 from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.walk.circuits import circuits_for
+from grimoire.streams.write.changes import StateVector
 from grimoire.tables.config.store import ConfigStore
 from grimoire.tables.learn.store import LearningStore
 from grimoire.tables.memory.store import MemoryStore
@@ -142,12 +145,14 @@ class RecallHandler:
         configuration (retrieval off answers nothing; its time window, layers and
         lane weights narrow and weigh the lanes)."""
         started = time.perf_counter()
-        fields, watermark, learned = await asyncio.gather(
+        fields, watermark, learned, kept = await asyncio.gather(
             self.store.load_fields([query.agent_id]),
             self.store.watermark(query.agent_id),
             self._learned(query.agent_id, config),
+            self.store.state_vectors([query.agent_id]),
         )
         state = fields[query.agent_id]
+        kept_state = kept.get(query.agent_id)
         # Recency and decay run on the request's event time, never the wall clock.
         now_ms = query.as_of_ms if query.as_of_ms is not None else (watermark or 0)
         policy = self.policy
@@ -177,7 +182,7 @@ class RecallHandler:
 
         async def vectors() -> QueryVectors:
             began = time.perf_counter()
-            found = await self._vectors(query.query, state)
+            found = await self._vectors(query.query, state, kept_state)
             embed_ms.append(round((time.perf_counter() - began) * 1000, 3))
             return found
 
@@ -256,14 +261,25 @@ class RecallHandler:
             attached.append(replace(item, causal=[e.to_wire() for e in mine]))
         return attached
 
-    async def _vectors(self, text: str, state: FieldState) -> QueryVectors:
+    async def _vectors(
+        self, text: str, state: FieldState, kept: StateVector | None = None
+    ) -> QueryVectors:
         """The query and the state digest in one model call; the eidolon query is
-        conditioned on the state exactly as memories are at ingest."""
+        conditioned on the state exactly as memories are at ingest. The digest's
+        vector the write path kept is used when it embeds this very digest (the
+        request did not override the state, no later write changed it): the same
+        text through the same model, one model run fewer per recall."""
         digest_text = state.digest_text()
-        texts = [text, digest_text] if digest_text else [text]
+        digest_vector: npt.NDArray[np.float32] | None = None
+        if digest_text and kept is not None and kept.digest == digest_text:
+            stored = np.frombuffer(kept.vector, dtype=np.float32)
+            if stored.shape == (self.embedder.dims,):
+                digest_vector = stored
+        texts = [text, digest_text] if digest_text and digest_vector is None else [text]
         vectors = await self.embedder.embed_query(texts)
         canonical = vectors[0]
-        digest_vector = vectors[1] if digest_text else None
+        if digest_text and digest_vector is None:
+            digest_vector = vectors[1]
         eidolon = eidolon_vector(canonical, digest_vector, state_weight=self.eidolon_weight)
         return canonical, eidolon
 

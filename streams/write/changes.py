@@ -59,6 +59,17 @@ class StatsDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class StateVector:
+    """The embedding of an agent's state digest (`FieldState.digest_text`) as the
+    write path computed it for the eidolon lane, kept so a recall conditioned on
+    the same state reuses it instead of running the model on the digest again."""
+
+    agent_id: str
+    digest: str
+    vector: bytes  # float32, the embedder's dimensions
+
+
+@dataclass(frozen=True, slots=True)
 class WriteBatch:
     records: tuple[MemoryRecord, ...] = ()
     folds: tuple[AggregateFold, ...] = ()
@@ -67,6 +78,7 @@ class WriteBatch:
     fields: tuple[FieldState, ...] = ()
     stats: tuple[StatsDelta, ...] = ()
     metrics: tuple[tuple[str, float], ...] = ()  # deployment-wide counters (not per agent)
+    state_vectors: tuple[StateVector, ...] = ()  # each agent's latest state digest embedded
 
     def is_empty(self) -> bool:
         return not (self.records or self.folds or self.reinforcements or self.decisions)

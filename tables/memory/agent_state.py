@@ -17,7 +17,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.write.changes import StateVector
 from grimoire.tables.codec.field_state import field_from_json, field_to_json
+from grimoire.tables.codec.state_vector import state_vector_fields, state_vector_from_hash
 from grimoire.tables.keyspace import Keyspace
 
 
@@ -89,6 +91,24 @@ class AgentStateStore:
 
     def save_field(self, pipe: Any, state: FieldState) -> None:
         pipe.set(self._keys.field_state(state.agent_id), field_to_json(state))
+
+    def save_state_vector(self, pipe: Any, state: StateVector) -> None:
+        pipe.hset(self._keys.state_vector(state.agent_id), mapping=state_vector_fields(state))
+
+    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
+        """The agents' stored state vectors (an agent without one is left out)."""
+        if not agent_ids:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agent_ids:
+                pipe.hgetall(self._keys.state_vector(agent_id))
+            raws = await pipe.execute()
+        found = {}
+        for agent_id, raw in zip(agent_ids, raws, strict=True):
+            state = state_vector_from_hash(agent_id, raw)
+            if state is not None:
+                found[agent_id] = state
+        return found
 
     async def decided(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
         """Which of these (agent, candidate id) pairs already have a recorded decision."""

@@ -23,7 +23,7 @@ from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
-from grimoire.streams.write.changes import WriteBatch
+from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.held_outcome import held_for, outcomes_from_json, outcomes_to_json
@@ -77,6 +77,11 @@ class MemoryStore(Protocol):
     # write path
     async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
+    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
+        """Each agent's last stored state vector (`WriteBatch.state_vectors`); an
+        agent without one is left out."""
+        ...
+
     async def nearest(
         self, queries: Sequence[tuple[str, bytes]]
     ) -> list[StoredNeighbour | None]: ...
@@ -264,6 +269,9 @@ class RedisMemoryStore:
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
         return await self.state.load_fields(agent_ids)
 
+    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
+        return await self.state.state_vectors(agent_ids)
+
     async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
         """Nearest live memory of each (agent, canonical vector), in one pipelined round trip.
 
@@ -391,6 +399,8 @@ class RedisMemoryStore:
                 decision.candidate_id,
                 decision.action,
             )
+        for vector in batch.state_vectors:
+            self.state.save_state_vector(tx.agent(vector.agent_id), vector)
         for state in batch.fields:
             pipe = tx.agent(state.agent_id)
             self.state.save_field(pipe, state)

@@ -20,7 +20,7 @@ from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import Neighbour
-from grimoire.streams.write.changes import WriteBatch
+from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
 from grimoire.tables.codec.held_outcome import held_for
 from grimoire.tables.codec.memory_hash import (
@@ -72,6 +72,7 @@ class InMemoryMemoryStore:
         self._hyperedges: dict[tuple[str, str], dict[str, str]] = {}
         self._decided: dict[str, dict[str, str]] = {}
         self._fields: dict[str, FieldState] = {}
+        self._state_vectors: dict[str, StateVector] = {}
         self._watermarks: dict[str, int] = {}
         self._contrarian: dict[str, int] = {}
         self._usage_applied: dict[str, set[int]] = {}
@@ -93,6 +94,9 @@ class InMemoryMemoryStore:
 
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
         return {a: self._fields.get(a, FieldState(agent_id=a)) for a in agent_ids}
+
+    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
+        return {a: self._state_vectors[a] for a in agent_ids if a in self._state_vectors}
 
     async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
         """Exact, ties to the smaller memory id (`plan.closer`), as RedisMemoryStore."""
@@ -151,6 +155,8 @@ class InMemoryMemoryStore:
             _keep_latest(target, reinforcement.ts_ms)
         for decision in batch.decisions:
             self._decided.setdefault(decision.agent_id, {})[decision.candidate_id] = decision.action
+        for vector in batch.state_vectors:
+            self._state_vectors[vector.agent_id] = vector
         for state in batch.fields:
             self._fields[state.agent_id] = state
             mark = self._watermarks.get(state.agent_id)  # ZADD GT: only ever moves forward

@@ -87,6 +87,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "imported": Keyspace.applied_imports,
     "run_recalls": Keyspace.run_recalls,
     "ended_runs": Keyspace.ended_runs,
+    "state_vector": Keyspace.state_vector,
     "learned_weights": Keyspace.learned_weights,
     "causal_edges": Keyspace.causal_edges,
     "causal_effects": Keyspace.causal_effects,

@@ -41,6 +41,7 @@ from grimoire.streams.write.changes import (
     AggregateFold,
     Decision,
     Reinforcement,
+    StateVector,
     StatsDelta,
     WriteBatch,
 )
@@ -722,6 +723,17 @@ async def test_field_state_round_trip_and_the_watermark_is_a_maximum(h: Harness)
     assert await h.store.watermark(B) == T0 + 1
     assert await h.store.watermark(C) is None
     assert await h.store.load_fields([]) == {}
+
+
+async def test_a_state_vector_is_kept_per_agent_last_write_wins(h: Harness) -> None:
+    first = StateVector(A, "regime calm; focus disk", E1.astype(np.float32).tobytes())
+    other = StateVector(B, "focus cpu", E2.astype(np.float32).tobytes())
+    await commit(h, WriteBatch(fields=(NEWER,), state_vectors=(first, other)))
+    assert await h.store.state_vectors([A, B, C]) == {A: first, B: other}
+    later = StateVector(A, "regime volatile; focus disk", E3.astype(np.float32).tobytes())
+    await commit(h, WriteBatch(state_vectors=(later,)))
+    assert await h.store.state_vectors([A]) == {A: later}
+    assert await h.store.state_vectors([]) == {}
 
 
 async def test_stats_and_metrics_accumulate(h: Harness) -> None:

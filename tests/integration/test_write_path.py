@@ -7,9 +7,11 @@ import asyncio
 import uuid
 from typing import Any
 
+import numpy as np
 import orjson
 from redis.asyncio import Redis
 
+from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
@@ -86,6 +88,22 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     }
     answer = await client.recall(agent, "nginx config permission denied", k=5)
     assert any("Permission denied" in item.text for item in answer.items)
+
+    # The embedding of the agent's latest state digest is kept for its recalls:
+    # the digest of the stored field state, embedded by the same model.
+    state = await AgentStateStore(redis_client, settings.topic_prefix).field(agent)
+    kept = (await AgentStateStore(redis_client, settings.topic_prefix).state_vectors([agent]))[
+        agent
+    ]
+    assert kept.digest == state.digest_text() != ""
+    embedder = SentenceTransformerEmbedder.from_settings(
+        settings.model_copy(update={"embed_lanes": 1})
+    )
+    try:
+        (expected,) = await embedder.embed([kept.digest])
+    finally:
+        embedder.close()
+    np.testing.assert_array_equal(np.frombuffer(kept.vector, dtype=np.float32), expected)
 
 
 async def test_redelivery_after_a_crash_changes_nothing(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -16,6 +17,7 @@ from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.model.records import EventType
 from grimoire.streams.write.plan import aggregate_id
 from tests.support.handlers import (
+    CPU,
     DISK,
     REPLY_TO,
     TS,
@@ -279,3 +281,46 @@ async def test_randomised_tenancy_agents_sharing_texts_and_keys_never_mix() -> N
         assert reply["items"], reply
         assert {item["agent_id"] for item in reply["items"]} == {agent}
         assert {item["source_event_id"] for item in reply["items"]} <= owned[agent]
+
+
+async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
+    """The write path keeps the embedding of each agent's latest state digest; a
+    recall in that state conditions its eidolon query on it instead of running
+    the model on the digest again, and answers exactly as if it had."""
+    rig = Rig()
+    await rig.ingest.handle(
+        EventType.EPISODE,
+        messages(
+            episode("agent-1", DISK, TS, "a1", regime="volatile", tags=["ops/disk"]),
+            episode("agent-1", CPU, TS + 1, "a2", regime="volatile", tags=["ops/cpu"]),
+        ),
+    )
+    state = (await rig.store.load_fields(["agent-1"]))["agent-1"]
+    digest = state.digest_text()
+    assert digest
+    kept = (await rig.store.state_vectors(["agent-1"]))["agent-1"]
+    assert kept.digest == digest
+    np.testing.assert_array_equal(
+        np.frombuffer(kept.vector, dtype=np.float32), rig.fake.vector(digest)
+    )
+
+    rig.fake.texts.clear()
+    await rig.recall.handle(recall_request())
+    assert rig.fake.texts == ["disk full node seven"]
+    # Without the kept vector the digest is embedded, and the answer is the same.
+    rig.store._state_vectors.clear()
+    rig.fake.texts.clear()
+    await rig.recall.handle(recall_request())
+    assert rig.fake.texts == ["disk full node seven", digest]
+    with_kept, embedded = rig.on(REPLY_TO)
+    assert with_kept["items"] and with_kept["items"] == embedded["items"]
+
+    # A request bringing its own state is conditioned on that state's digest.
+    await rig.ingest.handle(
+        EventType.EPISODE, messages(episode("agent-1", "swap", TS + 2, "a3", tags=["ops/cpu"]))
+    )
+    assert (await rig.store.state_vectors(["agent-1"]))["agent-1"].digest
+    rig.fake.texts.clear()
+    await rig.recall.handle(recall_request(state={"regime": "calm"}))
+    assert rig.fake.texts[0] == "disk full node seven"
+    assert len(rig.fake.texts) == 2 and "regime calm" in rig.fake.texts[1]
