@@ -1251,23 +1251,23 @@ def main(argv: list[str] | None = None) -> int:
     fleet.add_argument("--agents", type=int, default=1_000)
     fleet.add_argument("--blocks", type=int, default=10)
     fleet.add_argument("--speed", type=float, default=1.0, help="accelerated clock: 12/S s a block")
-    fleet.add_argument("--workers", type=int, default=1)
+    fleet.add_argument("--workers", type=int, default=1, help="workers that fold the journal")
     fleet.add_argument(
         "--recall-workers",
         type=int,
-        default=0,
-        help="workers that serve recalls alone (then --workers fold the journal only)",
+        default=1,
+        help="workers that serve recalls alone (0: the --workers serve them too)",
     )
     fleet.add_argument(
         "--recall-fetch-wait-ms",
         type=int,
-        default=None,
+        default=10,
         help="the recall workers' fetch wait (default: GRIMOIRE_CONSUMER_FETCH_MAX_WAIT_MS)",
     )
     fleet.add_argument(
         "--ingest-nice",
         type=int,
-        default=0,
+        default=5,
         help="with recall workers: the folding workers' nice value (GRIMOIRE_WORKER_NICE)",
     )
     fleet.add_argument("--search", action=argparse.BooleanOptionalAction, default=True)

@@ -2,6 +2,11 @@
 the real broker (tansu), Redis and worker process(es), and a search for the largest
 fleet this machine keeps up with.
 
+The workers, by default, as README "Worker roles" recommends for a small machine:
+one folds the journal (`--workers`, at nice `--ingest-nice` 5), one serves recalls
+(`--recall-workers`, polling the broker every `--recall-fetch-wait-ms` 10 ms);
+`--recall-workers 0` runs workers with both roles.
+
 The load (schedule and metric arithmetic in `fleet_plan.py`). Each agent, each block,
 at its own offset in the block (agents spread over 80 % of it):
 
@@ -139,15 +144,17 @@ class FleetOptions:
     agents: int = 1_000
     blocks: int = 10
     speed: float = 1.0
+    # The deployment README "Worker roles" recommends for a small machine: one
+    # worker folds the journal, one serves recalls.
     workers: int = 1
     # Workers that serve recalls alone (agents/roles.py); with any, the `workers`
-    # fold the journal only.
-    recall_workers: int = 0
+    # fold the journal only; with none, they serve recalls too.
+    recall_workers: int = 1
     # The recall workers' consumer fetch wait (None: the settings'): a worker that
     # serves recalls alone can poll sooner without slowing a fold.
-    recall_fetch_max_wait_ms: int | None = None
+    recall_fetch_max_wait_ms: int | None = 10
     # The folding workers' nice value beside recall workers (`worker_nice`).
-    ingest_nice: int = 0
+    ingest_nice: int = 5
     recall_every_blocks: int = 5
     warmup_blocks: int = 1
     probes_per_block: int = 2
