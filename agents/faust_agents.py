@@ -362,6 +362,11 @@ def register_block_timer(app: faust.App, runtime: HandlerSource, settings: Worke
                 continue
             moved.append(agent_id)
             last_sent[agent_id] = (watermark, pressure)
+        # Under normal load, only the agents with something due: in a fleet most
+        # agents' ticks cross no decay band and no curator or compaction period,
+        # and a command that finds nothing still travels the broker, the journal
+        # and the apply loop. Under pressure every command goes out, as the one
+        # that records the postponement.
         agents = moved if pressure != "normal" else await runtime.maintenance_wanted(moved)
         # Spread over the first part of the block: all at once, every agent's pass
         # would land on the apply loops together and hold up ingest behind them.

@@ -28,10 +28,11 @@ ALL_ROLES: Final = frozenset(WorkerRole)
 
 
 def parse_roles(text: str) -> frozenset[WorkerRole]:
-    """`ingest`, `recall` or both, comma-separated (order and spaces ignored)."""
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise ValueError("a worker needs at least one role (ingest, recall)")
+    """`ingest`, `recall` or both, comma-separated (order and spaces around names
+    ignored; an empty name, as in "ingest," or "", is refused)."""
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise ValueError(f"a worker needs one or more roles (ingest, recall), not {text!r}")
     try:
         return frozenset(WorkerRole(name) for name in names)
     except ValueError:

@@ -90,7 +90,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
         await runtime.close()
 
     @app.on_partitions_assigned.connect  # type: ignore[misc]
-    async def _forget_kept_heads(_app: Any, *_: Any, **__: Any) -> None:
+    async def _on_partitions_assigned(_app: Any, *_: Any, **__: Any) -> None:
+        # Kept witness heads go stale across a rebalance (Runtime.partitions_assigned).
         runtime.partitions_assigned()
         held: dict[str, list[int]] = {}
         for tp in app.assignor.assigned_actives():

@@ -1301,6 +1301,7 @@ def main(argv: list[str] | None = None) -> int:
                 roles = parse_roles(args.roles)
             except ValueError as exc:
                 parser.error(str(exc))
+            # model_copy does not validate: the roles go in normalised, as the field keeps them.
             settings = settings.model_copy(
                 update={"worker_roles": ",".join(sorted(role.value for role in roles))}
             )

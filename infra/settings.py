@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grimoire.agents.roles import WorkerRole, parse_roles
@@ -22,8 +22,6 @@ from grimoire.streams.recall.walk.daimoi import WalkBudget
 from grimoire.topics.security import KafkaSecurity, SaslMechanism, SecurityProtocol
 
 __all__ = ["Settings", "redact_url"]
-
-_ROLES_PATTERN = r"^\s*(ingest|recall)\s*(,\s*(ingest|recall)\s*)*$"
 
 
 def redact_url(url: str) -> str:
@@ -167,7 +165,7 @@ class Settings(BaseSettings):
     # What this worker serves (agents/roles.py): "ingest" (the inputs, the journal's
     # folds, maintenance), "recall" (recall requests and fact queries) or both.
     # Split, recalls never queue behind an ingest batch in one event loop.
-    worker_roles: str = Field("ingest,recall", pattern=_ROLES_PATTERN)
+    worker_roles: str = "ingest,recall"
     # A Linux nice value the worker process starts with (0 = as everything else).
     # Beside recall workers on the same machine, ingest workers at a few steps
     # yield the cores to recalls first and catch up in the slack.
@@ -222,6 +220,12 @@ class Settings(BaseSettings):
         # Fail at startup with the reason, not at the first broker connection.
         self.kafka_security  # noqa: B018 (built for its validation)
         return self
+
+    @field_validator("worker_roles")
+    @classmethod
+    def _known_roles(cls, value: str) -> str:
+        # The roles' one vocabulary is WorkerRole; stored normalised ("ingest,recall").
+        return ",".join(sorted(role.value for role in parse_roles(value)))
 
     @property
     def roles(self) -> frozenset[WorkerRole]:

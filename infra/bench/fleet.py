@@ -502,23 +502,22 @@ async def run_trial(
     )
     topics = TopicNames(prefix)
     began = time.monotonic()
+    # Each process by its name in the report, with what sets it apart.
+    split = options.recall_workers > 0
+    folding: dict[str, Any] = {"worker_roles": "ingest", "worker_nice": options.ingest_nice}
+    recalling: dict[str, Any] = {"worker_roles": "recall"}
+    if options.recall_fetch_max_wait_ms is not None:
+        recalling["consumer_fetch_max_wait_ms"] = options.recall_fetch_max_wait_ms
+    both: dict[str, Any] = {"worker_roles": "ingest,recall"}
+    layout = [(f"worker-{n}", folding if split else both) for n in range(options.workers)] + [
+        (f"recall-{n}", recalling) for n in range(options.recall_workers)
+    ]
     workers: list[subprocess.Popen[bytes]] = []
-    names: list[str] = []
-    folding_roles = "ingest" if options.recall_workers else "ingest,recall"
-    roles = [("worker", folding_roles)] * options.workers + [
-        ("recall", "recall")
-    ] * options.recall_workers
-    for n, (kind, worker_roles) in enumerate(roles):
+    for n, (_, update) in enumerate(layout):
         data_dir = log_dir / f"data-{prefix}-{n}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        update: dict[str, Any] = {"data_dir": data_dir, "worker_roles": worker_roles}
-        if kind == "recall" and options.recall_fetch_max_wait_ms is not None:
-            update["consumer_fetch_max_wait_ms"] = options.recall_fetch_max_wait_ms
-        if kind == "worker" and options.recall_workers:
-            update["worker_nice"] = options.ingest_nice
-        own = settings.model_copy(update=update)
+        own = settings.model_copy(update={**update, "data_dir": data_dir})
         workers.append(start_worker(own, log_dir / f"worker-{prefix}-{n}.log"))
-        names.append(f"{kind}-{sum(1 for name in names if name.startswith(kind))}")
     redis = create_redis(settings.redis_url, 16)
     tally = _Tally()
     rng = random.Random(options.seed)
@@ -541,7 +540,7 @@ async def run_trial(
                 ]
                 ready_s = time.monotonic() - began
                 used_before = int((await redis.info("memory"))["used_memory"])
-                pids = {name: w.pid for name, w in zip(names, workers, strict=True)}
+                pids = {name: w.pid for (name, _), w in zip(layout, workers, strict=True)}
                 pids.update(service_pids or {})
                 pids["bench"] = os.getpid()
                 cpu_before = {name: _ticks(pid) for name, pid in pids.items()}
@@ -637,7 +636,7 @@ async def run_trial(
         "workers": options.workers,
         "recall_workers": options.recall_workers,
         "recall_fetch_max_wait_ms": options.recall_fetch_max_wait_ms,
-        "ingest_nice": options.ingest_nice if options.recall_workers else 0,
+        "ingest_nice": options.ingest_nice if split else 0,
         "real_time_equivalent": {
             "agents": round(shape.agents * shape.speed, 1),
             "note": "every rate is speed x the real-time one: this run stands for "
@@ -660,11 +659,11 @@ async def run_trial(
         "recall_handler_ms": summarise_ms(tally.recall_handler_ms),
         # Where that time went, stage by stage (p50 and p99 of each, apart).
         "recall_stages_ms": {
-            stage: {
-                "p50": summarise_ms(values)["p50"],
-                "p99": summarise_ms(values)["p99"],
-            }
-            for stage, values in sorted(tally.recall_stages_ms.items())
+            stage: {part: summary[part] for part in ("p50", "p99")}
+            for stage, summary in (
+                (stage, summarise_ms(values))
+                for stage, values in sorted(tally.recall_stages_ms.items())
+            )
         },
         "maintenance_share": round(share, 4),
         "maintenance": {

@@ -74,17 +74,26 @@ class AgentStateStore:
         return self._keys.stats(agent_id)
 
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]:
-        if not agent_ids:
-            return {}
-        # One key per agent (its own slot on a cluster): a pipeline, split by master.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for agent_id in agent_ids:
-                pipe.get(self._keys.field_state(agent_id))
-            raws = await pipe.execute()
+        raws = await self._read_each(
+            agent_ids, lambda pipe, agent_id: pipe.get(self._keys.field_state(agent_id))
+        )
         return {
             agent_id: field_from_json(agent_id, raw)
             for agent_id, raw in zip(agent_ids, raws, strict=True)
         }
+
+    async def _read_each(
+        self, agent_ids: Sequence[str], read: Callable[[Any, str], object]
+    ) -> list[Any]:
+        """One read per agent, `read(pipe, agent_id)` queued on one pipeline; the
+        replies in the order of `agent_ids`."""
+        if not agent_ids:
+            return []
+        # One key per agent (its own slot on a cluster): a pipeline, split by master.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for agent_id in agent_ids:
+                read(pipe, agent_id)
+            return list(await pipe.execute())
 
     async def field(self, agent_id: str) -> FieldState:
         return (await self.load_fields([agent_id]))[agent_id]
@@ -97,12 +106,9 @@ class AgentStateStore:
 
     async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
         """The agents' stored state vectors (an agent without one is left out)."""
-        if not agent_ids:
-            return {}
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for agent_id in agent_ids:
-                pipe.hgetall(self._keys.state_vector(agent_id))
-            raws = await pipe.execute()
+        raws = await self._read_each(
+            agent_ids, lambda pipe, agent_id: pipe.hgetall(self._keys.state_vector(agent_id))
+        )
         found = {}
         for agent_id, raw in zip(agent_ids, raws, strict=True):
             state = state_vector_from_hash(agent_id, raw)
