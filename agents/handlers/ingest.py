@@ -23,7 +23,7 @@ from grimoire.streams.learn.runs import (
     learn_from_late_members,
     run_edge_id,
 )
-from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
+from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector, state_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
 from grimoire.streams.write.admission import Action, AdmissionPolicy
@@ -209,7 +209,7 @@ class IngestHandler:
 
         items, usage, digests = await self._plan_items(fresh, states)
         batch, outcomes = plan_batch(items, fields, policy=self.policy)
-        # Each agent's latest state digest, embedded above, is kept for its recalls.
+        # Each agent's latest state vector, composed above, is kept for its recalls.
         kept = [
             StateVector(state.agent_id, digest, digests[digest].astype(np.float32).tobytes())
             for state in batch.fields
@@ -397,12 +397,21 @@ class IngestHandler:
     async def _plan_items(
         self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]
     ) -> tuple[list[PlanItem], EmbedUsage, dict[str, npt.NDArray[np.float32]]]:
-        """Embed contents and state digests in one model call; blend the eidolon
-        vectors. Also each state digest's vector, by digest."""
-        digests = [state.digest_text() for state in states]
-        texts = list(dict.fromkeys([*(c.text for c in fresh), *(d for d in digests if d)]))
+        """Embed contents and the states' parts in one model call; blend the
+        eidolon vectors. Also each state's vector, by its digest text."""
+        parts = [state.digest_parts() for state in states]
+        texts = list(
+            dict.fromkeys([*(c.text for c in fresh), *(part for each in parts for part in each)])
+        )
         vectors, usage = await embed_with_usage(self.embedder, texts)
         by_text = {text: vectors[row] for row, text in enumerate(texts)}
+        digests = [state.digest_text() for state in states]
+        by_digest: dict[str, npt.NDArray[np.float32]] = {}
+        for digest, state_parts in zip(digests, parts, strict=True):
+            if digest in by_digest:
+                continue
+            if (vector := state_vector(state_parts, by_text)) is not None:
+                by_digest[digest] = vector
         canonical = [by_text[c.text] for c in fresh]
         stored = await self.store.nearest(
             [
@@ -416,9 +425,7 @@ class IngestHandler:
                 candidate=cand,
                 canonical=vector,
                 eidolon=eidolon_vector(
-                    vector,
-                    by_text.get(digest) if digest else None,
-                    state_weight=self.eidolon_weight,
+                    vector, by_digest.get(digest), state_weight=self.eidolon_weight
                 ),
                 now_ms=state.watermark_ms,
                 stored=neighbour,
@@ -429,7 +436,7 @@ class IngestHandler:
                 fresh, canonical, digests, states, stored, strict=True
             )
         ]
-        return items, usage, {digest: by_text[digest] for digest in digests if digest}
+        return items, usage, by_digest
 
     async def _existing_groups(
         self, fresh: Sequence[MemoryCandidate], stored: Sequence[StoredNeighbour | None]

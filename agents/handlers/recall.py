@@ -31,7 +31,7 @@ from grimoire.streams.inbound.recall_request import (
 from grimoire.streams.inbound.validators import Fields, InputLimits
 from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.learn.hedge import LEARNED_FACTORS, LearnedWeights, rerank_weights
-from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
+from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector, state_vector
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.anti_rumination import is_due, window_of
@@ -264,22 +264,24 @@ class RecallHandler:
     async def _vectors(
         self, text: str, state: FieldState, kept: StateVector | None = None
     ) -> QueryVectors:
-        """The query and the state digest in one model call; the eidolon query is
-        conditioned on the state exactly as memories are at ingest. The digest's
-        vector the write path kept is used when it embeds this very digest (the
-        request did not override the state, no later write changed it): the same
-        text through the same model, one model run fewer per recall."""
+        """The query and the state's parts in one model call (the parts are nearly
+        always cached); the eidolon query is conditioned on the state exactly as
+        memories are at ingest. The state vector the write path kept is used when
+        it is this very state's (the request did not override the state, no later
+        write changed it)."""
         digest_text = state.digest_text()
         digest_vector: npt.NDArray[np.float32] | None = None
         if digest_text and kept is not None and kept.digest == digest_text:
             stored = np.frombuffer(kept.vector, dtype=np.float32)
             if stored.shape == (self.embedder.dims,):
                 digest_vector = stored
-        texts = [text, digest_text] if digest_text and digest_vector is None else [text]
+        parts = state.digest_parts() if digest_vector is None else ()
+        texts = list(dict.fromkeys([text, *parts]))
         vectors = await self.embedder.embed_query(texts)
         canonical = vectors[0]
-        if digest_text and digest_vector is None:
-            digest_vector = vectors[1]
+        if parts:
+            by_text = {each: vectors[row] for row, each in enumerate(texts)}
+            digest_vector = state_vector(parts, by_text)
         eidolon = eidolon_vector(canonical, digest_vector, state_weight=self.eidolon_weight)
         return canonical, eidolon
 

@@ -13,8 +13,8 @@ the model would take longer than the benchmark itself on a small machine. So:
   later one gets a vector derived from a real vector of its own template (same
   template, other values), rotated away from it by a seeded random angle, so
   the vector space keeps the model's geometry at any size;
-* state digests are embedded with the real model and blended into the eidolon
-  lane exactly as ingest does;
+* the states' parts are embedded with the real model, composed and blended
+  into the eidolon lane exactly as ingest does;
 * the real planner (`plan_batch`: admission gate, quality, aggregates, merges)
   decides every candidate, and everything (records, nexus index, hyperedges,
   decisions, field state, watermark, stats) is committed through
@@ -41,7 +41,7 @@ import orjson
 from grimoire.agents.ports import Embedder
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
-from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector
+from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector, state_vector
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate
 from grimoire.streams.write.admission import Action as AdmissionAction
@@ -481,7 +481,7 @@ class CorpusLoader:
         self._events = corpus_events(self.agent_id, seed=self.seed)
         self._queue: deque[_Item] = deque()
         self._state = FieldState(agent_id=self.agent_id)
-        self._real: dict[str, Vector] = {}  # what the model embedded: pool texts, digests
+        self._real: dict[str, Vector] = {}  # what the model embedded: pool texts, state parts
         self._pool: dict[str, list[str]] = {}  # template → its texts with real vectors
         self._pooled: set[str] = set()
         self._by_hash: dict[str, _Stored] = {}
@@ -542,21 +542,22 @@ class CorpusLoader:
             if text not in self._pooled and (len(self._pooled) < self.pool_size or not family):
                 family.append(text)
                 self._pooled.add(text)
-        digests = [state.digest_text() for state in states]
-        # Contents and state digests in one model call, as ingest does.
+        parts = [state.digest_parts() for state in states]
+        # Contents and the states' parts in one model call, as ingest does.
         pooled = [item.candidate.text for item in items if item.candidate.text in self._pooled]
-        await self._embed_missing([*pooled, *digests])
+        await self._embed_missing([*pooled, *(part for each in parts for part in each)])
 
         plan: list[PlanItem] = []
-        for item, state, digest in zip(items, states, digests, strict=True):
+        for item, state, state_parts in zip(items, states, parts, strict=True):
             canonical = self._canonical(item)
-            state_vector = self._real.get(digest) if digest else None
             plan.append(
                 PlanItem(
                     candidate=item.candidate,
                     canonical=canonical,
                     eidolon=eidolon_vector(
-                        canonical, state_vector, state_weight=self.eidolon_weight
+                        canonical,
+                        state_vector(state_parts, self._real),
+                        state_weight=self.eidolon_weight,
                     ),
                     now_ms=state.watermark_ms,
                     stored=self._nearest(item, canonical),

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
+from grimoire.streams.model.eidolon import state_vector
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.client import GrimoireClient
@@ -89,8 +90,8 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     answer = await client.recall(agent, "nginx config permission denied", k=5)
     assert any("Permission denied" in item.text for item in answer.items)
 
-    # The embedding of the agent's latest state digest is kept for its recalls:
-    # the digest of the stored field state, embedded by the same model.
+    # The agent's latest state vector is kept for its recalls: the stored field
+    # state's parts, embedded by the same model, composed.
     state = await AgentStateStore(redis_client, settings.topic_prefix).field(agent)
     kept = (await AgentStateStore(redis_client, settings.topic_prefix).state_vectors([agent]))[
         agent
@@ -100,9 +101,12 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
         settings.model_copy(update={"embed_lanes": 1})
     )
     try:
-        (expected,) = await embedder.embed([kept.digest])
+        parts = state.digest_parts()
+        vectors = await embedder.embed(list(parts))
     finally:
         embedder.close()
+    expected = state_vector(parts, dict(zip(parts, vectors, strict=True)))
+    assert expected is not None
     np.testing.assert_array_equal(np.frombuffer(kept.vector, dtype=np.float32), expected)
 
 

@@ -170,6 +170,33 @@ def test_digest_text_leaves_out_empty_parts() -> None:
     assert FieldState(AGENT, affect=Affect(dominance=0.34)).digest_text() == "mood in control"
 
 
+def test_digest_parts_are_the_digest_texts_pieces() -> None:
+    state = FieldState(
+        AGENT,
+        regime="storm",
+        affect=Affect(pleasure=0.5),
+        focus=(("err:timeout", 1.5), ("path:/etc/x", 0.5), ("tool:swap", 0.5)),
+    )
+    assert state.digest_text() == "regime storm; focus swap timeout; mood pleased"
+    assert state.digest_parts() == ("regime storm", "swap", "timeout", "mood pleased")
+    assert state.digest_parts(1) == ("regime storm", "timeout", "mood pleased")
+    assert FieldState(AGENT).digest_parts() == ()
+
+
+def test_a_key_under_two_types_is_one_part() -> None:
+    state = FieldState(AGENT, focus=(("entity:eth", 2.0), ("tag:eth", 1.0), ("tool:swap", 1.5)))
+    # The digest names what conditions the vector; each key weighs once in it.
+    assert state.digest_text() == "focus eth eth swap"
+    assert state.digest_parts() == ("eth", "swap")
+
+
+def test_a_state_changing_one_key_shares_the_other_parts() -> None:
+    before = FieldState(AGENT, regime="calm", focus=(("tag:a", 3.0), ("tag:b", 2.0)))
+    after = advance(before, FieldUpdate(ts_ms=T0, keys=("tag:c",)))
+    assert before.digest_text() != after.digest_text()
+    assert set(before.digest_parts()) & set(after.digest_parts()) == {"regime calm", "a", "b"}
+
+
 @pytest.mark.parametrize(
     ("affect", "words"),
     [

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.streams.model.eidolon import state_vector
 from grimoire.streams.model.records import EventType
 from grimoire.streams.write.plan import aggregate_id
 from tests.support.handlers import (
@@ -284,9 +285,9 @@ async def test_randomised_tenancy_agents_sharing_texts_and_keys_never_mix() -> N
 
 
 async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
-    """The write path keeps the embedding of each agent's latest state digest; a
-    recall in that state conditions its eidolon query on it instead of running
-    the model on the digest again, and answers exactly as if it had."""
+    """The write path keeps each agent's latest state vector (composed from the
+    state's parts); a recall in that state conditions its eidolon query on it
+    instead of embedding the parts again, and answers exactly as if it had."""
     rig = Rig()
     await rig.ingest.handle(
         EventType.EPISODE,
@@ -296,26 +297,26 @@ async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
         ),
     )
     state = (await rig.store.load_fields(["agent-1"]))["agent-1"]
-    digest = state.digest_text()
-    assert digest
+    digest, parts = state.digest_text(), state.digest_parts()
+    assert digest and len(parts) > 1
     kept = (await rig.store.state_vectors(["agent-1"]))["agent-1"]
     assert kept.digest == digest
-    np.testing.assert_array_equal(
-        np.frombuffer(kept.vector, dtype=np.float32), rig.fake.vector(digest)
-    )
+    composed = state_vector(parts, {part: rig.fake.vector(part) for part in parts})
+    assert composed is not None
+    np.testing.assert_array_equal(np.frombuffer(kept.vector, dtype=np.float32), composed)
 
     rig.fake.texts.clear()
     await rig.recall.handle(recall_request())
     assert rig.fake.texts == ["disk full node seven"]
-    # Without the kept vector the digest is embedded, and the answer is the same.
+    # Without the kept vector the parts are embedded, and the answer is the same.
     rig.store._state_vectors.clear()
     rig.fake.texts.clear()
     await rig.recall.handle(recall_request())
-    assert rig.fake.texts == ["disk full node seven", digest]
+    assert rig.fake.texts == ["disk full node seven", *parts]
     with_kept, embedded = rig.on(REPLY_TO)
     assert with_kept["items"] and with_kept["items"] == embedded["items"]
 
-    # A request bringing its own state is conditioned on that state's digest.
+    # A request bringing its own state is conditioned on that state's parts.
     await rig.ingest.handle(
         EventType.EPISODE, messages(episode("agent-1", "swap", TS + 2, "a3", tags=["ops/cpu"]))
     )
@@ -323,4 +324,4 @@ async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
     rig.fake.texts.clear()
     await rig.recall.handle(recall_request(state={"regime": "calm"}))
     assert rig.fake.texts[0] == "disk full node seven"
-    assert len(rig.fake.texts) == 2 and "regime calm" in rig.fake.texts[1]
+    assert "regime calm" in rig.fake.texts[1:]
