@@ -23,7 +23,12 @@ from grimoire.streams.learn.runs import (
     learn_from_late_members,
     run_edge_id,
 )
-from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector, state_vector
+from grimoire.streams.model.eidolon import (
+    DEFAULT_STATE_WEIGHT,
+    eidolon_vector,
+    state_key,
+    state_vector,
+)
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRecord
 from grimoire.streams.write.admission import Action, AdmissionPolicy
@@ -207,13 +212,13 @@ class IngestHandler:
             fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
             states.append(fields[cand.agent_id])
 
-        items, usage, digests = await self._plan_items(fresh, states)
+        items, usage, state_vectors = await self._plan_items(fresh, states)
         batch, outcomes = plan_batch(items, fields, policy=self.policy)
         # Each agent's latest state vector, composed above, is kept for its recalls.
         kept = [
-            StateVector(state.agent_id, digest, digests[digest].astype(np.float32).tobytes())
+            StateVector(state.agent_id, key, state_vectors[key].astype(np.float32).tobytes())
             for state in batch.fields
-            if (digest := state.digest_text()) in digests
+            if (key := state_key(state.digest_parts())) in state_vectors
         ]
         counters = {
             "embed_hits": float(usage.hits),
@@ -398,20 +403,18 @@ class IngestHandler:
         self, fresh: Sequence[MemoryCandidate], states: Sequence[FieldState]
     ) -> tuple[list[PlanItem], EmbedUsage, dict[str, npt.NDArray[np.float32]]]:
         """Embed contents and the states' parts in one model call; blend the
-        eidolon vectors. Also each state's vector, by its digest text."""
+        eidolon vectors. Also each state's vector, by its `state_key`."""
         parts = [state.digest_parts() for state in states]
         texts = list(
             dict.fromkeys([*(c.text for c in fresh), *(part for each in parts for part in each)])
         )
         vectors, usage = await embed_with_usage(self.embedder, texts)
         by_text = {text: vectors[row] for row, text in enumerate(texts)}
-        digests = [state.digest_text() for state in states]
-        by_digest: dict[str, npt.NDArray[np.float32]] = {}
-        for digest, state_parts in zip(digests, parts, strict=True):
-            if digest in by_digest:
-                continue
-            if (vector := state_vector(state_parts, by_text)) is not None:
-                by_digest[digest] = vector
+        keys = [state_key(state_parts) for state_parts in parts]
+        by_key: dict[str, npt.NDArray[np.float32]] = {}
+        for key, state_parts in zip(keys, parts, strict=True):
+            if key not in by_key and (vector := state_vector(state_parts, by_text)) is not None:
+                by_key[key] = vector
         canonical = [by_text[c.text] for c in fresh]
         stored = await self.store.nearest(
             [
@@ -424,19 +427,17 @@ class IngestHandler:
             PlanItem(
                 candidate=cand,
                 canonical=vector,
-                eidolon=eidolon_vector(
-                    vector, by_digest.get(digest), state_weight=self.eidolon_weight
-                ),
+                eidolon=eidolon_vector(vector, by_key.get(key), state_weight=self.eidolon_weight),
                 now_ms=state.watermark_ms,
                 stored=neighbour,
                 stored_group_exists=neighbour is not None
                 and aggregate_id(cand.agent_id, neighbour.neighbour.memory_id) in groups,
             )
-            for cand, vector, digest, state, neighbour in zip(
-                fresh, canonical, digests, states, stored, strict=True
+            for cand, vector, key, state, neighbour in zip(
+                fresh, canonical, keys, states, stored, strict=True
             )
         ]
-        return items, usage, by_digest
+        return items, usage, by_key
 
     async def _existing_groups(
         self, fresh: Sequence[MemoryCandidate], stored: Sequence[StoredNeighbour | None]

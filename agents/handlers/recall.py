@@ -31,7 +31,12 @@ from grimoire.streams.inbound.recall_request import (
 from grimoire.streams.inbound.validators import Fields, InputLimits
 from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.learn.hedge import LEARNED_FACTORS, LearnedWeights, rerank_weights
-from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector, state_vector
+from grimoire.streams.model.eidolon import (
+    DEFAULT_STATE_WEIGHT,
+    eidolon_vector,
+    state_key,
+    state_vector,
+)
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.anti_rumination import is_due, window_of
@@ -269,20 +274,20 @@ class RecallHandler:
         memories are at ingest. The state vector the write path kept is used when
         it is this very state's (the request did not override the state, no later
         write changed it)."""
-        digest_text = state.digest_text()
-        digest_vector: npt.NDArray[np.float32] | None = None
-        if digest_text and kept is not None and kept.digest == digest_text:
+        parts = state.digest_parts()
+        conditioning: npt.NDArray[np.float32] | None = None
+        if parts and kept is not None and kept.digest == state_key(parts):
             stored = np.frombuffer(kept.vector, dtype=np.float32)
             if stored.shape == (self.embedder.dims,):
-                digest_vector = stored
-        parts = state.digest_parts() if digest_vector is None else ()
-        texts = list(dict.fromkeys([text, *parts]))
+                conditioning = stored
+        missing = parts if conditioning is None else ()
+        texts = list(dict.fromkeys([text, *missing]))
         vectors = await self.embedder.embed_query(texts)
         canonical = vectors[0]
-        if parts:
+        if missing:
             by_text = {each: vectors[row] for row, each in enumerate(texts)}
-            digest_vector = state_vector(parts, by_text)
-        eidolon = eidolon_vector(canonical, digest_vector, state_weight=self.eidolon_weight)
+            conditioning = state_vector(missing, by_text)
+        eidolon = eidolon_vector(canonical, conditioning, state_weight=self.eidolon_weight)
         return canonical, eidolon
 
     async def reply_failure(self, message: InputMessage, reason: str) -> None:

@@ -10,6 +10,7 @@ a similar one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,7 +19,15 @@ import numpy.typing as npt
 Vector = npt.NDArray[np.float32]
 DEFAULT_STATE_WEIGHT = 0.25
 
-__all__ = ["DEFAULT_STATE_WEIGHT", "Vector", "eidolon_vector", "state_vector"]
+__all__ = ["DEFAULT_STATE_WEIGHT", "Vector", "eidolon_vector", "state_key", "state_vector"]
+
+
+def state_key(parts: Sequence[str]) -> str:
+    """What a state vector is the vector of: its parts, as a JSON array. Not the
+    digest line, which two states can share with different parts (a focus key
+    holding a space reads like two keys); keyed by it, which vector a state got
+    would depend on which other states shared its batch."""
+    return json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
 
 
 def state_vector(parts: Sequence[str], vectors: Mapping[str, Vector]) -> Vector | None:

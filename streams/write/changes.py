@@ -60,12 +60,12 @@ class StatsDelta:
 
 @dataclass(frozen=True, slots=True)
 class StateVector:
-    """The embedding of an agent's state digest (`FieldState.digest_text`) as the
-    write path computed it for the eidolon lane, kept so a recall conditioned on
-    the same state reuses it instead of running the model on the digest again."""
+    """An agent's state vector (`grimoire.streams.model.eidolon.state_vector`) as
+    the write path composed it for the eidolon lane, kept so a recall conditioned
+    on the same state reuses it instead of composing it again."""
 
     agent_id: str
-    digest: str
+    digest: str  # `state_key` of the state's parts: which state this is the vector of
     vector: bytes  # float32, the embedder's dimensions
 
 

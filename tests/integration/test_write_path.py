@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.settings import Settings
-from grimoire.streams.model.eidolon import state_vector
+from grimoire.streams.model.eidolon import state_key, state_vector
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.client import GrimoireClient
@@ -96,7 +96,7 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     kept = (await AgentStateStore(redis_client, settings.topic_prefix).state_vectors([agent]))[
         agent
     ]
-    assert kept.digest == state.digest_text() != ""
+    assert state.digest_parts() and kept.digest == state_key(state.digest_parts())
     embedder = SentenceTransformerEmbedder.from_settings(
         settings.model_copy(update={"embed_lanes": 1})
     )

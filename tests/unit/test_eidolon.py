@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grimoire.streams.model.eidolon import eidolon_vector, state_vector
+from grimoire.streams.model.eidolon import eidolon_vector, state_key, state_vector
+from grimoire.streams.model.field_state import FieldState
 
 
 def unit(*values: float) -> np.ndarray:
@@ -52,3 +53,12 @@ def test_a_state_moves_the_eidolon_by_its_weight() -> None:
     blended = eidolon_vector(canonical, state, state_weight=0.25)
     np.testing.assert_allclose(blended, unit(0.75, 0.25, 0), rtol=1e-6)
     np.testing.assert_array_equal(eidolon_vector(canonical, None), canonical)
+
+
+def test_a_state_vector_is_named_by_its_parts_not_its_digest_line() -> None:
+    one_key = FieldState("agent-1", focus=(("tool:search web", 1.0),))
+    two_keys = FieldState("agent-1", focus=(("tool:search", 1.0), ("tool:web", 1.0)))
+    assert one_key.digest_text() == two_keys.digest_text() == "focus search web"
+    assert state_key(one_key.digest_parts()) != state_key(two_keys.digest_parts())
+    assert state_key(("a;b", "c")) != state_key(("a", "b;c"))
+    assert state_key(()) == "[]"
