@@ -149,8 +149,8 @@ class Keyspace:
         return f"{self.prefix}:field:{{{agent_id}}}"
 
     def state_vector(self, agent_id: str) -> str:
-        """HASH (digest, vector): the embedding of the agent's latest state digest,
-        written with the field state it belongs to (tables/codec/state_vector.py)."""
+        """HASH (key, vector): the agent's latest state vector, written with the field
+        state it belongs to (tables/codec/state_vector.py)."""
         return f"{self.prefix}:state-vector:{{{agent_id}}}"
 
     def contrarian_window(self, agent_id: str) -> str:

@@ -276,7 +276,7 @@ class RecallHandler:
         write changed it)."""
         parts = state.digest_parts()
         conditioning: npt.NDArray[np.float32] | None = None
-        if parts and kept is not None and kept.digest == state_key(parts):
+        if parts and kept is not None and kept.key == state_key(parts):
             stored = np.frombuffer(kept.vector, dtype=np.float32)
             if stored.shape == (self.embedder.dims,):
                 conditioning = stored

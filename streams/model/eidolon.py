@@ -23,10 +23,10 @@ __all__ = ["DEFAULT_STATE_WEIGHT", "Vector", "eidolon_vector", "state_key", "sta
 
 
 def state_key(parts: Sequence[str]) -> str:
-    """What a state vector is the vector of: its parts, as a JSON array. Not the
-    digest line, which two states can share with different parts (a focus key
-    holding a space reads like two keys); keyed by it, which vector a state got
-    would depend on which other states shared its batch."""
+    """What a state vector is the vector of: its parts, as a JSON array, which
+    tells any two lists of parts apart whatever characters they hold (joined as
+    words, `("search web",)` and `("search", "web")` would be one; keyed so,
+    which vector a state got would depend on which other states shared its batch)."""
     return json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
 
 

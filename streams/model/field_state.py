@@ -73,41 +73,26 @@ class FieldState:
         ranked = sorted(self.focus, key=lambda item: (-item[1], item[0]))
         return tuple(key for key, _ in ranked[:size])
 
-    def digest_text(self, size: int = DEFAULT_CONDITIONING_KEYS) -> str:
-        """The state as one line of text: what names it (the write path keeps its
-        vector under this text), empty when there is nothing to condition on.
+    def digest_parts(self, size: int = DEFAULT_CONDITIONING_KEYS) -> tuple[str, ...]:
+        """The state as the texts its vector is composed of
+        (`grimoire.streams.model.eidolon.state_vector`): the regime, each focus key
+        on its own, the mood; empty when there is nothing to condition on.
 
         Only the heaviest topical keys (tags, errors, tools, channels, entities)
-        condition the vector, named in alphabetical order: ids, paths and small
-        shifts in weight would otherwise mint a new text, and a new embedding,
-        on nearly every event.
+        condition the vector, in alphabetical order: ids, paths and small shifts
+        in weight would otherwise mint a new part on nearly every event. Each part
+        recurs across many states (a state changes one key at a time), so a cache
+        embeds it once.
         """
-        regime, focus, mood = self._conditioning(size)
-        parts = [f"regime {regime}"] if regime else []
-        if focus:
-            parts.append(f"focus {' '.join(focus)}")
-        if mood:
-            parts.append(f"mood {mood}")
-        return "; ".join(parts)
-
-    def digest_parts(self, size: int = DEFAULT_CONDITIONING_KEYS) -> tuple[str, ...]:
-        """The same state as the texts its vector is composed of
-        (`grimoire.streams.model.eidolon.state_vector`): the regime, each focus
-        key on its own, the mood. Each part recurs across many states (a state
-        changes one key at a time), so a cache embeds each part once where the
-        whole line was a new text at almost every change."""
-        regime, focus, mood = self._conditioning(size)
-        parts = [f"regime {regime}"] if regime else []
+        ranked = sorted(self.focus, key=lambda item: (-item[1], item[0]))
+        topical = [key for key, _ in ranked if key.split(":", 1)[0] in _CONDITIONING_TYPES]
+        focus = sorted(key.split(":", 1)[-1] for key in topical[:size])
+        parts = [f"regime {self.regime}"] if self.regime else []
         parts.extend(dict.fromkeys(focus))  # tag:eth and entity:eth weigh once
+        mood = self.affect.describe()
         if mood:
             parts.append(f"mood {mood}")
         return tuple(parts)
-
-    def _conditioning(self, size: int) -> tuple[str, tuple[str, ...], str]:
-        ranked = sorted(self.focus, key=lambda item: (-item[1], item[0]))
-        topical = [key for key, _ in ranked if key.split(":", 1)[0] in _CONDITIONING_TYPES]
-        focus = tuple(sorted(key.split(":", 1)[-1] for key in topical[:size]))
-        return self.regime, focus, self.affect.describe()
 
 
 def _decay(weights: Mapping[str, float], elapsed_ms: int, half_life_ms: int) -> dict[str, float]:

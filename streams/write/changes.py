@@ -65,7 +65,7 @@ class StateVector:
     on the same state reuses it instead of composing it again."""
 
     agent_id: str
-    digest: str  # `state_key` of the state's parts: which state this is the vector of
+    key: str  # `state_key` of the state's parts: which state this is the vector of
     vector: bytes  # float32, the embedder's dimensions
 
 
@@ -78,7 +78,7 @@ class WriteBatch:
     fields: tuple[FieldState, ...] = ()
     stats: tuple[StatsDelta, ...] = ()
     metrics: tuple[tuple[str, float], ...] = ()  # deployment-wide counters (not per agent)
-    state_vectors: tuple[StateVector, ...] = ()  # each agent's latest state digest embedded
+    state_vectors: tuple[StateVector, ...] = ()  # each agent's latest state vector
 
     def is_empty(self) -> bool:
         return not (self.records or self.folds or self.reinforcements or self.decisions)

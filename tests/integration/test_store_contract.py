@@ -24,6 +24,7 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
+from grimoire.streams.model.eidolon import state_key
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import (
@@ -726,11 +727,11 @@ async def test_field_state_round_trip_and_the_watermark_is_a_maximum(h: Harness)
 
 
 async def test_a_state_vector_is_kept_per_agent_last_write_wins(h: Harness) -> None:
-    first = StateVector(A, "regime calm; focus disk", E1.astype(np.float32).tobytes())
-    other = StateVector(B, "focus cpu", E2.astype(np.float32).tobytes())
+    first = StateVector(A, state_key(("regime calm", "disk")), E1.astype(np.float32).tobytes())
+    other = StateVector(B, state_key(("cpu",)), E2.astype(np.float32).tobytes())
     await commit(h, WriteBatch(fields=(NEWER,), state_vectors=(first, other)))
     assert await h.store.state_vectors([A, B, C]) == {A: first, B: other}
-    later = StateVector(A, "regime volatile; focus disk", E3.astype(np.float32).tobytes())
+    later = StateVector(A, state_key(("regime volatile", "disk")), E3.astype(np.float32).tobytes())
     await commit(h, WriteBatch(state_vectors=(later,)))
     assert await h.store.state_vectors([A]) == {A: later}
     assert await h.store.state_vectors([]) == {}

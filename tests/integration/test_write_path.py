@@ -96,7 +96,7 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     kept = (await AgentStateStore(redis_client, settings.topic_prefix).state_vectors([agent]))[
         agent
     ]
-    assert state.digest_parts() and kept.digest == state_key(state.digest_parts())
+    assert state.digest_parts() and kept.key == state_key(state.digest_parts())
     embedder = SentenceTransformerEmbedder.from_settings(
         settings.model_copy(update={"embed_lanes": 1})
     )

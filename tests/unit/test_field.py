@@ -129,7 +129,7 @@ def test_digest_keeps_eight_keys_by_default() -> None:
     assert state.digest() == tuple(f"tag:k{i}" for i in range(9, 1, -1))
 
 
-def test_digest_text_format() -> None:
+def test_digest_parts_format() -> None:
     state = FieldState(
         AGENT,
         regime="storm",
@@ -142,11 +142,16 @@ def test_digest_text_format() -> None:
         focus=(("err:timeout", 1.5), ("path:/etc/x", 0.5), ("tool:swap", 0.5)),
     )
     # Paths do not condition the vector; the chosen keys are named alphabetically.
-    assert state.digest_text() == "regime storm; focus swap timeout; mood pleased calm rage care"
-    assert state.digest_text(1) == "regime storm; focus timeout; mood pleased calm rage care"
+    assert state.digest_parts() == (
+        "regime storm",
+        "swap",
+        "timeout",
+        "mood pleased calm rage care",
+    )
+    assert state.digest_parts(1) == ("regime storm", "timeout", "mood pleased calm rage care")
 
 
-def test_digest_text_ignores_ids_and_weight_order() -> None:
+def test_digest_parts_ignore_ids_and_weight_order() -> None:
     state = FieldState(
         AGENT,
         focus=(
@@ -157,43 +162,42 @@ def test_digest_text_ignores_ids_and_weight_order() -> None:
             ("tag:ops/deploy", 2.0),
         ),
     )
-    assert state.digest_text() == "focus eth ops/deploy swap"
+    assert state.digest_parts() == ("eth", "ops/deploy", "swap")
     reweighted = FieldState(
         AGENT, focus=(("entity:eth", 5.0), ("tool:swap", 1.0), ("tag:ops/deploy", 2.0))
     )
-    assert reweighted.digest_text() == state.digest_text()
+    assert reweighted.digest_parts() == state.digest_parts()
 
 
-def test_digest_text_leaves_out_empty_parts() -> None:
-    assert FieldState(AGENT).digest_text() == ""
-    assert FieldState(AGENT, focus=(("tag:ops/disk", 1.0),)).digest_text() == "focus ops/disk"
-    assert FieldState(AGENT, affect=Affect(dominance=0.34)).digest_text() == "mood in control"
+def test_digest_parts_leave_out_empty_parts() -> None:
+    assert FieldState(AGENT).digest_parts() == ()
+    assert FieldState(AGENT, focus=(("tag:ops/disk", 1.0),)).digest_parts() == ("ops/disk",)
+    assert FieldState(AGENT, affect=Affect(dominance=0.34)).digest_parts() == ("mood in control",)
 
 
-def test_digest_parts_are_the_digest_texts_pieces() -> None:
+def test_digest_parts_keep_their_order_at_any_size() -> None:
     state = FieldState(
         AGENT,
         regime="storm",
         affect=Affect(pleasure=0.5),
         focus=(("err:timeout", 1.5), ("path:/etc/x", 0.5), ("tool:swap", 0.5)),
     )
-    assert state.digest_text() == "regime storm; focus swap timeout; mood pleased"
     assert state.digest_parts() == ("regime storm", "swap", "timeout", "mood pleased")
     assert state.digest_parts(1) == ("regime storm", "timeout", "mood pleased")
-    assert FieldState(AGENT).digest_parts() == ()
 
 
 def test_a_key_under_two_types_is_one_part() -> None:
     state = FieldState(AGENT, focus=(("entity:eth", 2.0), ("tag:eth", 1.0), ("tool:swap", 1.5)))
-    # The digest names what conditions the vector; each key weighs once in it.
-    assert state.digest_text() == "focus eth eth swap"
+    # Both eth keys are among the conditioning ones; eth weighs once in the vector.
     assert state.digest_parts() == ("eth", "swap")
+    heavier = FieldState(AGENT, focus=(("entity:eth", 2.0), ("tag:eth", 1.9), ("tool:swap", 1.0)))
+    assert heavier.digest_parts(2) == ("eth",)
 
 
 def test_a_state_changing_one_key_shares_the_other_parts() -> None:
     before = FieldState(AGENT, regime="calm", focus=(("tag:a", 3.0), ("tag:b", 2.0)))
     after = advance(before, FieldUpdate(ts_ms=T0, keys=("tag:c",)))
-    assert before.digest_text() != after.digest_text()
+    assert before.digest_parts() != after.digest_parts()
     assert set(before.digest_parts()) & set(after.digest_parts()) == {"regime calm", "a", "b"}
 
 
@@ -225,7 +229,7 @@ def test_advancing_is_deterministic_and_order_of_keys_is_irrelevant() -> None:
     assert first.regime == "calm"
     # a decayed over 10 s, the late c only over the 5 s it is behind: b > c > a
     assert first.digest() == ("tag:b", "tag:c", "tag:a")
-    assert first.digest_text() == "regime calm; focus a b c; mood excited"
+    assert first.digest_parts() == ("regime calm", "a", "b", "c", "mood excited")
 
 
 def test_agent_stats_derive_rate_and_quality_from_the_counters() -> None:

@@ -64,7 +64,7 @@ async def test_recall_embeds_its_query_beside_the_ingest_queue() -> None:
     rig = await seeded()
     assert rig.fake.query_calls == 0  # ingest goes through the batching queue
     await rig.recall.handle(recall_request())
-    assert rig.fake.query_calls == 1  # the query and the state digest, one call
+    assert rig.fake.query_calls == 1  # the query and the state's parts, one call
 
 
 async def test_recall_never_crosses_tenants_even_on_an_exact_match() -> None:
@@ -300,7 +300,7 @@ async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
     parts = state.digest_parts()
     assert len(parts) > 1
     kept = (await rig.store.state_vectors(["agent-1"]))["agent-1"]
-    assert kept.digest == state_key(parts)
+    assert kept.key == state_key(parts)
     composed = state_vector(parts, {part: rig.fake.vector(part) for part in parts})
     assert composed is not None
     np.testing.assert_array_equal(np.frombuffer(kept.vector, dtype=np.float32), composed)
@@ -320,7 +320,7 @@ async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
     await rig.ingest.handle(
         EventType.EPISODE, messages(episode("agent-1", "swap", TS + 2, "a3", tags=["ops/cpu"]))
     )
-    assert (await rig.store.state_vectors(["agent-1"]))["agent-1"].digest
+    assert (await rig.store.state_vectors(["agent-1"]))["agent-1"].key
     rig.fake.texts.clear()
     await rig.recall.handle(recall_request(state={"regime": "calm"}))
     assert rig.fake.texts[0] == "disk full node seven"
