@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -202,16 +203,25 @@ def quantize(exported: Path) -> Path:
     def write(temp: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        # The quantizer's advice to pre-process (shape inference) is not taken: the
-        # vectors it gives without it are measured (cosine, LoCoMo) and kept.
-        with _quiet_quantizer():
-            quantize_dynamic(
-                exported,
-                temp,
-                op_types_to_quantize=["MatMul"],
-                per_channel=True,
-                weight_type=QuantType.QUInt8,
-            )
+        # The quantizer writes (and deletes) `<input>-inferred.onnx` beside its input:
+        # workers quantizing at once from the shared export took each other's file
+        # away. Each reads its own link to the export, in a directory of its own.
+        with tempfile.TemporaryDirectory(dir=temp.parent, prefix=".quantize.") as private:
+            source = Path(private) / exported.name
+            try:
+                os.link(exported, source)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(exported, source)
+            # The quantizer's advice to pre-process (shape inference) is not taken: the
+            # vectors it gives without it are measured (cosine, LoCoMo) and kept.
+            with _quiet_quantizer():
+                quantize_dynamic(
+                    source,
+                    temp,
+                    op_types_to_quantize=["MatMul"],
+                    per_channel=True,
+                    weight_type=QuantType.QUInt8,
+                )
 
     return _write_once(path, write)
 

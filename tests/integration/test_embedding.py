@@ -258,6 +258,37 @@ def test_the_export_is_cached_by_weights_and_reused(
     assert [path.stat().st_mtime_ns for path in written] == mtimes
 
 
+def test_workers_quantizing_at_once_each_get_the_same_file(
+    model: SentenceTransformerEmbedder, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Workers starting together on an empty cache each quantize the export. The
+    quantizer writes a side file beside its input; shared, one process deleted it
+    under another (FileNotFoundError, a worker crashed at warm-up)."""
+    assert model._onnx is not None
+    cached = model._onnx.path
+    export = cache_dir / cached.name.replace(f"-{onnx_encoder.QUANTIZED_FORMAT}", "")
+    shutil.copyfile(export, tmp_path / export.name)
+    script = (
+        "import sys; from pathlib import Path; "
+        "from grimoire.infra.embedding.onnx_encoder import quantize; "
+        "print(quantize(Path(sys.argv[1])))"
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / export.name)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err.decode()[-2000:]
+        assert Path(out.decode().strip()).name == cached.name
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([export.name, cached.name])
+    assert (tmp_path / cached.name).read_bytes() == cached.read_bytes()
+
+
 def test_the_vector_space_names_the_weights_and_the_precision(
     model: SentenceTransformerEmbedder,
     onnx_model: SentenceTransformerEmbedder,
