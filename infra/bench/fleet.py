@@ -66,7 +66,9 @@ Metrics, all from one trial:
   (journal keys, witness chains, outboxes, logs, the index) per memory.
 * `cpu`: per process (each worker, tansu, redis, the bench itself), CPU seconds
   (/proc/<pid>/stat utime + stime) / wall seconds over the load and drain: 1.0 is
-  one core. `machine`: CPUs, model, the whole machine's busy share over the same
+  one core. `cpu_threads`: each worker's split of the same (`cpu_sample`): its
+  event loop (the main thread), the embedder's bulk lanes and query thread, and
+  any other threads. `machine`: CPUs, model, the whole machine's busy share over the same
   window (/proc/stat; other people's processes included), load averages.
 * `max_agents_under_one_block`: the largest fleet (real-time agents, `agents x
   speed`) whose trial kept `lag_blocks.max` under 1 with every unit decided, found
@@ -99,6 +101,8 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.bench.corpus import corpus_events, recall_queries
+from grimoire.infra.bench.cpu_sample import cpu_report, sample_cpu
+from grimoire.infra.bench.cpu_sample import service_pids as find_service_pids
 from grimoire.infra.bench.event_stream import generate
 from grimoire.infra.bench.event_tail import EventTail
 from grimoire.infra.bench.fleet_plan import (
@@ -107,12 +111,10 @@ from grimoire.infra.bench.fleet_plan import (
     agent_id,
     agent_tick,
     bytes_per_memory,
-    cpu_cores,
     lag_summary,
     machine_busy,
     maintenance_share,
     next_search_size,
-    proc_cpu_ticks,
     run_id,
     run_quality,
     schedule,
@@ -285,13 +287,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _ticks(pid: int) -> int | None:
-    try:
-        return proc_cpu_ticks(Path(f"/proc/{pid}/stat").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _machine() -> tuple[int, int]:
     return machine_busy(Path("/proc/stat").read_text())
 
@@ -302,18 +297,6 @@ def _cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return "unknown"
-
-
-def _service_pids(state_dir: Path | None, ports: ServicePorts | None) -> dict[str, int]:
-    """tansu's and redis's pids from the pid files `LocalServices` writes
-    (<state>/run/<prog>-<port>.pid), when this bench knows where they are."""
-    if state_dir is None or ports is None:
-        return {}
-    pids: dict[str, int] = {}
-    for name, prog, port in (("tansu", "tansu", ports.kafka), ("redis", "redis", ports.redis)):
-        with contextlib.suppress(OSError, ValueError):
-            pids[name] = int((state_dir / "run" / f"{prog}-{port}.pid").read_text().strip())
-    return pids
 
 
 # -- one trial ---------------------------------------------------------------------------
@@ -543,7 +526,8 @@ async def run_trial(
                 pids = {name: w.pid for (name, _), w in zip(layout, workers, strict=True)}
                 pids.update(service_pids or {})
                 pids["bench"] = os.getpid()
-                cpu_before = {name: _ticks(pid) for name, pid in pids.items()}
+                workers_named = [name for name, _ in layout]
+                cpu_before = sample_cpu(pids, split=workers_named)
                 machine_before = _machine()
                 t0 = time.monotonic()
                 epoch0 = time.time()
@@ -588,7 +572,7 @@ async def run_trial(
                         await asyncio.wait_for(watch.changed.wait(), 1.0)
                 await asyncio.gather(*probes)
                 drained = time.monotonic()
-                cpu_after = {name: _ticks(pid) for name, pid in pids.items()}
+                cpu_after = sample_cpu(pids, split=workers_named)
                 machine_after = _machine()
                 # Maintenance passes of the last blocks land after the drain: a block's
                 # wall time for them, then the store's size.
@@ -606,15 +590,8 @@ async def run_trial(
             stop_worker(worker)
 
     wall = drained - t0
-    clock = os.sysconf("SC_CLK_TCK")
-    cpu: dict[str, float | None] = {}
-    for name in pids:
-        before, after = cpu_before[name], cpu_after[name]
-        cpu[name] = (
-            None
-            if before is None or after is None
-            else round(cpu_cores(before, after, clock, wall), 3)
-        )
+    cpu_split = cpu_report(cpu_before, cpu_after, wall)
+    cpu = dict(cpu_split.processes)
     busy = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
     cpus = os.cpu_count() or 1
     measured = {u: at for u, at in tally.scheduled.items() if u[1] >= warmup}
@@ -694,6 +671,7 @@ async def run_trial(
         },
         "publish_late_ms": summarise_ms(tally.late_ms),
         "cpu": cpu,
+        "cpu_threads": {name: dict(kinds) for name, kinds in cpu_split.threads.items()},
         "machine": {
             "cpus": cpus,
             "model": _cpu_model(),
@@ -816,7 +794,7 @@ def run_fleet_bench(settings: Settings, options: FleetOptions) -> dict[str, Any]
                 shape,
                 options,
                 log_dir=log_dir,
-                service_pids=_service_pids(fleet_dir, ports),
+                service_pids=find_service_pids(fleet_dir, ports),
                 warmup_blocks=warmup,
             )
         )

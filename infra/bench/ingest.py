@@ -17,6 +17,7 @@ import numpy as np
 from redis.asyncio import Redis
 from tqdm import tqdm
 
+from grimoire.infra.bench.cpu_sample import EMBED_LANES, cpu_report, sample_cpu, service_pids
 from grimoire.infra.bench.event_stream import BenchEvent, generate
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
@@ -62,12 +63,16 @@ def _candidate_texts(topics: TopicNames, events: list[BenchEvent], settings: Set
     return texts
 
 
-async def _embed_only(embedder: SentenceTransformerEmbedder, texts: list[str], batch: int) -> float:
+async def _embed_only(
+    embedder: SentenceTransformerEmbedder, texts: list[str], batch: int
+) -> tuple[float, float]:
+    """Wall seconds and this process's CPU seconds (all threads: the model's
+    lanes) for the bare model on `texts`, in the worker's batches."""
     await embedder.embed(texts[:batch])  # warm-up, as the worker is warm
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for start in range(0, len(texts), batch):
         await embedder.embed(texts[start : start + batch])
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu_started
 
 
 async def _decided(redis: Redis, state: AgentStateStore, agents: list[str]) -> float:
@@ -139,12 +144,13 @@ async def _run_mix(
     events: int,
     agents: int,
     distinct: bool,
+    service_pids: dict[str, int],
 ) -> dict[str, Any]:
     settings = base.model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}"})
     topics = TopicNames(settings.topic_prefix)
     stream = list(generate(topics, events=events, agents=agents, distinct=distinct))
     texts = _candidate_texts(topics, stream, settings)
-    embed_s = await _embed_only(embedder, texts, settings.embed_batch_size)
+    embed_s, embed_cpu_s = await _embed_only(embedder, texts, settings.embed_batch_size)
 
     worker = start_worker(settings, state_dir / "log" / f"worker-{settings.topic_prefix}.log")
     redis = Redis.from_url(settings.redis_url)
@@ -155,6 +161,8 @@ async def _run_mix(
             await client.wait_until_ready(timeout=180)
             state = AgentStateStore(redis, settings.topic_prefix)
             agent_ids = sorted({event.key for event in stream})
+            pids = {"worker": worker.pid, **service_pids, "bench": os.getpid()}
+            cpu_before = sample_cpu(pids, split=["worker"])
             started = time.perf_counter()
             for event in stream:
                 await client.publish_raw(event.topic, event.key, event.value, wait=False)
@@ -167,6 +175,11 @@ async def _run_mix(
             bar.update(len(texts) - bar.n)
             bar.close()
             ingest_s = time.perf_counter() - started
+            cpu_after = sample_cpu(pids, split=["worker"])
+            # Texts the model ran during the load (the probes' come later).
+            load_misses = float(
+                await redis.hget(Keyspace(settings.topic_prefix).metrics, "embed_misses") or 0
+            )
             # Maintenance commands issued during the load sit behind it in the
             # journal: the probes time a fresh event on a worker that has caught
             # up, and the catching up is reported on its own.
@@ -185,6 +198,7 @@ async def _run_mix(
     hits, misses = metrics.get("embed_hits", 0.0), metrics.get("embed_misses", 0.0)
     events_per_s = len(stream) / ingest_s
     embed_only_per_s = len(stream) / embed_s
+    cpu = cpu_report(cpu_before, cpu_after, ingest_s)
     return {
         "events": len(stream),
         "candidates": len(texts),
@@ -205,6 +219,17 @@ async def _run_mix(
         "mean_batch": round(
             metrics.get("ingest_candidates", 0.0) / max(1.0, metrics.get("ingest_batches", 0.0)), 1
         ),
+        # Where the ratio goes: cores per process over the load, the worker split
+        # into its event loop and the model's lanes; the model's CPU per text the
+        # model ran, in the pipeline and bare (the bare run has the cores to itself).
+        "cpu": dict(cpu.processes),
+        "cpu_worker_threads": dict(cpu.threads.get("worker", {})),
+        "model_cpu_ms_per_text": {
+            "pipeline": round(
+                cpu.kind("worker", EMBED_LANES) * ingest_s * 1000 / max(1.0, load_misses), 2
+            ),
+            "bare": round(embed_cpu_s * 1000 / len(texts), 2),
+        },
     }
 
 
@@ -228,6 +253,7 @@ def run_ingest_bench(
             "redis_url": services.redis_url,
         }
     )
+    pids = service_pids(state_dir, ports)
     try:
         embedder = SentenceTransformerEmbedder.from_settings(settings)
 
@@ -240,6 +266,7 @@ def run_ingest_bench(
                     events=events,
                     agents=agents,
                     distinct=mix == "distinct",
+                    service_pids=pids,
                 )
                 for mix in mixes
             }

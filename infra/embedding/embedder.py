@@ -9,11 +9,11 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,13 @@ logger = logging.getLogger(__name__)
 
 MAX_AUTO_LANES = 4
 MIN_LANE_TEXTS = 8
+# Texts per executor task when each text runs alone (the int8 model): a lane
+# takes the next piece when it is done, ~20 ms of work at 4 texts.
+PER_ROW_PIECE = 4
 BACKENDS = ("onnx-int8", "onnx", "torch")
+# What the OS calls the model's threads (see `_name_os_thread`).
+LANE_THREAD_NAME = "embed-lane"
+QUERY_THREAD_NAME = "embed-query"
 
 
 def default_model_path() -> Path:
@@ -109,11 +115,16 @@ class SentenceTransformerEmbedder:
         self._executor = ThreadPoolExecutor(
             max_workers=self.lanes,
             thread_name_prefix="embed",
-            initializer=_yield_cpu,
-            initargs=(lane_nice,),
+            initializer=_start_lane,
+            initargs=(LANE_THREAD_NAME, lane_nice),
         )
         # Its own thread: a query never waits for a lane to finish a bulk slice.
-        self._query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        self._query_executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="embed-query",
+            initializer=_start_lane,
+            initargs=(QUERY_THREAD_NAME, 0),
+        )
         self.query_calls = 0
         self.model_calls = 0
         self.model_seconds = 0.0  # wall time with the model busy: the worker's main cost
@@ -161,7 +172,10 @@ class SentenceTransformerEmbedder:
     async def _encode(self, texts: list[str]) -> Vectors:
         """One batch across the lanes; rows come back in the order of `texts`."""
         loop = asyncio.get_running_loop()
-        slices = lane_slices([len(text) for text in texts], self.lanes)
+        if self._onnx is not None and self._onnx.per_row and self.lanes > 1:
+            slices = row_pieces(len(texts))
+        else:
+            slices = lane_slices([len(text) for text in texts], self.lanes)
         encode = self._encoder(whole=len(slices) == 1)
         parts = await asyncio.gather(
             *(
@@ -238,6 +252,24 @@ class SentenceTransformerEmbedder:
         self._query_executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _start_lane(name: str, nice: int) -> None:
+    """Name the model thread for the OS and lower its priority by `nice`."""
+    _name_os_thread(name)
+    _yield_cpu(nice)
+
+
+def _name_os_thread(name: str) -> None:
+    """Give the calling thread `name` where the OS shows thread names (Linux: the
+    task's comm, at most 15 bytes): `top -H`, `ps -L` and the benches' CPU split
+    then tell the model's threads from the event loop. Python names its threads
+    for itself only. Best effort: elsewhere the thread keeps the process's name."""
+    comm = Path(f"/proc/self/task/{threading.get_native_id()}/comm")
+    try:
+        comm.write_text(name[:15])
+    except OSError:
+        logger.debug("could not name thread %s", name, exc_info=True)
+
+
 def _yield_cpu(nice: int) -> None:
     """Lower the calling thread's scheduling priority by `nice` (Linux schedules
     threads, so this thread alone). Raising niceness needs no privilege; where the
@@ -268,11 +300,25 @@ def lane_slices(lengths: Sequence[int], lanes: int) -> list[list[int]]:
     return [sorted(rows) for rows in slices if rows]
 
 
+def row_pieces(count: int, size: int = PER_ROW_PIECE) -> list[list[int]]:
+    """Rows in consecutive pieces of `size`, for a model that runs each text alone
+    (int8): the lanes take the pieces as they free up, so a call of a few texts
+    uses every lane, and a lane done early takes more instead of waiting for the
+    other one's half (on shared cores the event loop, Redis and the broker
+    preempt a niced lane, and fixed halves left the other core idle)."""
+    return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
+
+
 class CachingEmbedder:
     """Embeds each distinct text once: a bounded LRU keyed by a hash of the text.
 
     Heartbeat streams repeat themselves; cached vectors skip the model, and all
     misses of one call go to the model together in a single batch.
+
+    A text already on its way to the model for another call is awaited, not
+    embedded twice (the worker's partitions fold side by side, and agents on two
+    of them often send the same heartbeat line at once); it counts as a hit. A
+    hit's vector is taken before any wait, so an eviction meanwhile cannot lose it.
     """
 
     def __init__(self, inner: Embedder, *, capacity: int = 50_000) -> None:
@@ -281,6 +327,8 @@ class CachingEmbedder:
         self.vector_space = inner.vector_space
         self._capacity = capacity
         self._cache: OrderedDict[bytes, npt.NDArray[np.float32]] = OrderedDict()
+        # On their way to the model: the call that sent them resolves these.
+        self._pending: dict[bytes, asyncio.Future[npt.NDArray[np.float32]]] = {}
         self.hits = 0
         self.misses = 0
         self.model_calls = 0
@@ -304,20 +352,23 @@ class CachingEmbedder:
     async def embed_with_usage(self, texts: Sequence[str]) -> tuple[Vectors, EmbedUsage]:
         return await self._cached(texts, query=False)
 
-    async def _cached(self, texts: Sequence[str], *, query: bool) -> tuple[Vectors, EmbedUsage]:
-        keys = [self._key(text) for text in texts]
-        missing: dict[bytes, str] = {}
-        for key, text in zip(keys, texts, strict=True):
-            if key in self._cache:
-                self._cache.move_to_end(key)
-            elif key not in missing:
-                missing[key] = text
-        hits = len(texts) - len(missing)
-        self.misses += len(missing)
-        self.hits += hits
-        fresh: dict[bytes, npt.NDArray[np.float32]] = {}
+    def _claim(self, missing: Mapping[bytes, str]) -> dict[bytes, asyncio.Future[Any]]:
+        loop = asyncio.get_running_loop()
+        futures = {key: loop.create_future() for key in missing}
+        self._pending.update(futures)
+        return futures
+
+    async def _model(
+        self,
+        missing: Mapping[bytes, str],
+        futures: Mapping[bytes, asyncio.Future[Any]],
+        *,
+        query: bool,
+    ) -> tuple[dict[bytes, npt.NDArray[np.float32]], float]:
+        """Run the model on `missing` (claimed in `_pending` by `futures`), cache the
+        vectors and resolve the futures; the model seconds of the call."""
         seconds = 0.0
-        if missing:
+        try:
             self.model_calls += 1
             timed = getattr(self._inner, "embed_timed", None)
             if query:
@@ -326,12 +377,65 @@ class CachingEmbedder:
                 vectors, seconds = await timed(list(missing.values()))
             else:
                 vectors = await self._inner.embed(list(missing.values()))
-            fresh = dict(zip(missing, vectors, strict=True))
-        out = np.empty((len(texts), self.dims), dtype=np.float32)
-        for row, key in enumerate(keys):
-            out[row] = fresh[key] if key in fresh else self._cache[key]
+        except BaseException:
+            for key, future in futures.items():
+                if self._pending.get(key) is future:
+                    del self._pending[key]
+                # Those waiting embed the texts themselves (`_cached`).
+                future.cancel()
+            raise
+        fresh = dict(zip(missing, vectors, strict=True))
         self._cache.update(fresh)
         while len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
-        usage = EmbedUsage(hits, len(missing), 1 if missing else 0, seconds)
+        for key, future in futures.items():
+            if self._pending.get(key) is future:
+                del self._pending[key]
+            future.set_result(fresh[key])
+        return fresh, seconds
+
+    async def _cached(self, texts: Sequence[str], *, query: bool) -> tuple[Vectors, EmbedUsage]:
+        keys = [self._key(text) for text in texts]
+        text_of = dict(zip(keys, texts, strict=True))
+        known: dict[bytes, npt.NDArray[np.float32]] = {}
+        waiting: dict[bytes, asyncio.Future[Any]] = {}
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key in known or key in waiting or key in missing:
+                continue
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                known[key] = cached
+            elif (future := self._pending.get(key)) is not None:
+                waiting[key] = future
+            else:
+                missing[key] = text
+        seconds = 0.0
+        model_calls = 0
+        if missing:
+            model_calls = 1
+            fresh, seconds = await self._model(missing, self._claim(missing), query=query)
+            known.update(fresh)
+        retry: dict[bytes, str] = {}
+        for key, future in waiting.items():
+            try:
+                # Shielded: cancelling this call must not cancel another's texts.
+                known[key] = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if not future.cancelled():
+                    raise  # this call was cancelled
+                retry[key] = text_of[key]  # the sender failed: embed them here
+        if retry:
+            model_calls += 1
+            fresh, more = await self._model(retry, self._claim(retry), query=query)
+            known.update(fresh)
+            seconds += more
+        misses = len(missing) + len(retry)
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        for row, key in enumerate(keys):
+            out[row] = known[key]
+        self.misses += misses
+        self.hits += len(texts) - misses
+        usage = EmbedUsage(len(texts) - misses, misses, model_calls, seconds)
         return out, usage

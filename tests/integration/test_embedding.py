@@ -20,10 +20,12 @@ import pytest
 from grimoire.infra.embedding import onnx_encoder
 from grimoire.infra.embedding.embedder import (
     MAX_AUTO_LANES,
+    PER_ROW_PIECE,
     CachingEmbedder,
     SentenceTransformerEmbedder,
     lane_slices,
     resolve_lanes,
+    row_pieces,
 )
 
 
@@ -129,6 +131,13 @@ def test_lane_slices_partition_the_rows_with_balanced_lengths() -> None:
     assert lane_slices([], 4) == []
 
 
+def test_row_pieces_cover_the_rows_in_order() -> None:
+    assert row_pieces(10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert row_pieces(3, 4) == [[0, 1, 2]]
+    assert row_pieces(0, 4) == []
+    assert row_pieces(9) == [list(range(i, min(i + PER_ROW_PIECE, 9))) for i in range(0, 9, 4)]
+
+
 def test_lanes_default_to_one_per_core_capped() -> None:
     assert resolve_lanes(3) == 3
     assert 1 <= resolve_lanes(0) <= MAX_AUTO_LANES
@@ -178,7 +187,7 @@ async def test_an_int8_vector_depends_on_its_text_only(model: SentenceTransforme
     or padding a text would move its vector: each text runs alone instead."""
     alone = np.vstack([await model.embed([text]) for text in VARIED])
     batch = [f"{text} #{i}" for i in range(3) for text in VARIED]  # split across the lanes
-    assert len(lane_slices([len(text) for text in batch], 2)) == 2
+    assert len(row_pieces(len(batch))) > 2  # taken by the lanes as they free up
     mixed = await model.embed([*batch, *VARIED])
     np.testing.assert_array_equal(mixed[len(batch) :], alone)
     together = await asyncio.gather(*(model.embed([text]) for text in reversed(VARIED)))
@@ -218,6 +227,9 @@ async def test_bulk_lanes_yield_the_cpu_and_queries_do_not(cache_dir: Path) -> N
     def niceness() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
+    def os_name() -> str:
+        return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
     try:
         base = os.getpriority(os.PRIO_PROCESS, 0)
         lanes = await asyncio.gather(
@@ -227,6 +239,10 @@ async def test_bulk_lanes_yield_the_cpu_and_queries_do_not(cache_dir: Path) -> N
         assert set(lanes) == {min(base + 7, 19)}
         assert query == base
         assert niceness() == base  # the caller's own thread is left alone
+        # Named for the OS, so top -H and the benches' CPU split tell them apart.
+        assert await loop.run_in_executor(embedder._executor, os_name) == "embed-lane"
+        assert await loop.run_in_executor(embedder._query_executor, os_name) == "embed-query"
+        assert os_name() != "embed-lane"
         assert (await embedder.embed(["still embeds"])).shape == (1, 384)
     finally:
         embedder.close()
