@@ -407,7 +407,8 @@ class CachingEmbedder:
             if cached is not None:
                 self._cache.move_to_end(key)
                 known[key] = cached
-            elif (future := self._pending.get(key)) is not None:
+            elif not query and (future := self._pending.get(key)) is not None:
+                # A query never waits for a bulk lane: it runs its texts itself.
                 waiting[key] = future
             else:
                 missing[key] = text

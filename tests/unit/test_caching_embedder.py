@@ -25,6 +25,7 @@ class GatedModel:
         self.gate = asyncio.Event()
         self.gate.set()
         self.calls: list[list[str]] = []
+        self.query_calls: list[list[str]] = []
         self.failing = False
         self.fail_calls = 0
 
@@ -41,7 +42,9 @@ class GatedModel:
         return (await self.embed_timed(texts))[0]
 
     async def embed_query(self, texts: Sequence[str]) -> Vectors:
-        return await self.embed(texts)
+        """The query path: never gated."""
+        self.query_calls.append(list(texts))
+        return np.stack([bag_of_words(t, self.dims) for t in texts])
 
 
 def expected(*texts: str) -> Vectors:
@@ -145,3 +148,21 @@ async def test_a_cached_vector_survives_its_eviction_while_the_call_waits() -> N
     model.gate.set()
     await other
     np.testing.assert_array_equal(await mine, expected("old", "fresh"))
+
+
+async def test_a_query_does_not_wait_for_a_bulk_call_of_its_text() -> None:
+    model = GatedModel()
+    model.gate.clear()
+    cache = CachingEmbedder(model)
+    bulk = asyncio.create_task(cache.embed(["what failed last night"]))
+    await settle()
+    query = cache.embed_query(["what failed last night"])
+    np.testing.assert_array_equal(
+        await asyncio.wait_for(query, 5), expected("what failed last night")
+    )
+    assert model.query_calls == [["what failed last night"]]
+    model.gate.set()
+    np.testing.assert_array_equal(await bulk, expected("what failed last night"))
+    # A bulk call now finds the text cached.
+    await cache.embed(["what failed last night"])
+    assert model.calls == [["what failed last night"]]
