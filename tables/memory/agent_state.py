@@ -102,7 +102,11 @@ class AgentStateStore:
         pipe.set(self._keys.field_state(state.agent_id), field_to_json(state))
 
     def save_state_vector(self, pipe: Any, state: StateVector) -> None:
-        pipe.hset(self._keys.state_vector(state.agent_id), mapping=state_vector_fields(state))
+        # Replaced whole: a hash written by older code keeps no field of its own
+        # (the state vectors of before 2026-11-27 named their state in `digest`).
+        key = self._keys.state_vector(state.agent_id)
+        pipe.delete(key)
+        pipe.hset(key, mapping=state_vector_fields(state))
 
     async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
         """The agents' stored state vectors (an agent without one is left out)."""

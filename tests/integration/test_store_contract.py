@@ -737,6 +737,21 @@ async def test_a_state_vector_is_kept_per_agent_last_write_wins(h: Harness) -> N
     assert await h.store.state_vectors([]) == {}
 
 
+async def test_a_state_vector_replaces_a_hash_written_by_older_code(settings: Any) -> None:
+    """The hash holds what the codec writes and nothing else: a field an older
+    format wrote (`digest`) goes when the state vector is next written."""
+    harness = await open_redis(settings)
+    try:
+        key = Keyspace(harness.prefix).state_vector(A)
+        await harness.redis.hset(key, mapping={"digest": "regime calm; focus disk", "vector": b"x"})
+        vector = StateVector(A, state_key(("regime calm", "disk")), E1.astype(np.float32).tobytes())
+        await commit(harness, WriteBatch(state_vectors=(vector,)))
+        assert sorted(_text(name) for name in await harness.redis.hkeys(key)) == ["key", "vector"]
+        assert await harness.store.state_vectors([A]) == {A: vector}
+    finally:
+        await harness.close()
+
+
 async def test_stats_and_metrics_accumulate(h: Harness) -> None:
     await commit(
         h,
