@@ -315,9 +315,10 @@ class CachingEmbedder:
     Heartbeat streams repeat themselves; cached vectors skip the model, and all
     misses of one call go to the model together in a single batch.
 
-    A text already on its way to the model for another call is awaited, not
+    A text already on its way to the model for another bulk call is awaited, not
     embedded twice (the worker's partitions fold side by side, and agents on two
     of them often send the same heartbeat line at once); it counts as a hit. A
+    query does not wait for a bulk lane: it runs its texts on the query thread. A
     hit's vector is taken before any wait, so an eviction meanwhile cannot lose it.
     """
 
