@@ -30,8 +30,8 @@ __all__ = [
     "CpuReport",
     "CpuSample",
     "cpu_report",
+    "find_service_pids",
     "sample_cpu",
-    "service_pids",
     "thread_kind",
 ]
 
@@ -124,7 +124,7 @@ def cpu_report(
     return CpuReport(processes, threads)
 
 
-def service_pids(state_dir: Path | None, ports: ServicePorts | None) -> dict[str, int]:
+def find_service_pids(state_dir: Path | None, ports: ServicePorts | None) -> dict[str, int]:
     """tansu's and redis's pids from the pid files `LocalServices` writes
     (<state>/run/<prog>-<port>.pid), when the bench knows where they are."""
     if state_dir is None or ports is None:

@@ -101,8 +101,7 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.bench.corpus import corpus_events, recall_queries
-from grimoire.infra.bench.cpu_sample import cpu_report, sample_cpu
-from grimoire.infra.bench.cpu_sample import service_pids as find_service_pids
+from grimoire.infra.bench.cpu_sample import cpu_report, find_service_pids, sample_cpu
 from grimoire.infra.bench.event_stream import generate
 from grimoire.infra.bench.event_tail import EventTail
 from grimoire.infra.bench.fleet_plan import (

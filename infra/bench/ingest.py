@@ -17,7 +17,7 @@ import numpy as np
 from redis.asyncio import Redis
 from tqdm import tqdm
 
-from grimoire.infra.bench.cpu_sample import EMBED_LANES, cpu_report, sample_cpu, service_pids
+from grimoire.infra.bench.cpu_sample import EMBED_LANES, cpu_report, find_service_pids, sample_cpu
 from grimoire.infra.bench.event_stream import BenchEvent, generate
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
@@ -253,7 +253,7 @@ def run_ingest_bench(
             "redis_url": services.redis_url,
         }
     )
-    pids = service_pids(state_dir, ports)
+    pids = find_service_pids(state_dir, ports)
     try:
         embedder = SentenceTransformerEmbedder.from_settings(settings)
 

@@ -15,8 +15,8 @@ from grimoire.infra.bench.cpu_sample import (
     OTHER_THREADS,
     CpuSample,
     cpu_report,
+    find_service_pids,
     sample_cpu,
-    service_pids,
     thread_kind,
 )
 from grimoire.infra.local.services import ServicePorts
@@ -81,8 +81,8 @@ def test_service_pids_come_from_the_pid_files(tmp_path: Path) -> None:
     (tmp_path / "run" / "tansu-19092.pid").write_text("4242\n")
     (tmp_path / "run" / "redis-16379.pid").write_text("not a pid")
     ports = ServicePorts(kafka=19092, redis=16379)
-    assert service_pids(tmp_path, ports) == {"tansu": 4242}
-    assert service_pids(None, ports) == {}
+    assert find_service_pids(tmp_path, ports) == {"tansu": 4242}
+    assert find_service_pids(None, ports) == {}
 
 
 @pytest.mark.parametrize("clock", [0, None])
