@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user browser run smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet services-up services-down services-status clean
+.PHONY: help setup qemu-user browser stunnel run wipe smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -40,8 +40,18 @@ qemu-user: ## install qemu-user (x86-64 hosts) for the cross-CPU embedding test
 browser: ## install Debian's chromium (headless) for the inspector's browser test
 	command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
-run: setup ## the whole service locally (broker, Redis, worker, HTTP API + inspector, MCP) until Ctrl-C
+# The Kafka TLS test (tests/integration/test_kafka_tls.py) puts Debian's stunnel in front of
+# tansu, whose own TLS flags leave its listener in plaintext (docs/operations.md).
+stunnel: ## install Debian's stunnel4 (the TLS terminator) for the Kafka TLS test
+	command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends stunnel4)
+
+run: setup ## the whole service locally (broker, Redis, worker, HTTP API + inspector, MCP) until Ctrl-C; kept on disk in .grimoire/run
 	$(PY) -m grimoire.infra.cli up
+
+wipe: ## delete what `make run` kept (.grimoire/run: the journal, Redis, keys); refused while it runs
+	@if [ -f .grimoire/run/run/up.pid ] && kill -0 "$$(cat .grimoire/run/run/up.pid)" 2>/dev/null; then \
+		echo "make run is running (pid $$(cat .grimoire/run/run/up.pid)): stop it first"; exit 1; fi
+	rm -rf .grimoire/run
 
 smoke: setup browser ## start the stack as `make run` does, exercise every route, MCP tool and the inspector; JSON last line
 	mkdir -p bench-results
@@ -50,13 +60,13 @@ smoke: setup browser ## start the stack as `make run` does, exercise every route
 demo: setup ## start local tansu + Redis, a worker, simulated agents; print recall answers; stop
 	$(PY) -m grimoire.infra.cli demo
 
-test: setup qemu-user browser lint typecheck ## lint, type-check, then the whole suite against real local services
+test: setup qemu-user browser stunnel lint typecheck ## lint, type-check, then the whole suite against real local services
 	$(PY) -m pytest
 
 test-unit: setup ## only the pure tests (no services)
 	$(PY) -m pytest tests/unit
 
-test-integration: setup qemu-user browser ## only the tests against the real broker and Redis
+test-integration: setup qemu-user browser stunnel ## only the tests against the real broker and Redis
 	$(PY) -m pytest tests/integration
 
 # The session's Redis is a real Redis Cluster of 3 masters on consecutive ports from

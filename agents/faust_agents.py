@@ -67,6 +67,15 @@ class HandlerSource(Protocol):
         maintenance commands its block timer issues."""
         ...
 
+    async def catch_up(self, partition: int, first_offset: int) -> None:
+        """Before a journal partition's first batch since it was assigned: fold
+        again what the store lost of the entries before `first_offset`."""
+        ...
+
+    async def applied_through(self, offsets: Mapping[int, int]) -> None:
+        """Record each journal partition's last offset of a batch folded."""
+        ...
+
     async def recover(self, failure: BaseException, journal_partitions: list[int]) -> None:
         """After a failed apply: when the store was lost (Redis came back empty),
         recreate it and fold `journal_partitions` again from their start."""
@@ -222,6 +231,8 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
 
             async def process(by_partition: dict[int, list[InputMessage]] = by_partition) -> None:
                 handlers = await runtime.handlers()
+                for partition in sorted(by_partition):
+                    await runtime.catch_up(partition, by_partition[partition][0].offset or 0)
                 # Partitions hold disjoint agents, so their folds run side by side
                 # (each in its own order): their embedding requests meet in the
                 # embedder's queue and share model calls, as one batch would.
@@ -234,6 +245,9 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
                 for outcome in outcomes:
                     if isinstance(outcome, BaseException):
                         raise outcome
+                await runtime.applied_through(
+                    {p: messages[-1].offset or 0 for p, messages in by_partition.items()}
+                )
 
             async def recover(failure: BaseException) -> None:
                 await runtime.recover(failure, _assigned(app, names.journal))

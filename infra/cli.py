@@ -988,6 +988,7 @@ def _up_options(args: argparse.Namespace, state: str) -> Any:
         http_port=args.http_port,
         mcp_port=args.mcp_port,
         tenant_prefix=getattr(args, "tenant_prefix", ""),
+        durable=not getattr(args, "memory", True),
     )
 
 
@@ -1197,6 +1198,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     up.add_argument(
         "--no-auth", action="store_true", help="switch tenant keys off (local development)"
+    )
+    up.add_argument(
+        "--memory",
+        action="store_true",
+        help="keep the broker's log and Redis in memory (gone on stop) instead of on disk",
     )
     smoke = sub.add_parser(
         "smoke",

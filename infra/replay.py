@@ -1,10 +1,11 @@
 """`grimoire replay`: fold the journal into an empty store (or into a new prefix).
 
-The journal is read from its first offset to where it ends when the replay starts,
-partition by partition, each partition in order, and applied by the same apply
-loop the worker runs; nothing is published (the memory-events of the first run
-stand). The key store is the deployment's own: the journal cannot be read without
-it, and a replay never changes it.
+The journal is read from its first offset to where it ends when the replay starts
+(found by reading, not by asking: `true_end_offsets`), partition by partition,
+each partition in order, and applied by the same apply loop the worker runs;
+nothing is published (the memory-events of the first run stand). The key store is
+the deployment's own: the journal cannot be read without it, and a replay never
+changes it.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from grimoire.tables.journal.keystore import CachedKeyStore, RedisKeyStore
 from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.offsets import true_end_offsets
 
 __all__ = ["ReplayReport", "read_partition", "refold", "replay"]
 
 logger = logging.getLogger(__name__)
 
 _BATCH = 64
+_WAIT_MS = 500
 
 
 @dataclass
@@ -90,12 +93,11 @@ async def replay(
         partitions = sorted(consumer.partitions_for_topic(journal) or ())
         report.partitions = len(partitions)
         tps = [TopicPartition(journal, p) for p in partitions]
-        ends = await consumer.end_offsets(tps) if tps else {}
+        ends = await true_end_offsets(consumer, tps)
         total = sum(ends.values())
         bar = _progress(total, progress)
-        consumer.assign(tps)
         for tp in tps:
-            async for batch in read_partition(consumer, tp, at_least=ends[tp]):
+            async for batch in read_partition(consumer, tp, end=ends[tp]):
                 report.add(await applier.apply(batch))
                 report.per_partition[tp.partition] = (batch[-1].offset or 0) + 1
                 bar.update(len(batch))
@@ -121,21 +123,27 @@ def _journal_reader(settings: Settings) -> AIOKafkaConsumer:
 
 
 async def refold(
-    settings: Settings, applier: JournalApplier, partitions: list[int]
+    settings: Settings,
+    applier: JournalApplier,
+    partitions: list[int],
+    *,
+    start: int = 0,
+    stop: int | None = None,
 ) -> ReplayReport:
-    """Fold `partitions` of the deployment's journal again, from their start to
-    their end now, through `applier` (a worker rebuilding a lost store)."""
+    """Fold `partitions` of the deployment's journal again through `applier`, from
+    `start` to their end now (a worker rebuilding a lost store), or up to `stop`,
+    exclusive (a worker folding again what a crashed Redis lost)."""
     report = ReplayReport(settings.topic_prefix)
     journal = TopicNames(settings.topic_prefix).journal
     consumer = _journal_reader(settings)
     await consumer.start()
     try:
         tps = [TopicPartition(journal, p) for p in partitions]
-        ends = await consumer.end_offsets(tps) if tps else {}
-        consumer.assign(tps)
+        ends = await true_end_offsets(consumer, tps)
         report.partitions = len(tps)
         for tp in tps:
-            async for batch in read_partition(consumer, tp, at_least=ends[tp]):
+            end = ends[tp] if stop is None else min(stop, ends[tp])
+            async for batch in read_partition(consumer, tp, start=start, end=end):
                 report.add(await applier.apply(batch))
                 report.per_partition[tp.partition] = (batch[-1].offset or 0) + 1
     finally:
@@ -144,31 +152,30 @@ async def refold(
 
 
 async def read_partition(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, *, at_least: int, idle_ms: int = 1_500
+    consumer: AIOKafkaConsumer, tp: TopicPartition, *, end: int, start: int = 0
 ) -> AsyncIterator[list[InputMessage]]:
-    """The partition from its first offset, in batches, until it has nothing more
-    to give (and at least up to `at_least`). The end is found by reading, not by
-    asking: a Kafka-compatible broker may answer ListOffsets with less than it
-    holds (tansu did), and a replay that stopped there would lose entries."""
-    consumer.seek(tp, 0)
-    position = 0
-    idle = 0
-    while True:
-        fetched = await consumer.getmany(tp, timeout_ms=idle_ms // 3, max_records=_BATCH)
-        records = fetched.get(tp, [])
-        if not records:
-            idle += 1
-            if idle >= 3 and position >= at_least:
-                return
-            continue
-        idle = 0
-        position = records[-1].offset + 1
-        yield [
-            InputMessage(
-                value=bytes(r.value or b""), topic=tp.topic, partition=tp.partition, offset=r.offset
-            )
-            for r in records
-        ]
+    """The assigned partition from `start` (its first offset by default; the
+    consumer's reset policy moves an offset retention removed) up to `end`,
+    exclusive, in batches. `end` comes from `true_end_offsets`: the ListOffsets
+    answer alone may be short of what the partition holds (tansu's is), and a
+    replay that stopped there would lose entries."""
+    consumer.seek(tp, start)
+    # The position, not the last record read: control batches and compacted gaps
+    # move it on without records.
+    while await consumer.position(tp) < end:
+        fetched = await consumer.getmany(tp, timeout_ms=_WAIT_MS, max_records=_BATCH)
+        # What was written after the end was found is not this read's.
+        records = [r for r in fetched.get(tp, []) if r.offset < end]
+        if records:
+            yield [
+                InputMessage(
+                    value=bytes(r.value or b""),
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=r.offset,
+                )
+                for r in records
+            ]
 
 
 class _Bar:

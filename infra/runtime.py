@@ -48,6 +48,7 @@ from grimoire.tables.facts.store import RedisFactStore
 from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.journal.outbox import RedisOutbox
+from grimoire.tables.journal.progress import RedisJournalProgress
 from grimoire.tables.learn.store import RedisLearningStore
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
@@ -105,6 +106,9 @@ class Runtime:
         self._keystore_redis: Redis | None = None
         self._composed: Composed | None = None
         self._embedder_in_use: Embedder | None = None
+        # Journal partitions checked against the store's mark since they were
+        # assigned (`catch_up`).
+        self._caught_up: set[int] = set()
 
     async def handlers(self) -> Handlers:
         if self._handlers is None:
@@ -180,6 +184,39 @@ class Runtime:
         report = await refold(settings, self._composed.handlers.applier, journal_partitions)
         logger.error("store rebuilt from the journal: %s", report)
 
+    async def catch_up(self, partition: int, first_offset: int) -> None:
+        """Before a journal partition's first batch since it was assigned: when the
+        store's mark (`RedisJournalProgress`) is behind where the group resumes, the
+        store lost the fold of the entries between (Redis came back from its
+        append-only file without its last second): fold them again first. Entries
+        whose effects did survive are recognised by the fold and change nothing."""
+        if partition in self._caught_up:
+            return
+        handlers = await self.handlers()
+        assert self._redis is not None
+        progress = RedisJournalProgress(self._redis, self._settings.topic_prefix)
+        applied = await progress.load(partition)
+        if applied is not None and applied + 1 < first_offset:
+            from grimoire.infra.replay import refold
+
+            logger.warning(
+                "journal partition %d: the store holds the fold up to offset %d but the "
+                "group resumes at %d: folding the entries between again",
+                partition,
+                applied,
+                first_offset,
+            )
+            report = await refold(
+                self._settings, handlers.applier, [partition], start=applied + 1, stop=first_offset
+            )
+            logger.warning("journal partition %d caught up: %s", partition, report)
+        self._caught_up.add(partition)
+
+    async def applied_through(self, offsets: Mapping[int, int]) -> None:
+        """Each journal partition's last offset of a batch the fold finished."""
+        assert self._redis is not None
+        await RedisJournalProgress(self._redis, self._settings.topic_prefix).advance(offsets)
+
     def partitions_assigned(self) -> None:
         """After every rebalance: forget the witness heads kept for agents, so each
         is read from the log again. A journal partition this worker held before may
@@ -187,6 +224,7 @@ class Runtime:
         a record built from a kept head would no longer follow the stored chain, and
         its refused append would not undo the decisions of its transaction (they
         would stand with no witness record)."""
+        self._caught_up.clear()
         if self._composed is not None:
             self._composed.witness.invalidate()
 

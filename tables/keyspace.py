@@ -133,6 +133,14 @@ class Keyspace:
         Moved after each run, by a script over this key alone."""
         return f"{self.prefix}:applied-sources"
 
+    @property
+    def journal_applied(self) -> str:
+        """HASH journal partition -> the last journal offset of a batch the fold
+        finished. Written after the batch's own writes, so an append-only file that
+        lost its last second (Redis killed) lost this mark's latest moves too, and
+        the worker folds the gap again from the journal (`Runtime.catch_up`)."""
+        return f"{self.prefix}:journal-applied"
+
     def outbox_agents(self, journal_partition: int) -> str:
         """SET of the agents of a journal partition that may have events in their
         outbox (added before the transaction that queues them: see `outbox`)."""
@@ -204,6 +212,12 @@ class Keyspace:
         """STRING: the deployment's default agent configuration (JSON of its
         non-default settings), journaled as a new agent's first entry."""
         return f"{self.keystore_prefix}:default-config"
+
+    @property
+    def keystore_forgets(self) -> str:
+        """STRING: how many agents this key store has forgotten (INCR by each), so
+        every worker's key cache sees a forget run elsewhere (`CachedKeyStore.refresh`)."""
+        return f"{self.keystore_prefix}:forgets"
 
     @property
     def journal_sequences(self) -> str:

@@ -26,7 +26,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import orjson
@@ -36,7 +36,7 @@ from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.handlers.facts import FACT_OP, FactHandler
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
-from grimoire.agents.journal.cipher import SealedPayload, open_sealed
+from grimoire.agents.journal.cipher import KEY_FORGOTTEN, SealedPayload, open_sealed
 from grimoire.agents.journal.publication import Publication
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import EventSink, InputMessage
@@ -166,6 +166,8 @@ class JournalApplier:
         if not messages:
             return report
         partition = messages[0].partition or 0
+        # A forget applied by another worker is seen before this batch opens an entry.
+        await self.keys.refresh()
         if self.publication is not None:
             await self.publication.drain(partition)
         opened = [item for item in [await self._open(m, report) for m in messages] if item]
@@ -292,7 +294,20 @@ class JournalApplier:
             return None
         key = await self.keys.key(entry.agent_id, entry.key_id)
         if key is None:
-            report.shredded += 1  # forgotten: nothing of it may be applied again
+            # Forgotten (or sealed by a worker that had not yet seen the forget):
+            # nothing of it may be applied again, and nothing of it is dropped
+            # unsaid. The dead letter names the agent by hash and carries no
+            # payload: the envelope would name it in clear.
+            report.shredded += 1
+            rejection = Rejection(
+                KEY_FORGOTTEN,
+                f"sealed with destroyed key {entry.key_id} (seq {entry.seq}, agent sha256 "
+                f"{_sha256(entry.agent_id)}): the agent was forgotten",
+                None,
+                None,
+            )
+            unsaid = replace(message, value=b"")
+            await dead_letter(self.sink, self.topics.dead_letters, unsaid, rejection)
             return None
         sealed = SealedPayload(key_id=entry.key_id, nonce=entry.nonce, ciphertext=entry.ciphertext)
         try:

@@ -86,6 +86,8 @@ def faust_consumer_lag(app: Any, topics: Collection[str]) -> Callable[[], int]:
             for tp in consumer.assignment():
                 if tp.topic not in topics:
                     continue
+                # The high watermark the fetch responses carry, which tansu gets right
+                # (unlike its ListOffsets: topics/offsets.py); no request of its own.
                 high = consumer.highwater(tp)
                 read = consumer._read_offset.get(tp)  # faust keeps no public accessor
                 if high is not None and read is not None:

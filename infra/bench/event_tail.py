@@ -13,6 +13,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.offsets import true_end_offsets
 
 __all__ = ["EventTail"]
 
@@ -43,10 +44,9 @@ class EventTail:
             for topic in (self._topics.memory_events, self._topics.dead_letters)
             for n in range(self._partitions)
         ]
-        self._consumer.assign(partitions)
-        await self._consumer.seek_to_end(*partitions)
-        for partition in partitions:  # resolved now: nothing published later is skipped
-            await self._consumer.position(partition)
+        # Resolved now, by reading (tansu's ListOffsets undercounts): nothing
+        # published later is skipped, nothing published before is taken as new.
+        await true_end_offsets(self._consumer, partitions)
         self._reader = asyncio.create_task(self._read(), name=self.task_name)
 
     async def stop(self) -> None:

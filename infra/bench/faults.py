@@ -83,6 +83,7 @@ from grimoire.tables.trust.digest import agent_digest, footprint_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient, RecallTimeout
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
 
 __all__ = [
@@ -1119,11 +1120,10 @@ async def read_topics(
             for topic in topics
             for p in sorted(consumer.partitions_for_topic(topic) or ())
         ]
-        # tansu's ListOffsets may undercount: the end is found by reading (read_partition).
-        ends = await consumer.end_offsets(tps) if tps else {}
-        consumer.assign(tps)
+        # tansu's ListOffsets undercounts: the end is found by reading.
+        ends = await true_end_offsets(consumer, tps)
         for tp in tps:
-            async for batch in read_partition(consumer, tp, at_least=ends[tp]):
+            async for batch in read_partition(consumer, tp, end=ends[tp]):
                 out[tp.topic].extend((tp.partition, m.offset or 0, m.value) for m in batch)
     finally:
         await consumer.stop()

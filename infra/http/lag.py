@@ -1,6 +1,7 @@
 """The journal lag, read from the broker at scrape time: per journal partition,
 its end offset less the offset the worker group (Faust's group is the app id) has
-committed. Two requests to the broker; kept a few seconds by the scrape's cache."""
+committed. The end is read, not asked for (`true_end_offsets`: tansu's ListOffsets
+undercounts); a few requests to the broker, kept a few seconds by the scrape's cache."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.security import KafkaSecurity
 
 __all__ = ["JournalLagProbe"]
@@ -66,7 +68,10 @@ class JournalLagProbe:
         committed = await admin.list_consumer_group_offsets(
             self._group_id, partitions=self._partitions
         )
-        ends = await consumer.end_offsets(self._partitions)
+        # Left paused: nothing reads on from the ends, and the consumer would poll the broker.
+        ends = await true_end_offsets(
+            consumer, self._partitions, timeout_s=self._timeout_s, paused=True
+        )
         unread = [tp for tp in self._partitions if _offset(committed.get(tp)) is None]
         # Nothing committed yet: the group starts at the log's start (retention may
         # have moved it past 0).

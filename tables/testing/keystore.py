@@ -20,6 +20,7 @@ class InMemoryKeyStore:
         self._current: dict[str, str] = {}
         self._secrets: dict[str, dict[str, bytes]] = {}
         self._sequences: dict[str, int] = {}
+        self._forgets = 0
 
     async def key_for(self, agent_id: str) -> AgentKey:
         key_id = self._current.get(agent_id)
@@ -36,7 +37,14 @@ class InMemoryKeyStore:
     async def forget(self, agent_id: str) -> int:
         self._current.pop(agent_id, None)
         self._sequences.pop(agent_id, None)
+        self._forgets += 1
         return len(self._secrets.pop(agent_id, {}))
+
+    async def forgets(self) -> int:
+        return self._forgets
+
+    async def refresh(self) -> None:
+        return None  # nothing cached here
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
         if count < 1:

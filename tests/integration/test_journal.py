@@ -50,6 +50,7 @@ from grimoire.tables.trust.digest import agent_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
+from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.embedders import FakeEmbedder
 from tests.support.handlers import mid
@@ -95,9 +96,9 @@ async def _journal(settings: Settings) -> list[InputMessage]:
     out: list[InputMessage] = []
     try:
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(tps)
+        ends = await true_end_offsets(consumer, tps)
         for tp in tps:
-            async for batch in read_partition(consumer, tp, at_least=0, idle_ms=600):
+            async for batch in read_partition(consumer, tp, end=ends[tp]):
                 out.extend(batch)
     finally:
         await consumer.stop()

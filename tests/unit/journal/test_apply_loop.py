@@ -252,6 +252,10 @@ async def test_a_forgotten_agents_entries_are_skipped() -> None:
     report = await rig.applier.apply(rig.journal())
     assert report.shredded == 1 and report.applied == 3
     assert all(doc["agent_id"] != "agent-2" for doc in rig.rig.store.hashes())
+    # Never dropped unsaid, and the dead letter does not name the agent in clear.
+    (letter,) = rig.on(TOPICS.dead_letters)
+    assert letter["reason"] == "key_forgotten" and letter.get("agent_id") is None
+    assert "agent-2" not in str(letter) and not letter.get("payload")
 
 
 async def test_a_poison_entry_is_dead_lettered_with_its_place_and_the_fold_goes_on() -> None:
