@@ -3,6 +3,13 @@
 The reply topic has one partition and is read by a plain assigned consumer (no
 consumer-group join), so the first reply arrives in milliseconds.
 
+With a tenant key (`api_key`), every record the client publishes carries it as the
+`grimoire-api-key` header (never in the payload), and the reply topic is the key's
+own: `{prefix}.replies.<key id>-<client id>`. Where workers check keys, a request
+naming a reply topic that is not its key's is refused and answered nowhere, so a
+client can neither read another's answers nor have errors written to its topic by
+someone else (docs/security.md).
+
 Light on purpose: `pip install 'grimoire[client]'` brings aiokafka and orjson only, so
 everything imported here (and by `declarations`, `schemas`, `options`) must stay free of
 Faust, Redis, numpy and the embedding stack (tests/integration/test_light_client.py).
@@ -15,13 +22,15 @@ import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from grimoire.streams.exceptions import GrimoireError
+from grimoire.streams.trust.tenancy import parse_token
 from grimoire.topics.declarations import TopicNames, ensure_topics
+from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.options import RecallBudgets, RecallFilters, RecallMode, RecallState
 from grimoire.topics.schemas import (
     CommandV1,
@@ -38,6 +47,7 @@ from grimoire.topics.schemas import (
 from grimoire.topics.security import KafkaSecurity
 
 __all__ = [
+    "API_KEY_HEADER",
     "ClientError",
     "FactNeighbour",
     "FactVersion",
@@ -46,6 +56,8 @@ __all__ = [
     "RecallFailed",
     "RecallTimeout",
     "RecallUnauthorized",
+    "key_owns_reply_topic",
+    "keyed_client_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,6 +82,29 @@ class RecallUnauthorized(RecallFailed):
 
 # How the worker's error reply names a refused key (streams/inbound/validators.py).
 _UNAUTHORIZED = "unauthorized"
+
+#: The Kafka record header a producer's tenant key (`gmk_…`) travels in.
+API_KEY_HEADER: Final = "grimoire-api-key"
+# Between a key id (hex) and the client's own name in a reply topic: not a hex
+# digit, so one key id is never a prefix of another's part.
+_OWNER_SEPARATOR: Final = "-"
+
+
+def keyed_client_id(api_key: str | None, client_id: str) -> str:
+    """The client part of a reply topic's name: `<key id>-<client id>` for a client
+    with a well-formed tenant key (the topic is then that key's), `client_id` as it
+    is otherwise."""
+    parsed = parse_token(api_key) if api_key else None
+    if parsed is None:
+        return client_id
+    owned = f"{parsed[0]}{_OWNER_SEPARATOR}"
+    return client_id if client_id.startswith(owned) else f"{owned}{client_id}"
+
+
+def key_owns_reply_topic(key_id: str, reply_to: str, reply_namespace: str) -> bool:
+    """Whether `reply_to` is one of the key's reply topics:
+    `{reply_namespace}<key id>-<anything>`."""
+    return reply_to.startswith(f"{reply_namespace}{key_id}{_OWNER_SEPARATOR}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +175,16 @@ class GrimoireClient:
         security: KafkaSecurity | None = None,
     ) -> None:
         """`api_key` is the tenant key (`gmk_…`, from `grimoire keys create`) put on
-        every recall request and command this client sends; needed where the
-        workers check keys (`GRIMOIRE_AUTH_ENABLED`). `security`: SASL and TLS for
-        a broker that wants them (None: plaintext)."""
+        every record this client publishes (the `grimoire-api-key` header); needed
+        where the workers check keys (`GRIMOIRE_AUTH_ENABLED`), and it names the
+        reply topic (`{prefix}.replies.<key id>-<client id>`). `security`: SASL and
+        TLS for a broker that wants them (None: plaintext)."""
         self._bootstrap = bootstrap_servers
         self._api_key = api_key
         self._security = security or KafkaSecurity()
         self.topics = TopicNames(topic_prefix)
         self.client_id = client_id or uuid.uuid4().hex[:12]
-        self.reply_topic = self.topics.reply_topic(self.client_id)
+        self.reply_topic = self.topics.reply_topic(keyed_client_id(api_key, self.client_id))
         self._partitions = partitions
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
@@ -179,10 +215,9 @@ class GrimoireClient:
         )
         await self._consumer.start()
         partition = TopicPartition(self.reply_topic, 0)
-        self._consumer.assign([partition])
-        await self._consumer.seek_to_end(partition)
-        # Resolve the end offset now: a reply produced before the first fetch must not be skipped.
-        await self._consumer.position(partition)
+        # Positioned at the end, found by reading (tansu's ListOffsets undercounts): a
+        # reply produced before the first fetch is not skipped, none from before is new.
+        await true_end_offsets(self._consumer, [partition], paused=True)
         # Fetched only while a request waits for its reply: an idle client would
         # otherwise poll the broker every fetch wait (~100 fetches/s on tansu, a few
         # per cent of a core between the client and the broker, per client).
@@ -219,7 +254,10 @@ class GrimoireClient:
     async def wait_until_ready(
         self, *, timeout: float = 120.0, probe_agent: str = "_probe"
     ) -> None:
-        """Block until a worker answers a recall: the whole pipeline is up."""
+        """Block until a worker answers a recall: the whole pipeline is up. Where
+        workers check keys, the client needs a key: a request without a good one
+        is answered nowhere (a key that does not reach `probe_agent` is answered
+        with a refusal, which counts as up)."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             remaining = deadline - asyncio.get_running_loop().time()
@@ -233,14 +271,27 @@ class GrimoireClient:
             except RecallTimeout:
                 continue
 
-    async def publish_raw(self, topic: str, key: str, value: bytes, *, wait: bool = True) -> None:
-        """Publish bytes keyed by agent id. With wait=False, return once the record is
-        queued (the producer batches); `flush()` waits for everything queued."""
+    async def publish_raw(
+        self,
+        topic: str,
+        key: str,
+        value: bytes,
+        *,
+        wait: bool = True,
+        api_key: str | None = None,
+    ) -> None:
+        """Publish bytes keyed by agent id, with `api_key` (default: the client's)
+        as the `grimoire-api-key` header. With wait=False, return once the record
+        is queued (the producer batches); `flush()` waits for everything queued."""
         assert self._producer is not None, "client not started"
+        token = api_key or self._api_key
+        headers = [(API_KEY_HEADER, token.encode())] if token else None
         if wait:
-            await self._producer.send_and_wait(topic, value=value, key=key.encode())
+            await self._producer.send_and_wait(
+                topic, value=value, key=key.encode(), headers=headers
+            )
         else:
-            await self._producer.send(topic, value=value, key=key.encode())
+            await self._producer.send(topic, value=value, key=key.encode(), headers=headers)
 
     async def flush(self) -> None:
         assert self._producer is not None, "client not started"
@@ -260,10 +311,16 @@ class GrimoireClient:
 
     async def send_command(self, command: CommandV1) -> None:
         """Retract a source event, forget an agent, pin or unpin a memory: applied at
-        the command's place in the agent's journal (watch memory-events for it)."""
-        if command.api_key is None and self._api_key is not None:
-            command = replace(command, api_key=self._api_key)
-        await self.publish_raw(self.topics.commands, command.agent_id, command.dumps_json())
+        the command's place in the agent's journal (watch memory-events for it). A
+        command's own `api_key` (the HTTP API's caller's) goes in its header instead
+        of the client's; the payload never carries it."""
+        if command.api_key is None:
+            await self.publish_raw(self.topics.commands, command.agent_id, command.dumps_json())
+            return
+        key, command = command.api_key, replace(command, api_key=None)
+        await self.publish_raw(
+            self.topics.commands, command.agent_id, command.dumps_json(), api_key=key
+        )
 
     async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
         """Ask the worker owning the agent to run what is due now ("compact now" with
@@ -345,7 +402,6 @@ class GrimoireClient:
             query=query,
             reply_to=self.reply_topic,
             correlation_id=correlation_id,
-            api_key=self._api_key,
             **fields,
         )
         return await self._request(
@@ -437,7 +493,6 @@ class GrimoireClient:
             record_usage=record_usage,
             serving_run_id=serving_run_id,
             include_causal=include_causal,
-            api_key=self._api_key,
         )
         payload = await self._request(
             self.topics.recall_requests, agent_id, correlation_id, request.dumps_json(), timeout

@@ -4,6 +4,12 @@ crashing a deserializer. Field names here and there are pinned by a contract tes
 
 Plain frozen dataclasses serialized with orjson: the SDK must install without Faust
 (`pip install 'grimoire[client]'`), and nothing ever decoded through a Faust codec.
+
+Tenant keys travel beside the records, as the `grimoire-api-key` Kafka header, on
+every input (`grimoire.topics.client.API_KEY_HEADER`); the `api_key` field that a
+recall request, a fact query and a command still accept is for producers that
+cannot set headers (the field wins when both are there), and the worker strips it
+from whatever it journals.
 """
 
 from __future__ import annotations
@@ -201,7 +207,7 @@ class FactQueryV1(_Wire):
     predicate: str | None = None
     entity: str | None = None
     hops: int | None = None
-    api_key: str | None = None
+    api_key: str | None = None  # the tenant key; the SDK sends it as a header instead
     schema: str = "grimoire.fact_query/1"
 
 
@@ -260,7 +266,8 @@ class CommandV1(_Wire):
     ts: int | None = None
     event_id: str | None = None
     # The tenant key (`gmk_…`) the command is sent with; checked, then stripped
-    # before the command is journaled. A `grimoire-api-key` header does the same.
+    # before the command is journaled. The SDK moves it to the `grimoire-api-key`
+    # header, which every input may carry.
     api_key: str | None = None
     schema: str = "grimoire.command/1"
 
@@ -316,7 +323,8 @@ class RecallRequestV1(_Wire):
     # the run the caller acts in: its run_ended outcome credits what this returned
     serving_run_id: str | None = None
     include_causal: bool | None = None  # attach each item's causal edges
-    api_key: str | None = None  # the tenant key (`gmk_…`); or a `grimoire-api-key` header
+    # The tenant key (`gmk_…`); the SDK sends it as the `grimoire-api-key` header.
+    api_key: str | None = None
     schema: str = "grimoire.recall_request/1"
 
 

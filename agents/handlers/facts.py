@@ -11,7 +11,8 @@ agent's entries are on one partition, so this only serialises the rare case
 where two partitions' facts land at once).
 
 `FactQueryHandler` is a read: nothing it does is journaled. With tenant keys on,
-a query must present a key that reaches its agent, as a recall must.
+a query must present a key that reaches its agent and name one of that key's reply
+topics, as a recall must (`replies.admitted`).
 """
 
 from __future__ import annotations
@@ -232,9 +233,9 @@ class FactQueryHandler:
 
     async def reply_failure(self, message: InputMessage, reason: str) -> None:
         failure = Rejection(reason, "the fact query could not be served", None, None)
-        await self.reply_rejection(message.value, failure)
+        await self.reply_rejection(message, failure)
 
-    async def reply_rejection(self, raw: bytes, rejection: Rejection) -> None:
+    async def reply_rejection(self, message: InputMessage, rejection: Rejection) -> None:
         """Answer a rejected request with an error `FactResultV1` (`replies.reply_error`)."""
 
         def payload(data: Fields, correlation_id: str, error: str) -> bytes:
@@ -245,4 +246,4 @@ class FactQueryHandler:
                 error=error,
             ).dumps_json()
 
-        await reply_error(self, raw, rejection, self.limits, payload)
+        await reply_error(self, message, rejection, self.limits, payload)

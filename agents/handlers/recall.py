@@ -75,8 +75,9 @@ class RecallHandler:
     # Where a served answer's uses go: the agent's journal (the sequencer) in a
     # worker; applied at once where there is no journal (tests, benchmarks).
     usage: UsageRecorder = field(kw_only=True)
-    # Tenant keys: a request must present a key that reaches its agent (None, or an
-    # authenticator that is switched off, answers everyone: local development).
+    # Tenant keys: a request must present a key that reaches its agent and name one
+    # of that key's reply topics (None, or an authenticator that is switched off,
+    # answers everyone: local development).
     authenticator: Authenticator | None = field(default=None, kw_only=True)
     auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
     # Agents' runtime configurations (None: every agent has the defaults).
@@ -293,9 +294,9 @@ class RecallHandler:
     async def reply_failure(self, message: InputMessage, reason: str) -> None:
         """Tell the caller its request could not be served (not its fault)."""
         failure = Rejection(reason, "the recall could not be served", None, None)
-        await self.reply_rejection(message.value, failure)
+        await self.reply_rejection(message, failure)
 
-    async def reply_rejection(self, raw: bytes, rejection: Rejection) -> None:
+    async def reply_rejection(self, message: InputMessage, rejection: Rejection) -> None:
         """Answer a rejected request with an error `RecallResultV1` (`replies.reply_error`)."""
 
         def payload(_data: Fields, correlation_id: str, error: str) -> bytes:
@@ -306,7 +307,7 @@ class RecallHandler:
                 error=error,
             ).dumps_json()
 
-        await reply_error(self, raw, rejection, self.input_limits, payload)
+        await reply_error(self, message, rejection, self.input_limits, payload)
 
 
 DISABLED_MODE = "disabled"

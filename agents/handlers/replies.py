@@ -3,7 +3,11 @@ that cannot be answered gets.
 
 A request that does not parse, or whose tenant key does not reach its agent, is
 dead-lettered (its key redacted) and, where it names a valid place to reply,
-answered with an error so the caller need not time out.
+answered with an error so the caller need not time out. With tenant keys on, a
+request must also name one of its key's reply topics (`auth.authorize_request`),
+and an error reply goes only to a topic the request's key owns (`auth.may_reply`):
+a request without a good key is dead-lettered and answered nowhere, so nobody can
+have the workers write to another client's reply topic.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from grimoire.agents.handlers.auth import authorize, redacted
+from grimoire.agents.handlers.auth import authorize_request, may_reply, redacted
 from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
 from grimoire.agents.ports import UNKNOWN_AGENT, EventSink, InputMessage
 from grimoire.streams.exceptions import InvalidEvent
@@ -36,12 +40,15 @@ class ReplyingHandler(Protocol):
     authenticator: Authenticator | None
     auth_metrics: AuthMetrics | None
 
-    async def reply_rejection(self, raw: bytes, rejection: Rejection) -> None: ...
+    async def reply_rejection(self, message: InputMessage, rejection: Rejection) -> None: ...
 
 
 class _ForAgent(Protocol):
     @property
     def agent_id(self) -> str: ...
+
+    @property
+    def reply_to(self) -> str: ...
 
 
 RequestT = TypeVar("RequestT", bound=_ForAgent)
@@ -64,24 +71,27 @@ async def admitted(
         return parsed
     else:
         # Checked on a valid request only: its agent id and reply address are
-        # known, so the refusal can be answered where the caller listens.
-        rejection = await authorize(
+        # known, so the refusal can be answered where the caller listens (when
+        # its key owns that topic).
+        rejection = await authorize_request(
             authenticator,
             handler.auth_metrics,
             message,
             decode_object(message.value),
             parsed.agent_id,
+            parsed.reply_to,
+            handler.topics.reply_namespace,
         )
         if rejection is None:
             return parsed
     await dead_letter(handler.sink, handler.topics.dead_letters, redacted(message), rejection)
-    await handler.reply_rejection(message.value, rejection)
+    await handler.reply_rejection(message, rejection)
     return None
 
 
 async def reply_error(
     handler: ReplyingHandler,
-    raw: bytes,
+    message: InputMessage,
     rejection: Rejection,
     limits: InputLimits,
     payload: ErrorReply,
@@ -90,13 +100,20 @@ async def reply_error(
     is validated as a good request's is: a bad `reply_to` or `correlation_id` gets
     no reply at all (its dead letter says why), so an error reply can neither land
     outside the reply namespace nor echo a megabyte of correlation id (which the
-    producer refuses)."""
+    producer refuses). With tenant keys on, only a topic the request's key owns
+    gets one."""
     try:
-        data = Fields(decode_object(raw), limits)
+        data = Fields(decode_object(message.value), limits)
         reply_to, correlation_id = reply_address(data, handler.topics.reply_namespace)
         error = payload(
             data, correlation_id, f"{rejection.reason}: {bounded_detail(rejection.detail)}"
         )
     except InvalidEvent:
+        return
+    allowed = await may_reply(
+        handler.authenticator, message, data.data, reply_to, handler.topics.reply_namespace
+    )
+    if not allowed:
+        logger.info("no error reply to %s: the request's key does not own it", reply_to)
         return
     await handler.sink.send(reply_to, rejection.agent_id or UNKNOWN_AGENT, error)

@@ -10,10 +10,15 @@ the reason the parser gives. Everything else is journaled as it came, malformed 
 not, and judged by the fold (which dead-letters it there), so the journal holds
 every input that had an owner.
 
-Commands are the exception on one point: with tenant keys on, a command whose key
-does not reach its agent is dead-lettered here (`unauthorized`) and never
-journaled, so it cannot act even in a replay. Every command is journaled without
-its `api_key`: the secret does not belong in a log kept for as long as the journal.
+With tenant keys on, who sent an input is judged here, before anything else: an
+episode, tool event, transcript, outcome, fact or command whose key (its
+`grimoire-api-key` header or `api_key` field) does not reach its agent is
+dead-lettered (`unauthorized`, counted) and never journaled, so it cannot act,
+even in a replay, and spends no sequence number. One batch looks each key up once.
+Maintenance commands are not checked: the workers' own block timers issue them,
+keyless, and what they run is decided from the agent's tick (the topic is the
+workers', for Kafka ACLs to close). Every input is journaled without its
+`api_key`: the secret does not belong in a log kept for as long as the journal.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Final
 
-from grimoire.agents.handlers.auth import authorize, redacted, without_api_key
+from grimoire.agents.handlers.auth import Identities, authorize, redacted, without_api_key
 from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.journal.cipher import seal
 from grimoire.agents.ports import EventSink, InputMessage, source_of
@@ -53,19 +59,29 @@ __all__ = ["SequenceReport", "Sequencer", "agent_of"]
 
 logger = logging.getLogger(__name__)
 
+# What a tenant's key is checked on: every kind a producer outside the workers
+# writes. Maintenance comes from the workers' own block timers, without a key.
+_CHECKED: Final = frozenset(EntryKind) - {EntryKind.MAINTENANCE}
+
 
 def agent_of(raw: bytes, limits: InputLimits) -> str | Rejection:
     """The input's agent id, or why it has none a journal could be keyed by."""
+    return _owned(raw, limits)[1]
+
+
+def _owned(raw: bytes, limits: InputLimits) -> tuple[dict[str, Any], str | Rejection]:
+    """The input decoded (empty when it does not decode) and its agent id, or why
+    it has none."""
     try:
         data = decode_object(raw)
     except InvalidEvent as exc:
-        return Rejection(exc.reason, exc.detail, exc.field, None)
+        return {}, Rejection(exc.reason, exc.detail, exc.field, None)
     agent_id = plausible_agent_id(data, limits)
     if agent_id is not None:
-        return agent_id
+        return data, agent_id
     if "agent_id" not in data:
-        return Rejection(MISSING_FIELD, "'agent_id' is required", "agent_id", None)
-    return Rejection(INVALID_VALUE, "'agent_id' is not a usable agent id", "agent_id", None)
+        return data, Rejection(MISSING_FIELD, "'agent_id' is required", "agent_id", None)
+    return data, Rejection(INVALID_VALUE, "'agent_id' is not a usable agent id", "agent_id", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +96,8 @@ class Sequencer:
     sink: EventSink
     topics: TopicNames
     limits: InputLimits = field(default_factory=InputLimits)
-    # Tenant keys, checked on commands (None, or switched off: every command passes).
+    # Tenant keys, checked on every input but maintenance (None, or switched off:
+    # everything passes).
     authenticator: Authenticator | None = field(default=None, kw_only=True)
     auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
     # The deployment's default configuration, journaled as a new agent's first entry.
@@ -88,21 +105,22 @@ class Sequencer:
 
     async def append(self, kind: EntryKind, messages: Sequence[InputMessage]) -> SequenceReport:
         """Journal `messages` (one source topic, in offset order), each agent's in order."""
+        # A forget applied by any worker is seen before this batch seals anything.
+        await self.keys.refresh()
         owned: list[tuple[str, InputMessage]] = []
         dead = 0
+        identities: Identities = {}
         for message in messages:
-            owner = agent_of(message.value, self.limits)
+            data, owner = _owned(message.value, self.limits)
             if isinstance(owner, Rejection):
                 await dead_letter(self.sink, self.topics.dead_letters, redacted(message), owner)
                 dead += 1
                 continue
-            if kind is EntryKind.COMMAND:
-                admitted = await self._admit_command(owner, message)
-                if admitted is None:
-                    dead += 1
-                    continue
-                message = admitted
-            owned.append((owner, message))
+            admitted = await self._admit(kind, owner, message, data, identities)
+            if admitted is None:
+                dead += 1
+                continue
+            owned.append((owner, admitted))
         # One block of sequence numbers per agent and batch: a crash leaves a gap,
         # never a number used twice.
         counts: dict[str, int] = {}
@@ -148,14 +166,28 @@ class Sequencer:
             ).dumps_json()
         return commands
 
-    async def _admit_command(self, agent_id: str, message: InputMessage) -> InputMessage | None:
-        """The command as it is journaled (without its key), or None when its key
-        does not reach its agent (dead-lettered)."""
-        data = decode_object(message.value)  # agent_of decoded it: it decodes
-        refused = await authorize(self.authenticator, self.auth_metrics, message, data, agent_id)
-        if refused is not None:
-            await dead_letter(self.sink, self.topics.dead_letters, redacted(message), refused)
-            return None
+    async def _admit(
+        self,
+        kind: EntryKind,
+        agent_id: str,
+        message: InputMessage,
+        data: dict[str, Any],
+        identities: Identities,
+    ) -> InputMessage | None:
+        """The input as it is journaled (without its key), or None when its key
+        does not reach its agent (dead-lettered, counted)."""
+        if kind in _CHECKED:
+            refused = await authorize(
+                self.authenticator,
+                self.auth_metrics,
+                message,
+                data,
+                agent_id,
+                identities=identities,
+            )
+            if refused is not None:
+                await dead_letter(self.sink, self.topics.dead_letters, redacted(message), refused)
+                return None
         stripped = without_api_key(message.value, data)
         return message if stripped is message.value else replace(message, value=stripped)
 
@@ -165,6 +197,8 @@ class Sequencer:
         """A served recall's side effects, applied by the fold in their place."""
         if usage.empty:
             return
+        # The recall worker learns of a forget here, before sealing with a key it holds.
+        await self.keys.refresh()
         seq = await self.keys.next_sequence(agent_id, 1)
         await self._send(agent_id, seq, EntryKind.USAGE, source, encode_usage(usage))
 

@@ -32,10 +32,17 @@ from grimoire.infra.http import (
     recall,
 )
 from grimoire.infra.http.deps import HttpDeps
-from grimoire.infra.http.errors import http_exception_handler
+from grimoire.infra.http.errors import ApiError, http_exception_handler
 from grimoire.infra.http.inspector import inspector_routes
-from grimoire.infra.http.metrics import HttpMetrics, StoreCollector
-from grimoire.infra.http.routing import endpoint, metrics_of
+from grimoire.infra.http.metrics import AgentFilter, HttpMetrics, StoreCollector
+from grimoire.infra.http.routing import (
+    CHALLENGE,
+    bearer_token,
+    deps_of,
+    endpoint,
+    metrics_of,
+    refused,
+)
 
 __all__ = ["OPENAPI_FILE", "create_app", "openapi_text"]
 
@@ -46,12 +53,34 @@ def openapi_text() -> str:
     return resources.files("grimoire.infra.http").joinpath(OPENAPI_FILE).read_text()
 
 
+def _no_agent(_agent_id: str) -> bool:
+    return False
+
+
+async def _visible_agents(request: Request) -> AgentFilter:
+    """Whose per-agent series the scrape may see: with tenant keys on, the agents
+    its key reaches (an admin key: all), none without a key; all with keys off.
+    A key that does not authenticate is a 401 (counted), as on any route."""
+    deps = deps_of(request)
+    if not deps.authenticator.enabled:
+        return None
+    token = bearer_token(request)
+    if token is None:
+        return _no_agent
+    identity = await deps.authenticator.identify(token)
+    if identity.refused is not None:
+        await refused(request, identity.refused)
+        raise ApiError(401, "unauthenticated", identity.refused.detail, headers=CHALLENGE)
+    return None if identity.admin else identity.scope.allows
+
+
 @endpoint
 async def prometheus_metrics(request: Request) -> Response:
     metrics = metrics_of(request)
+    visible = await _visible_agents(request)
     if metrics.collector is not None:
         await metrics.collector.refresh()
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(metrics.scoped(visible)), media_type=CONTENT_TYPE_LATEST)
 
 
 @endpoint

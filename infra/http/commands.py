@@ -18,7 +18,7 @@ from starlette.routing import Route
 from grimoire.infra.http.errors import ApiError, json_response
 from grimoire.infra.http.routing import (
     agent_endpoint,
-    bearer_token,
+    caller_key,
     deps_of,
     json_object,
     unknown_fields,
@@ -40,9 +40,10 @@ async def send_command(request: Request, agent_id: str, command: str, **fields: 
             agent_id=agent_id,
             command=command,
             event_id=event_id,
-            # The worker judges the caller's own key again; without HTTP keys the
-            # client's (GRIMOIRE_HTTP_KAFKA_API_KEY) goes instead.
-            api_key=bearer_token(request) if deps.authenticator.enabled else None,
+            # The worker judges the caller's own key again (the SDK sends it as the
+            # record's header); without HTTP keys the client's
+            # (GRIMOIRE_HTTP_KAFKA_API_KEY) goes instead.
+            api_key=caller_key(request),
             **fields,
         )
     )

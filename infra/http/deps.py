@@ -53,8 +53,11 @@ class Gateway(Protocol):
     async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None: ...
 
     async def publish_raw(
-        self, topic: str, key: str, value: bytes, *, wait: bool = True
-    ) -> None: ...
+        self, topic: str, key: str, value: bytes, *, wait: bool = True, api_key: str | None = None
+    ) -> None:
+        """Publish with `api_key` (default: the gateway's own) as the record's
+        `grimoire-api-key` header."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 The body is the event's wire fields (`EpisodeV1`, `ToolEventV1`, `TranscriptV1`)
 with `kind` naming which, and without `agent_id` (the path names the agent). It is
 checked by the worker's own normaliser first, so what would be dead-lettered is a
-400 here; what passes is published to the input topic as it is, and the worker
-journals and applies it (202)."""
+400 here; what passes is published to the input topic as it is, with the caller's
+key as its `grimoire-api-key` header (the worker checks it again before it
+journals the event), and the worker journals and applies it (202)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from grimoire.infra.http.errors import ApiError, json_response
-from grimoire.infra.http.routing import agent_endpoint, deps_of, json_object
+from grimoire.infra.http.routing import agent_endpoint, caller_key, deps_of, json_object
 from grimoire.streams.inbound.events import Rejection, normalize_event
 from grimoire.streams.inbound.validators import INVALID_VALUE, MISSING_FIELD
 from grimoire.streams.model.records import EventType
@@ -60,7 +61,7 @@ async def publish(request: Request, agent_id: str) -> Response:
         EventType.TOOL: topics.tool_events,
         EventType.TRANSCRIPT: topics.transcripts,
     }[event_type]
-    await deps.client.publish_raw(topic, agent_id, raw)
+    await deps.client.publish_raw(topic, agent_id, raw, api_key=caller_key(request))
     return json_response(
         {
             "accepted": True,

@@ -22,8 +22,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from grimoire.infra.exchange import chunk_command, export_state, plan_import, read_file
+from grimoire.infra.http.bodies import read_body
 from grimoire.infra.http.errors import ApiError, json_response
-from grimoire.infra.http.routing import agent_endpoint, authorize, bearer_token, deps_of
+from grimoire.infra.http.routing import agent_endpoint, authorize, caller_key, deps_of
 from grimoire.streams.exchange.format import ExchangeError, ExportWriter
 from grimoire.streams.exchange.inherit import InheritanceOptions
 from grimoire.streams.inbound.validators import INVALID_VALUE, is_agent_id
@@ -92,12 +93,7 @@ async def import_(request: Request, agent_id: str) -> Response:
         # The successor's key must also reach what it inherits.
         await authorize(request, predecessor)
     options = _discount(request)
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_IMPORT_BYTES:
-        raise ApiError(413, "oversize", f"the body is over {MAX_IMPORT_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_IMPORT_BYTES:
-        raise ApiError(413, "oversize", f"the body is over {MAX_IMPORT_BYTES} bytes")
+    raw = await read_body(request, MAX_IMPORT_BYTES)
     if not raw.strip():
         raise ApiError(400, "missing_field", "the body must be an export file (JSON Lines)")
     try:
@@ -118,7 +114,7 @@ async def import_(request: Request, agent_id: str) -> Response:
     except ExchangeError as bad:
         raise ApiError(400, INVALID_VALUE, str(bad), field="body") from None
     # The worker judges the caller's own key again, as for every command.
-    key = bearer_token(request) if deps.authenticator.enabled else None
+    key = caller_key(request)
     for chunk in plan.chunks:
         await deps.client.send_command(dataclasses.replace(chunk_command(chunk), api_key=key))
     return json_response(

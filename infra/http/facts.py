@@ -8,7 +8,8 @@
   within `hops` links of `entity` over active facts (or those valid at a block).
 * `POST /v1/agents/{agent}/facts`: assert a fact (`FactV1`'s fields without
   `agent_id`), checked by the worker's own parser, then published to
-  `{prefix}.facts` as the SDK's `assert_fact` does: journaled and applied (202).
+  `{prefix}.facts` as the SDK's `assert_fact` does, with the caller's key as its
+  `grimoire-api-key` header: journaled and applied (202).
 
 Reads come straight from the fact store, answered by the same code the worker's
 fact-query handler runs (`FactQueryHandler.answer`), so HTTP and Kafka answers
@@ -26,7 +27,13 @@ from starlette.routing import Route
 
 from grimoire.agents.handlers.facts import FactQueryHandler
 from grimoire.infra.http.errors import ApiError, json_response
-from grimoire.infra.http.routing import agent_endpoint, deps_of, int_param, json_object
+from grimoire.infra.http.routing import (
+    agent_endpoint,
+    caller_key,
+    deps_of,
+    int_param,
+    json_object,
+)
 from grimoire.streams.facts.exceptions import InvalidFact
 from grimoire.streams.facts.queries import MAX_HOPS
 from grimoire.streams.facts.values import entity_name, predicate_name
@@ -158,7 +165,9 @@ async def assert_fact(request: Request, agent_id: str) -> Response:
     checked = parse_fact(raw, deps.settings.input_limits)
     if isinstance(checked, Rejection):
         raise ApiError(400, checked.reason, checked.detail, field=checked.field)
-    await deps.client.publish_raw(deps.client.topics.facts, agent_id, raw)
+    await deps.client.publish_raw(
+        deps.client.topics.facts, agent_id, raw, api_key=caller_key(request)
+    )
     return json_response(
         {
             "accepted": True,

@@ -14,6 +14,12 @@ Two kinds of series:
 
 Collectors are synchronous in prometheus-client, so the route first `refresh`es
 the Redis reading (async), then renders the registry.
+
+Who sees which agents (docs/security.md): the per-agent series (those with an
+`agent` label) name agent ids, so with tenant keys on a scrape sees them only for
+the agents its key reaches (`Authorization: Bearer`; an admin key sees every one)
+and a scrape without a key sees the deployment-wide series alone. The reading is
+the same for every caller; `HttpMetrics.scoped` filters what one caller is shown.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from grimoire.tables.memory.inspect import (
     maintenance_runs,
 )
 
-__all__ = ["HttpMetrics", "StoreCollector"]
+__all__ = ["AGENT_LABEL", "AgentFilter", "HttpMetrics", "StoreCollector"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +81,11 @@ _REFUSAL_OUTCOMES: Final = ("unauthenticated", "forbidden")
 _SURFACES: Final = ("http", "kafka")
 _AGENT_READS: Final = 8  # agents read side by side during a scrape
 
+#: The label that names an agent: series carrying it are shown per caller.
+AGENT_LABEL: Final = "agent"
+#: Which agents' series a caller may see; None: every agent.
+AgentFilter = Callable[[str], bool] | None
+
 
 class HttpMetrics:
     """This app's registry: its own series and the Redis collector."""
@@ -105,11 +116,43 @@ class HttpMetrics:
         if collector is not None:
             self.registry.register(collector)
 
+    def scoped(self, allows: AgentFilter) -> CollectorRegistry:
+        """The registry as a caller who may see the agents `allows` admits sees it
+        (None: everything)."""
+        if allows is None:
+            return self.registry
+        view = CollectorRegistry(auto_describe=False)
+        view.register(_AgentScoped(self.registry, allows))
+        return view
+
     def observe_recall(self, route: str, seconds: float, timings_ms: dict[str, float]) -> None:
         self.recall_round_trip.labels(route).observe(seconds)
         for stage, elapsed_ms in timings_ms.items():
             if isinstance(elapsed_ms, int | float) and elapsed_ms >= 0:
                 self.recall_stage.labels(stage).observe(elapsed_ms / 1000.0)
+
+
+class _AgentScoped(Collector):
+    """Every family of `registry`, less the samples naming an agent `allows` refuses
+    (a family left empty stays, with its help: the series exists, none is shown)."""
+
+    def __init__(self, registry: CollectorRegistry, allows: Callable[[str], bool]) -> None:
+        self._registry = registry
+        self._allows = allows
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            kept = [
+                sample
+                for sample in family.samples
+                if AGENT_LABEL not in sample.labels or self._allows(sample.labels[AGENT_LABEL])
+            ]
+            if len(kept) == len(family.samples):
+                yield family
+                continue
+            narrowed = Metric(family.name, family.documentation, family.type, family.unit)
+            narrowed.samples = kept
+            yield narrowed
 
 
 @dataclass(frozen=True, slots=True)

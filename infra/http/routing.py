@@ -18,6 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from grimoire.infra.http.bodies import read_body
 from grimoire.infra.http.deps import HttpDeps
 from grimoire.infra.http.errors import ApiError, json_response, unexpected_error_handler
 from grimoire.infra.http.metrics import HttpMetrics
@@ -32,6 +33,7 @@ __all__ = [
     "agent_endpoint",
     "authorize",
     "bearer_token",
+    "caller_key",
     "deps_of",
     "endpoint",
     "int_param",
@@ -46,8 +48,9 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 AgentHandler = Callable[[Request, str], Awaitable[Response]]
 
-# Larger bodies are refused before they are read whole (a recall body is a few KB;
-# an event's text is bounded by GRIMOIRE_MAX_TEXT_CHARS, 16,000 by default).
+# Larger bodies are refused before they are read whole, chunked ones as they stream
+# in (a recall body is a few KB; an event's text is bounded by
+# GRIMOIRE_MAX_TEXT_CHARS, 16,000 by default).
 MAX_BODY_BYTES = 1 << 20
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="grimoire"'}
 
@@ -110,6 +113,13 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
+def caller_key(request: Request) -> str | None:
+    """The key a write goes to the workers with: the caller's own where the API
+    checks keys (the worker checks it again, and it names who wrote), else None
+    (the API's own Kafka key, `GRIMOIRE_HTTP_KAFKA_API_KEY`, goes instead)."""
+    return bearer_token(request) if deps_of(request).authenticator.enabled else None
+
+
 async def authorize(request: Request, agent_id: str) -> AuthDecision:
     """The request's key judged for `agent_id`; raises 401 / 403 (counted) when refused."""
     deps = deps_of(request)
@@ -158,12 +168,7 @@ def int_param(request: Request, name: str, default: int, low: int, high: int) ->
 
 async def json_object(request: Request, *, required: bool = True) -> dict[str, Any]:
     """The body as a JSON object; an empty body is `{}` unless `required`."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise ApiError(413, "oversize", f"the body is over {MAX_BODY_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, "oversize", f"the body is over {MAX_BODY_BYTES} bytes")
+    raw = await read_body(request, MAX_BODY_BYTES)
     if not raw.strip():
         if required:
             raise ApiError(400, "missing_field", "the request needs a JSON object body")

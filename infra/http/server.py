@@ -69,6 +69,13 @@ def run_server(settings: Settings, *, host: str, port: int) -> None:
         logger.warning(
             "tenant keys are off (GRIMOIRE_AUTH_ENABLED=false): every caller sees every agent"
         )
+    elif not settings.http_kafka_api_key:
+        # Workers answer a keyless request nowhere (docs/security.md): every recall
+        # and search through this API would time out.
+        logger.warning(
+            "tenant keys are on but GRIMOIRE_HTTP_KAFKA_API_KEY is unset: "
+            "no worker will answer this API's recalls"
+        )
     logger.info("HTTP API on http://%s:%d (OpenAPI at /openapi.yaml)", host, port)
     uvicorn.run(
         build_app(settings),

@@ -27,7 +27,7 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
-from grimoire.topics.client import GrimoireClient, RecallFailed
+from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallRequestV1
 
@@ -204,17 +204,22 @@ async def _tenant_refusals(http: httpx.AsyncClient, stack: Stack) -> tuple[bool,
 async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
     settings = stack.settings
     topics = TopicNames(settings.topic_prefix)
-    unauthorized = False
     async with GrimoireClient(
         settings.bootstrap_servers,
         settings.topic_prefix,
         partitions=settings.partitions,
         security=settings.kafka_security,
     ) as keyless:
-        try:
-            await keyless.recall(AGENT, "node seven", k=1, timeout=30)
-        except RecallFailed as refused:
-            unauthorized = "unauthorized" in str(refused)
+        # Without a key: answered nowhere (no error reply either), dead-lettered
+        # `unauthorized`.
+        keyless_correlation = uuid.uuid4().hex
+        unkeyed = RecallRequestV1(
+            agent_id=AGENT,
+            query="node seven",
+            reply_to=keyless.reply_topic,
+            correlation_id=keyless_correlation,
+        )
+        await keyless.publish_raw(topics.recall_requests, AGENT, unkeyed.dumps_json())
         # A reply address outside the deployment's reply namespace: never answered,
         # dead-lettered with the field named.
         correlation = uuid.uuid4().hex
@@ -234,10 +239,10 @@ async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
         **settings.kafka_security.aiokafka_kwargs(),
     )
     await consumer.start()
-    outside = False
+    outside = unauthorized = False
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not outside:
+        while time.monotonic() < deadline and not (outside and unauthorized):
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
@@ -245,6 +250,8 @@ async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
                     preview = str(letter.get("payload", ""))
                     if correlation in preview and letter.get("field") == "reply_to":
                         outside = True
+                    if keyless_correlation in preview and letter.get("reason") == "unauthorized":
+                        unauthorized = True
     finally:
         await consumer.stop()
     return unauthorized, outside

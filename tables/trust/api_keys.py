@@ -15,7 +15,11 @@ Keys (built by `grimoire.tables.keyspace.Keyspace`):
 `ApiKeyStore` is the protocol, `RedisApiKeyStore` the Redis implementation,
 `grimoire.tables.testing.api_keys.InMemoryApiKeyStore` the reference one, and
 `Authenticator` the check in front of either, with a short cache so a request
-does not cost a round trip (a revocation takes effect within its `ttl_s`).
+does not cost a round trip (a revocation takes effect within its `ttl_s`). Besides
+the check of a token against one agent (`check`), it says who a token is
+(`identify`: the key's id and scope, or why it is refused), for what is judged on
+the key rather than on one agent: whose reply topic a request names, which agents'
+series a scrape of `/metrics` may show.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import orjson
@@ -49,6 +54,7 @@ __all__ = [
     "ApiKeyStore",
     "AuthMetrics",
     "Authenticator",
+    "Identity",
     "RedisApiKeyStore",
     "RedisAuthMetrics",
     "decode_record",
@@ -210,6 +216,40 @@ class RedisApiKeyStore:
         return sorted(records, key=lambda r: (r.created_ms, r.key_id))
 
 
+_EVERY_AGENT: Final = TenantScope(admin=True)
+_NO_AGENT: Final = TenantScope()
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who presented a token: the key's id and scope when it authenticates
+    (`refused` None), else the unauthenticated decision saying why (no key, a
+    malformed, unknown, wrong or revoked one) and a scope that reaches nothing.
+    With checks off, everyone is an identity reaching every agent."""
+
+    refused: AuthDecision | None
+    key_id: str | None
+    scope: TenantScope
+
+    @property
+    def authenticated(self) -> bool:
+        return self.refused is None
+
+    @property
+    def admin(self) -> bool:
+        return self.refused is None and self.scope.admin
+
+    def decision_for(self, agent_id: str) -> AuthDecision:
+        """What `Authenticator.check` answers for this token and `agent_id`."""
+        if self.refused is not None:
+            return self.refused
+        if self.scope.allows(agent_id):
+            return AuthDecision(AuthOutcome.OK, self.key_id, "ok")
+        return AuthDecision(
+            AuthOutcome.FORBIDDEN, self.key_id, f"API key does not reach agent {agent_id!r}"
+        )
+
+
 class Authenticator:
     """Checks a presented token against an agent id.
 
@@ -252,6 +292,25 @@ class Authenticator:
             return AuthDecision(AuthOutcome.UNAUTHENTICATED, None, "malformed API key")
         key_id, secret = parsed
         return decide(await self._record(key_id), secret, agent_id)
+
+    async def identify(self, token: str | None) -> Identity:
+        """Who presents `token` (one cached read, as `check`)."""
+        if not self._enabled:
+            return Identity(None, None, _EVERY_AGENT)
+        if token is None or token == "":
+            return Identity(decide(None, None, ""), None, _NO_AGENT)
+        parsed = parse_token(token)
+        if parsed is None:
+            refused = AuthDecision(AuthOutcome.UNAUTHENTICATED, None, "malformed API key")
+            return Identity(refused, None, _NO_AGENT)
+        key_id, secret = parsed
+        record = await self._record(key_id)
+        # The one judgement of a secret and a revocation: against no agent in
+        # particular, so a good key comes back ok or forbidden, both authenticated.
+        judged = decide(record, secret, "")
+        if record is None or judged.outcome is AuthOutcome.UNAUTHENTICATED:
+            return Identity(judged, judged.key_id, _NO_AGENT)
+        return Identity(None, record.key_id, record.scope)
 
     def invalidate(self, key_id: str | None = None) -> None:
         """Forget a cached key (or all): the next check reads the store."""

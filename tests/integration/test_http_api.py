@@ -376,7 +376,12 @@ async def test_pin_unpin_retract_and_forget_through_the_journal(
 
 async def test_metrics_for_prometheus(api: Setup) -> None:
     await _recalled(api)
-    answer = await api.http.get("/metrics")
+    # Per-agent series name agents: only for a key that reaches them (docs/security.md).
+    keyless = await api.http.get("/metrics")
+    assert keyless.status_code == 200
+    assert 'agent="' not in keyless.text
+    assert "grimoire_ingest_candidates_total" in keyless.text
+    answer = await api.http.get("/metrics", headers=api.admin_key)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     text = answer.text

@@ -21,6 +21,8 @@ class RecordingGateway:
     commands: list[CommandV1] = field(default_factory=list)
     maintenance: list[tuple[str, bool]] = field(default_factory=list)
     published: list[tuple[str, str, bytes]] = field(default_factory=list)
+    # The key each publish went with (None: the gateway's own), by publish.
+    published_keys: list[str | None] = field(default_factory=list)
     fail_with: Exception | None = None
 
     def items(self, agent_id: str, options: dict[str, Any]) -> tuple[RecallItemV1, ...]:
@@ -48,5 +50,8 @@ class RecordingGateway:
     async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
         self.maintenance.append((agent_id, compact))
 
-    async def publish_raw(self, topic: str, key: str, value: bytes, *, wait: bool = True) -> None:
+    async def publish_raw(
+        self, topic: str, key: str, value: bytes, *, wait: bool = True, api_key: str | None = None
+    ) -> None:
         self.published.append((topic, key, value))
+        self.published_keys.append(api_key)

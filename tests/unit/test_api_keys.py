@@ -131,6 +131,53 @@ async def test_unknown_ids_are_never_cached() -> None:
     assert store.reads == 2
 
 
+async def test_identify_names_a_good_key_and_its_scope_whatever_the_agent() -> None:
+    store = InMemoryApiKeyStore()
+    record, token = await store.create(ONE, "t", now_ms=1)
+    admin, admin_token = await store.create(TenantScope(admin=True), "ops", now_ms=2)
+    auth = Authenticator(store, enabled=True)
+    who = await auth.identify(token)
+    assert (who.authenticated, who.admin, who.key_id, who.scope) == (
+        True,
+        False,
+        record.key_id,
+        ONE,
+    )
+    # The same verdicts as `check`, for any agent.
+    for agent in ("golem-1", "golem-2"):
+        assert who.decision_for(agent) == await auth.check(token, agent)
+    boss = await auth.identify(admin_token)
+    assert (boss.admin, boss.key_id) == (True, admin.key_id)
+
+
+@pytest.mark.parametrize("case", ["none", "malformed", "unknown", "wrong", "revoked"])
+async def test_identify_refuses_what_check_refuses(case: str) -> None:
+    store = InMemoryApiKeyStore()
+    record, token = await store.create(ONE, "t", now_ms=1)
+    if case == "revoked":
+        await store.revoke(record.key_id)
+    presented = {
+        "none": None,
+        "malformed": "gmk_nothex.abc",
+        "unknown": format_token("00" * 8, "s" * 43),
+        "wrong": format_token(record.key_id, "w" * 43),
+        "revoked": token,
+    }[case]
+    auth = Authenticator(store, enabled=True, ttl_s=0.0)
+    who = await auth.identify(presented)
+    assert not who.authenticated and not who.admin
+    assert who.refused == await auth.check(presented, "golem-1")
+    assert who.decision_for("golem-1") == who.refused
+    assert not who.scope.allows("golem-1")
+
+
+async def test_switched_off_everyone_is_identified_as_reaching_every_agent() -> None:
+    store = InMemoryApiKeyStore()
+    who = await Authenticator(store, enabled=False).identify(None)
+    assert who.authenticated and who.admin and who.decision_for("anyone").ok
+    assert store.reads == 0
+
+
 def test_a_negative_ttl_is_refused() -> None:
     with pytest.raises(ValueError):
         Authenticator(InMemoryApiKeyStore(), enabled=True, ttl_s=-1)

@@ -242,6 +242,15 @@ class _Recorder:
     async def seek_to_end(self, *partitions: Any) -> None:
         return None
 
+    async def end_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(partitions, 0)
+
+    async def beginning_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(partitions, 0)
+
+    def seek(self, partition: Any, offset: int) -> None:
+        return None
+
     def pause(self, *partitions: Any) -> None:
         return None
 

@@ -133,3 +133,28 @@ async def test_without_http_keys_a_command_carries_the_clients_key_not_the_calle
     )
     assert answer.status_code == 202
     assert api.gateway.commands[0].api_key is None
+
+
+async def test_events_and_facts_go_out_with_the_caller_s_key(api: Any, token: str) -> None:
+    # The worker checks the caller's own key again before it journals the write.
+    body = {"kind": "episode", "ts": 1_790_000_000_000, "text": "RPC timed out"}
+    answer = await api.http.post("/v1/agents/golem-1/events", json=body, headers=bearer(token))
+    assert answer.status_code == 202, answer.text
+    fact = {"ts": 1_790_000_000_000, "subject": "node-7", "predicate": "state", "object": "full"}
+    answer = await api.http.post(
+        "/v1/agents/golem-1/facts", json={**fact, "valid_from": 3}, headers=bearer(token)
+    )
+    assert answer.status_code == 202, answer.text
+    assert [topic for topic, _, _ in api.gateway.published] == ["gm.episodes", "gm.facts"]
+    assert api.gateway.published_keys == [token, token]
+    assert all(b"api_key" not in value for _, _, value in api.gateway.published)
+
+
+async def test_without_http_keys_events_go_out_with_the_client_s_key(make_api: Any) -> None:
+    api = await make_api(auth=False)
+    body = {"kind": "episode", "ts": 1_790_000_000_000, "text": "RPC timed out"}
+    answer = await api.http.post(
+        "/v1/agents/golem-1/events", json=body, headers={"Authorization": "Bearer whatever"}
+    )
+    assert answer.status_code == 202
+    assert api.gateway.published_keys == [None]
