@@ -36,10 +36,11 @@ from grimoire.streams.maintenance.compaction import (
 from grimoire.tables.codec.compaction_plan import decode_plan, encode_plan
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import CANDIDATE_FIELDS, candidate_of, summary_fields
-from grimoire.tables.codec.search_replies import doc_fields, docs, nocontent_keys, total_results
+from grimoire.tables.codec.search_replies import doc_fields, docs, total_results
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
+from grimoire.tables.ordered_search import MAX_SAME_TIME, index_search, ordered_keys
 from grimoire.tables.queries import escape_tag, live_filter, tenant_filter
 from grimoire.tables.redis_client import queue_script
 from grimoire.tables.routing import SearchRouting, SearchTarget
@@ -221,24 +222,24 @@ async def load_candidates(
     since_ms: int | None = None,
 ) -> list[CompactionCandidate]:
     """The agent's oldest live memories old enough to compact, from `since_ms` on
-    and inside one scan window of it, with usage merged in: one search plus one
-    pipelined read of their usage hashes. The window keeps the search's cost
-    proportional to what one window holds, not to the agent's whole store."""
+    and inside one scan window of it, by (ts, id), with usage merged in: one or two
+    searches plus one pipelined read of their hashes. The window keeps the search's
+    cost proportional to what one window holds, not to the agent's whole store."""
     horizon = now_ms - policy.min_age_ms
     where = live_filter(agent_id) & (Num("ts") <= horizon)
     if since_ms is not None:
         where &= (Num("ts") >= since_ms) & (Num("ts") < since_ms + policy.window_ms)
     kinds = "@kind:{summary}" if policy.summary_level else "-@kind:{summary|aggregate}"
-    # Keys only, then the fields from the hashes with their usage in one round trip
-    # (a cluster master loads no field of another slot's document). Pipelined so
-    # the reply comes back raw whatever callbacks the client has.
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.execute_command(
-            "FT.SEARCH", target.index, f"({where}) {kinds}", "NOCONTENT",
-            "SORTBY", "ts", "ASC", "LIMIT", 0, limit, "DIALECT", 2, **target.options,
-        )  # fmt: skip
-        (reply,) = await pipe.execute()
-    ids = [keys.memory_id_of(key) for key in nocontent_keys(reply)]
+    # The cap keeps the first `limit` by (ts, id), reading every memory at the
+    # cut's time (`ordered_search`): `SORTBY ts LIMIT 0 n` alone cut ties in the
+    # index's order, so a replay could plan other clusters. Keys only, then the
+    # fields from the hashes with their usage in one round trip (a cluster master
+    # loads no field of another slot's document).
+    search = index_search(redis, target)
+    found_keys = await ordered_keys(
+        search, f"({where}) {kinds}", limit, page=min(limit, MAX_SAME_TIME)
+    )
+    ids = [keys.memory_id_of(key) for key in found_keys]
     if not ids:
         return []
     async with redis.pipeline(transaction=False) as pipe:

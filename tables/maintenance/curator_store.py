@@ -65,10 +65,10 @@ from grimoire.tables.codec.memory_hash import (
     episode_view,
     quarantined_view,
 )
-from grimoire.tables.codec.search_replies import nocontent_keys, total_results
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_marks import is_new_curated
 from grimoire.tables.memory.graph import RedisGraph
+from grimoire.tables.ordered_search import index_search, ordered_keys
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.transaction import agent_transaction
@@ -262,36 +262,17 @@ class RedisCuratorStore:
 
     # ---- reads ------------------------------------------------------------------
 
-    def _search_args(self, index: str, where: FilterExpression, offset: int) -> list[Any]:
-        return [
-            "FT.SEARCH", index, str(where), "NOCONTENT",
-            "SORTBY", "ts", "ASC", "LIMIT", offset, PAGE, "DIALECT", 2,
-        ]  # fmt: skip
-
     async def _search_all(
         self, agent_id: str, where: FilterExpression, fields: Sequence[str], limit: int
     ) -> list[dict[str, Any]]:
-        """Every match up to `limit` (`where` names the agent), as the named fields its
-        hash has: the first page tells the total, the rest go in one pipeline, then
-        the fields are read from the hashes (a cluster master loads no field of
-        another slot's document)."""
-        target = await self._routing.target(agent_id)
-        first = await self._redis.execute_command(
-            *self._search_args(target.index, where, 0), **target.options
-        )
-        # A raw RESP3 reply keys its map with bytes: reading "total_results" alone
-        # read 0 there, and only the first page (500) was ever returned.
-        total = total_results(first)
-        replies = [first]
-        offsets = range(PAGE, min(total, limit), PAGE)
-        if offsets:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for offset in offsets:
-                    pipe.execute_command(
-                        *self._search_args(target.index, where, offset), **target.options
-                    )
-                replies += await pipe.execute()
-        keys = [key for reply in replies for key in nocontent_keys(reply)][:limit]
+        """The first `limit` matches (`where` names the agent) by (ts, id), as the named
+        fields its hash has. A cycle plans from these in this order, and a capped read
+        keeps the oldest by that order: windows of event time that never split a tie
+        (`ordered_search`), never LIMIT offsets over `SORTBY ts`, whose ties come
+        back in the index's own order. The fields are read from the hashes (a
+        cluster master loads no field of another slot's document)."""
+        search = index_search(self._redis, await self._routing.target(agent_id))
+        keys = await ordered_keys(search, str(where), limit, page=PAGE)
         async with self._redis.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.hmget(key, list(fields))

@@ -22,7 +22,7 @@ a new insight, heuristic or warning with its first curator look).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -43,6 +43,7 @@ from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import DECAY_FIELDS, StoredDecayState, decode_state
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_marks import queue_new
+from grimoire.tables.ordered_search import index_search, ts_windows
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 
@@ -51,8 +52,6 @@ __all__ = ["SEED_BATCH", "DecayIndex", "DecayStore", "DueDecay"]
 logger = logging.getLogger(__name__)
 
 SEED_BATCH: Final = 1000
-# Memories of one agent at one event time that one seed window reads at most.
-MAX_SAME_TIME: Final = 10_000
 
 # Every due entry's decay inputs in one call: the memory hash's fields, then the
 # usage hash's last_accessed, then the stored snapshot. KEYS come in triples.
@@ -297,33 +296,13 @@ class DecayIndex:
         when it comes due, so writes racing the seed are never lost. Returns how
         many memories were scheduled."""
         live = str(tenant_filter(agent_id) & (Tag("deleted") != "1") & (Tag("archived") != "1"))
-        target = await self._routing.target(agent_id)
-        index, options = target.index, target.options
+        search = index_search(self._redis, await self._routing.target(agent_id))
         memory_id_of = self.keys.memory_id_of
         scheduled = 0
-        # Paged by event time, not by offset: memories sharing a `ts` have no stable
-        # order across FT.SEARCH pages, so LIMIT offsets skipped some of them. Each
-        # window takes the next `batch` memories from `lower`, then every memory at
-        # the last one's time, and the next window starts after that time.
-        lower = "-inf"
-        while True:
-            reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
-                "FT.SEARCH", index, f"{live} @ts:[{lower} +inf]", "NOCONTENT",
-                "SORTBY", "ts", "ASC", "LIMIT", 0, batch, "DIALECT", 2, **options,
-            )  # fmt: skip
-            page = [memory_id_of(key) for key in _nocontent_keys(reply)]
-            if not page:
-                return scheduled
-            last_ts = text_of(
-                await self._redis.hget(self.keys.memory(agent_id, page[-1]), "ts") or b""
-            )
-            ids = page
-            if last_ts:
-                ties = await self._redis.execute_command(  # type: ignore[no-untyped-call]
-                    "FT.SEARCH", index, f"{live} @ts:[{last_ts} {last_ts}]", "NOCONTENT",
-                    "LIMIT", 0, MAX_SAME_TIME, "DIALECT", 2, **options,
-                )  # fmt: skip
-                ids = list(dict.fromkeys([*page, *map(memory_id_of, _nocontent_keys(ties))]))
+        # Windows of event time, not LIMIT offsets: memories sharing a `ts` have no
+        # stable order across FT.SEARCH pages, so offsets skipped some of them.
+        async for window in ts_windows(search, live, page=batch):
+            ids = [memory_id_of(key) for key in window]
             states = await self._read_states(agent_id, ids)
             async with self._redis.pipeline(transaction=False) as pipe:
                 for memory_id, state in zip(ids, states, strict=True):
@@ -332,9 +311,7 @@ class DecayIndex:
                         self.schedule(pipe, agent_id, memory_id, due)
                         scheduled += due is not None
                 await pipe.execute()
-            if len(page) < batch or not last_ts:
-                return scheduled
-            lower = f"({last_ts}"
+        return scheduled
 
     # ---- reads ------------------------------------------------------------------
 
@@ -355,11 +332,3 @@ class DecayIndex:
             doc = dict(zip(DECAY_FIELDS, row[:width], strict=True))
             states.append(decode_state(doc, row[width], row[width + 1]))
         return states
-
-
-def _nocontent_keys(reply: Any) -> Iterable[str]:
-    """Document keys of an FT.SEARCH NOCONTENT reply in either protocol."""
-    if isinstance(reply, dict):  # RESP3
-        rows: list[Any] = list(reply.get("results", reply.get(b"results")) or [])
-        return [text_of(row.get("id", row.get(b"id"))) for row in rows]
-    return [text_of(key) for key in list(reply or [])[1:]]

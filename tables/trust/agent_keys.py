@@ -36,9 +36,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.search_replies import nocontent_keys
 from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.queries import AgentMemoriesQuery
+from grimoire.tables.ordered_search import TsWindow, index_search, ts_windows
+from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 
 __all__ = [
@@ -215,13 +217,27 @@ async def agent_memory_ids(
 ) -> list[str]:
     """Every memory of the agent (deleted, archived, quarantined ones too), by id,
     sorted: found through the index, then each hash's `agent_id` checked (a hit
-    owned by anyone else is not the agent's, whatever the index said)."""
+    owned by anyone else is not the agent's, whatever the index said).
+
+    Read in windows of event time (`ordered_search`), then the hashes without a
+    `ts`: LIMIT offsets stop at the deployment's MAXSEARCHRESULTS (10,000), past
+    which a search returns nothing, so an agent with more memories could not be
+    digested, exported or forgotten. A window holds the memories of its times
+    whatever the index's order, so a hash rewritten meanwhile is still found."""
     keys = Keyspace(prefix)
-    found, total = await _search_pages(redis, keys, agent_id, page)
-    if len(found) < total:
-        # The index moved under the paging (writes meanwhile): read it in one go.
-        logger.info("memories of %s moved while paging: reading %d at once", agent_id, total)
-        found, total = await _search_pages(redis, keys, agent_id, max(total, 1) * 2)
+    target = await SearchRouting(redis, keys.prefix).target(agent_id)
+    search = index_search(redis, target)
+    where = str(tenant_filter(agent_id))
+    found: set[str] = set()
+    try:
+        async for window in ts_windows(search, where, page=page):
+            found.update(keys.memory_id_of(key) for key in window)
+        untimed = await search(TsWindow(where, page).untimed_arguments())
+    except ResponseError as exc:
+        if "no such index" in str(exc).lower():
+            return []  # a deployment that never stored a memory
+        raise
+    found.update(keys.memory_id_of(key) for key in nocontent_keys(untimed))
     ids = sorted(found)
     owners = await _pipelined(redis, [("HGET", keys.memory(agent_id, i), "agent_id") for i in ids])
     return [
@@ -229,40 +245,6 @@ async def agent_memory_ids(
         for i, owner in zip(ids, owners, strict=True)
         if owner is not None and text_of(owner) == agent_id
     ]
-
-
-async def _search_pages(
-    redis: Redis, keys: Keyspace, agent_id: str, page: int
-) -> tuple[set[str], int]:
-    found: set[str] = set()
-    offset = 0
-    total = 0
-    target = await SearchRouting(redis, keys.prefix).target(agent_id)
-    while True:
-        query = AgentMemoriesQuery(agent_id, offset, page)
-        try:
-            reply = await redis.execute_command(  # type: ignore[no-untyped-call]
-                "FT.SEARCH", target.index, *query.arguments(), **target.options
-            )
-        except ResponseError as exc:
-            if "no such index" in str(exc).lower():
-                return found, 0  # a deployment that never stored a memory
-            raise
-        total, page_keys = _nocontent(reply)
-        found.update(keys.memory_id_of(key) for key in page_keys)
-        offset += page
-        if not page_keys or offset >= total:
-            return found, total
-
-
-def _nocontent(reply: Any) -> tuple[int, list[str]]:
-    """(total, document keys) of an FT.SEARCH NOCONTENT reply, RESP2 or RESP3."""
-    if isinstance(reply, dict):
-        total = reply.get("total_results", reply.get(b"total_results")) or 0
-        rows = list(reply.get("results", reply.get(b"results")) or [])
-        return int(total), [text_of(row.get("id", row.get(b"id"))) for row in rows]
-    rows = list(reply or [])
-    return (int(rows[0]) if rows else 0), [text_of(key) for key in rows[1:]]
 
 
 async def _existing(redis: Redis, candidates: Sequence[str]) -> set[str]:
