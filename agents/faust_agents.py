@@ -116,8 +116,10 @@ class FaustSink:
     def __init__(self, app: faust.App) -> None:
         self._app = app
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
-        await self._app.producer.send(topic, key.encode(), value, None, None, None)
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
+        await self._app.producer.send(topic, key.encode(), value, partition, None, None)
 
     async def flush(self) -> None:
         await self._app.producer.flush()

@@ -67,8 +67,11 @@ class UsageRecorder(Protocol):
 
 
 class EventSink(Protocol):
-    async def send(self, topic: str, key: str, value: bytes) -> None:
-        """Hand a message to the producer (it may still be buffered)."""
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
+        """Hand a message to the producer (it may still be buffered); to
+        `partition` when given, else to the partition of `key`."""
         ...
 
     async def flush(self) -> None:
@@ -83,7 +86,9 @@ class MemorySink:
     sent: list[tuple[str, str, bytes]] = field(default_factory=list)
     flushes: int = 0
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
         self.sent.append((topic, key, value))
 
     async def flush(self) -> None:

@@ -1222,6 +1222,13 @@ def main(argv: list[str] | None = None) -> int:
     ingest.add_argument(
         "--mix", choices=["both", "repetitive", "distinct"], default="both", help="stream(s) to run"
     )
+    ingest.add_argument(
+        "--profile",
+        choices=["both", "memory", "durable"],
+        default="both",
+        help="memory storage without key checks, the durable stack with them (all-distinct), "
+        "or both in one run",
+    )
     recall_bench = bench_kind.add_parser("recall", help="recall latency at 10k and 100k memories")
     recall_bench.add_argument("--sizes", default="10000,100000", help="comma-separated sizes")
     recall_bench.add_argument("--queries", type=int, default=200, help="timed queries per size")
@@ -1398,7 +1405,10 @@ def main(argv: list[str] | None = None) -> int:
         from grimoire.infra.bench.ingest import run_ingest_bench
 
         mixes = ("repetitive", "distinct") if args.mix == "both" else (args.mix,)
-        result = run_ingest_bench(settings, events=args.events, agents=args.agents, mixes=mixes)
+        profiles = ("memory", "durable") if args.profile == "both" else (args.profile,)
+        result = run_ingest_bench(
+            settings, events=args.events, agents=args.agents, mixes=mixes, profiles=profiles
+        )
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return 0
     if args.command == "bench" and args.bench == "recall":

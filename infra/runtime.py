@@ -382,6 +382,7 @@ async def compose(
         authenticator=authenticator,
         auth_metrics=auth_metrics,
         defaults=RedisDefaultConfig(keystore_redis or redis, prefix),
+        partitions=settings.partitions,
     )
     steps = StepLog()
     configs = RedisConfigStore(redis, prefix)

@@ -214,6 +214,18 @@ class Keyspace:
         return f"{self.keystore_prefix}:default-config"
 
     @property
+    def journal_secret(self) -> str:
+        """STRING: the deployment's secret that agents' journal names are made with
+        (`streams.journal.entry.journal_name`), created once."""
+        return f"{self.keystore_prefix}:journal-secret"
+
+    @property
+    def journal_names(self) -> str:
+        """HASH journal name -> agent id, for each agent with a key (forget removes
+        it with the keys: the journal then names the agent nowhere readable)."""
+        return f"{self.keystore_prefix}:journal-names"
+
+    @property
     def keystore_forgets(self) -> str:
         """STRING: how many agents this key store has forgotten (INCR by each), so
         every worker's key cache sees a forget run elsewhere (`CachedKeyStore.refresh`)."""

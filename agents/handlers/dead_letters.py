@@ -62,8 +62,10 @@ class CountedDeadLetters:
         self._topic = dead_letters_topic
         self._tally = tally
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
-        await self._inner.send(topic, key, value)
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
+        await self._inner.send(topic, key, value, partition=partition)
         if topic != self._topic:
             return
         try:

@@ -64,6 +64,7 @@ __all__ = [
     "Opened",
     "UsageApplier",
     "WitnessPort",
+    "with_agent",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,15 @@ SLOW_RUN_S = 0.25
 FORGET_OP = "forget"
 # A chain no agent can own (agent ids are letters, digits and `._-@+=/`).
 FORGOTTEN_CHAIN = "~forgotten"
+
+
+async def with_agent(entry: JournalEntry, keys: KeyStore) -> JournalEntry:
+    """`entry` with its agent's id: version 2 names its agent by journal name, and
+    whose it is the key store says while the agent lives (forgetting it removes the
+    name with the keys: the id stays "")."""
+    if entry.agent_id:
+        return entry
+    return replace(entry, agent_id=await keys.agent_named(entry.journal) or "")
 
 
 def _sha256(text: str) -> str:
@@ -292,7 +302,8 @@ class JournalApplier:
             await self._dead_letter(message, None, f"unreadable journal entry: {exc}")
             report.dead_lettered += 1
             return None
-        key = await self.keys.key(entry.agent_id, entry.key_id)
+        entry = await with_agent(entry, self.keys)
+        key = await self.keys.key(entry.agent_id, entry.key_id) if entry.agent_id else None
         if key is None:
             # Forgotten (or sealed by a worker that had not yet seen the forget):
             # nothing of it may be applied again, and nothing of it is dropped
@@ -301,8 +312,9 @@ class JournalApplier:
             report.shredded += 1
             rejection = Rejection(
                 KEY_FORGOTTEN,
-                f"sealed with destroyed key {entry.key_id} (seq {entry.seq}, agent sha256 "
-                f"{_sha256(entry.agent_id)}): the agent was forgotten",
+                f"sealed with destroyed key {entry.key_id} (seq {entry.seq}, agent "
+                f"{entry.journal if entry.journal != entry.agent_id else _sha256(entry.agent_id)}"
+                "): the agent was forgotten",
                 None,
                 None,
             )

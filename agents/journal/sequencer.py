@@ -52,7 +52,7 @@ from grimoire.streams.journal.usage import RecallUsage, encode_usage
 from grimoire.tables.config.store import DefaultConfig
 from grimoire.tables.journal.keystore import KeyStore
 from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
-from grimoire.topics.declarations import TopicNames
+from grimoire.topics.declarations import TopicNames, partition_of
 from grimoire.topics.schemas import CommandV1
 
 __all__ = ["SequenceReport", "Sequencer", "agent_of"]
@@ -102,6 +102,10 @@ class Sequencer:
     auth_metrics: AuthMetrics | None = field(default=None, kw_only=True)
     # The deployment's default configuration, journaled as a new agent's first entry.
     defaults: DefaultConfig | None = field(default=None, kw_only=True)
+    # The journal's partition count: an entry is keyed by its agent's journal name
+    # (never the id) but lands where the agent's id hashes, with its inputs and
+    # maintenance commands (`partition_of`); None: where the name hashes.
+    partitions: int | None = field(default=None, kw_only=True)
 
     async def append(self, kind: EntryKind, messages: Sequence[InputMessage]) -> SequenceReport:
         """Journal `messages` (one source topic, in offset order), each agent's in order."""
@@ -206,6 +210,7 @@ class Sequencer:
         self, agent_id: str, seq: int, kind: EntryKind, source: SourceRef | None, payload: bytes
     ) -> None:
         key = await self.keys.key_for(agent_id)
+        name = await self.keys.journal_name(agent_id)
         sealed = seal(key, payload, associated=associated_data(agent_id, key.key_id, seq))
         entry = JournalEntry(
             agent_id=agent_id,
@@ -215,5 +220,7 @@ class Sequencer:
             key_id=key.key_id,
             nonce=sealed.nonce,
             ciphertext=sealed.ciphertext,
+            journal=name,
         )
-        await self.sink.send(self.topics.journal, agent_id, encode_entry(entry))
+        partition = None if self.partitions is None else partition_of(agent_id, self.partitions)
+        await self.sink.send(self.topics.journal, name, encode_entry(entry), partition=partition)

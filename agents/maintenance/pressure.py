@@ -39,13 +39,15 @@ class CountingSink:
         self._written = 0
         self._previous = (0, 0)
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
         self._roll()
         if topic == self._dead_letters_topic:
             self._dead_letters += 1
         elif topic == self._memory_events_topic:
             self._written += 1
-        await self._inner.send(topic, key, value)
+        await self._inner.send(topic, key, value, partition=partition)
 
     async def flush(self) -> None:
         await self._inner.flush()

@@ -1,5 +1,13 @@
 """`grimoire bench ingest`: the real pipeline (tansu + Redis + worker) under a generated
-stream, against the bare model embedding the same texts in the same run."""
+stream, against the bare model embedding the same texts in the same run.
+
+Two profiles. `memory`: tansu on its memory engine, Redis without a data file, tenant
+keys off (the figures the bench has always reported). `durable`: the stack as `make
+run` keeps it, the broker's log in the local S3 store and Redis with its append-only
+file, and tenant keys on (every input is checked against its key before it is
+journaled): the all-distinct stream runs on it in the same session, and the report
+sets its ratio against the memory profile's and counts the broker's bytes on disk per
+event."""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import asyncio
 import logging
 import os
 import random
+import shutil
 import sys
 import time
 import uuid
@@ -25,8 +34,10 @@ from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.model.records import EventType
+from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import EpisodeV1
@@ -145,8 +156,11 @@ async def _run_mix(
     agents: int,
     distinct: bool,
     service_pids: dict[str, int],
+    api_key: str | None = None,
+    broker_data: Path | None = None,
+    prefix: str | None = None,
 ) -> dict[str, Any]:
-    settings = base.model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}"})
+    settings = base.model_copy(update={"topic_prefix": prefix or f"bench{uuid.uuid4().hex[:6]}"})
     topics = TopicNames(settings.topic_prefix)
     stream = list(generate(topics, events=events, agents=agents, distinct=distinct))
     texts = _candidate_texts(topics, stream, settings)
@@ -156,13 +170,17 @@ async def _run_mix(
     redis = Redis.from_url(settings.redis_url)
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+            settings.bootstrap_servers,
+            settings.topic_prefix,
+            partitions=settings.partitions,
+            api_key=api_key,
         ) as client:
             await client.wait_until_ready(timeout=180)
             state = AgentStateStore(redis, settings.topic_prefix)
             agent_ids = sorted({event.key for event in stream})
             pids = {"worker": worker.pid, **service_pids, "bench": os.getpid()}
             cpu_before = sample_cpu(pids, split=["worker"])
+            bytes_before = _disk_bytes(broker_data)
             started = time.perf_counter()
             for event in stream:
                 await client.publish_raw(event.topic, event.key, event.value, wait=False)
@@ -184,6 +202,9 @@ async def _run_mix(
             # journal: the probes time a fresh event on a worker that has caught
             # up, and the catching up is reported on its own.
             settle_s = await _settle(redis, settings.topic_prefix, agent_ids)
+            # The broker's bytes for the load: the inputs, their journal entries, the
+            # memory-events, offsets; the probes' come after.
+            broker_bytes = _disk_bytes(broker_data) - bytes_before
             latencies = await _probe_latencies(client)
             stats = await asyncio.gather(*(state.stats(agent) for agent in agent_ids))
             metrics = {
@@ -199,7 +220,7 @@ async def _run_mix(
     events_per_s = len(stream) / ingest_s
     embed_only_per_s = len(stream) / embed_s
     cpu = cpu_report(cpu_before, cpu_after, ingest_s)
-    return {
+    report: dict[str, Any] = {
         "events": len(stream),
         "candidates": len(texts),
         "distinct_text_ratio": round(len(set(texts)) / len(texts), 4),
@@ -231,6 +252,87 @@ async def _run_mix(
             "bare": round(embed_cpu_s * 1000 / len(texts), 2),
         },
     }
+    if broker_data is not None:
+        report["broker_bytes_per_event"] = round(broker_bytes / len(stream), 1)
+    return report
+
+
+def _disk_bytes(root: Path | None) -> int:
+    """Bytes the files under `root` hold on disk (allocated blocks)."""
+    if root is None:
+        return 0
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_blocks * 512
+        except OSError:
+            continue
+    return total
+
+
+async def _bench_key(settings: Settings) -> str:
+    """An admin tenant key for the durable profile's client (keys are checked there)."""
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        _, token = await RedisApiKeyStore(redis, settings.topic_prefix).create(
+            TenantScope(admin=True), "bench ingest", now_ms=int(time.time() * 1000)
+        )
+        return token
+    finally:
+        await redis.aclose()
+
+
+def _durable_distinct(
+    settings: Settings, embedder: SentenceTransformerEmbedder, *, events: int, agents: int
+) -> dict[str, Any]:
+    """The all-distinct stream on the durable profile with tenant keys on, on a fresh
+    store of its own."""
+    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench-durable"
+    ports = ServicePorts(
+        kafka=int(os.environ.get("GRIMOIRE_BENCH_DURABLE_KAFKA_PORT", "19652")),
+        redis=int(os.environ.get("GRIMOIRE_BENCH_DURABLE_REDIS_PORT", "16959")),
+    )
+    services = LocalServices(
+        state_dir,
+        ports,
+        wheel_cache=state_dir.parent / "wheels",
+        durable=True,
+    )
+    services.down()  # a fresh store: bytes per event are this run's alone
+    for data in (services.object_store_dir, state_dir / f"redis-{ports.redis}"):
+        shutil.rmtree(data, ignore_errors=True)
+    services.up()
+    try:
+        prefix = f"bench{uuid.uuid4().hex[:6]}"
+        base = settings.model_copy(
+            update={
+                "broker_url": f"kafka://{services.kafka_bootstrap}",
+                "redis_url": services.redis_url,
+                "auth_enabled": True,
+                "topic_prefix": prefix,
+            }
+        )
+        token = asyncio.run(_bench_key(base))
+        pids = find_service_pids(state_dir, ports)
+        if object_store := services.pids().get("object-store"):
+            pids["object-store"] = object_store
+        return asyncio.run(
+            _run_mix(
+                base,
+                state_dir,
+                embedder,
+                events=events,
+                agents=agents,
+                distinct=True,
+                service_pids=pids,
+                api_key=token,
+                broker_data=services.object_store_dir,
+                prefix=prefix,
+            )
+        )
+    finally:
+        services.down()
 
 
 def run_ingest_bench(
@@ -239,6 +341,29 @@ def run_ingest_bench(
     events: int,
     agents: int,
     mixes: tuple[str, ...] = ("repetitive", "distinct"),
+    profiles: tuple[str, ...] = ("memory", "durable"),
+) -> dict[str, Any]:
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    report: dict[str, Any] = {"cpus": os.cpu_count()}
+    if "memory" in profiles:
+        report = _memory_mixes(settings, embedder, events=events, agents=agents, mixes=mixes)
+    if "durable" in profiles:
+        durable = _durable_distinct(settings, embedder, events=events, agents=agents)
+        report["durable_all_distinct"] = durable
+        memory = report.get("all_distinct") or (report if report.get("mix") == "distinct" else None)
+        if memory is not None:
+            # The durable profile with key checks against memory storage without them.
+            report["durable_vs_memory_ratio"] = round(durable["ratio"] / memory["ratio"], 3)
+    return report
+
+
+def _memory_mixes(
+    settings: Settings,
+    embedder: SentenceTransformerEmbedder,
+    *,
+    events: int,
+    agents: int,
+    mixes: tuple[str, ...],
 ) -> dict[str, Any]:
     state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench"
     ports = ServicePorts(
@@ -255,7 +380,6 @@ def run_ingest_bench(
     )
     pids = find_service_pids(state_dir, ports)
     try:
-        embedder = SentenceTransformerEmbedder.from_settings(settings)
 
         async def run_mixes() -> dict[str, Any]:
             results = {

@@ -131,10 +131,12 @@ class ReplyClock(MemorySink):
         self.reply_to = reply_to
         self.replied_at: float | None = None
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
         if topic == self.reply_to:
             self.replied_at = time.perf_counter()
-        await super().send(topic, key, value)
+        await super().send(topic, key, value, partition=partition)
 
 
 async def _handle(

@@ -55,7 +55,9 @@ _MAX_BLOCK = (1 << 63) - 1
 class _NoSink:
     """A read answers the caller here, never on a topic."""
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
         raise AssertionError("an HTTP fact read sends nothing")
 
     async def flush(self) -> None:

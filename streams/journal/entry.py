@@ -1,17 +1,25 @@
 """One journal entry: an input or a command, sequenced for one agent.
 
 The journal is the system of record: Redis is a fold of it. An entry names its
-agent (the partition key), its place in the agent's sequence, what kind of input it
-carries, where that input came from (topic, partition, offset: so a re-appended
-input is recognised and applied once), and the input's bytes sealed with the
-agent's own key (forgetting the agent destroys the key, and with it every entry's
-content). The envelope is JSON so an operator can read everything but the payload.
+agent, its place in the agent's sequence, what kind of input it carries, where that
+input came from (topic, partition, offset: so a re-appended input is recognised and
+applied once), and the input's bytes sealed with the agent's own key (forgetting the
+agent destroys the key, and with it every entry's content). The envelope is JSON so
+an operator can read everything but the payload.
+
+Version 2 names the agent by its journal name (`journal_name`: an HMAC of its id
+under a deployment secret kept in the key store), in the envelope and as the
+record's key: the key store maps the name back while the agent lives, and
+forgetting it removes that mapping with its keys, so what the journal keeps of a
+forgotten agent names it nowhere in clear. Version 1 (the id in clear) still reads.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -24,6 +32,7 @@ from grimoire.streams.model.records import EventType
 __all__ = [
     "ENVELOPE_VERSION",
     "INGEST_KINDS",
+    "JOURNAL_NAME_PREFIX",
     "EntryKind",
     "InvalidEntry",
     "JournalEntry",
@@ -31,9 +40,14 @@ __all__ = [
     "associated_data",
     "decode_entry",
     "encode_entry",
+    "journal_name",
 ]
 
-ENVELOPE_VERSION: Final = 1
+ENVELOPE_VERSION: Final = 2
+_READABLE_VERSIONS: Final = frozenset({1, 2})
+# A journal name: this prefix, then 32 hex digits of HMAC-SHA256 (128 bits: names
+# only have to differ between a deployment's agents).
+JOURNAL_NAME_PREFIX: Final = "j:"
 
 
 class InvalidEntry(StreamsError, ValueError):
@@ -70,6 +84,8 @@ class SourceRef:
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
+    # The agent's id; "" in an entry just decoded from version 2, until the key
+    # store has said whose `journal` name it is.
     agent_id: str
     seq: int
     kind: EntryKind
@@ -77,6 +93,15 @@ class JournalEntry:
     key_id: str
     nonce: bytes
     ciphertext: bytes
+    # How the envelope names the agent (version 1: its id).
+    journal: str = ""
+
+
+def journal_name(secret: bytes, agent_id: str) -> str:
+    """The agent's name in the journal: not its id, and no use to anyone without the
+    deployment's secret, but the same for the same id (its entries share a name)."""
+    digest = hmac.new(secret, agent_id.encode(), hashlib.sha256).hexdigest()
+    return f"{JOURNAL_NAME_PREFIX}{digest[:32]}"
 
 
 def associated_data(agent_id: str, key_id: str, seq: int) -> bytes:
@@ -86,11 +111,14 @@ def associated_data(agent_id: str, key_id: str, seq: int) -> bytes:
 
 
 def encode_entry(entry: JournalEntry) -> bytes:
+    """Version 2: the agent by its journal name (`entry.journal`), never its id."""
+    if not entry.journal.startswith(JOURNAL_NAME_PREFIX):
+        raise InvalidEntry("an entry is written with its agent's journal name")
     source = entry.source
     return orjson.dumps(
         {
             "v": ENVELOPE_VERSION,
-            "agent_id": entry.agent_id,
+            "agent": entry.journal,
             "seq": entry.seq,
             "kind": entry.kind.value,
             "source": None if source is None else [source.topic, source.partition, source.offset],
@@ -106,11 +134,18 @@ def decode_entry(raw: bytes) -> JournalEntry:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidEntry(f"not JSON: {exc}") from exc
-    if not isinstance(data, dict) or data.get("v") != ENVELOPE_VERSION:
-        raise InvalidEntry("not a journal entry of version 1")
+    if not isinstance(data, dict) or data.get("v") not in _READABLE_VERSIONS:
+        raise InvalidEntry("not a journal entry of version 1 or 2")
     try:
+        if data["v"] == 1:
+            agent_id = journal = _text(data, "agent_id")
+        else:
+            agent_id, journal = "", _text(data, "agent")
+            if not journal.startswith(JOURNAL_NAME_PREFIX):
+                raise ValueError("agent is not a journal name")
         return JournalEntry(
-            agent_id=_text(data, "agent_id"),
+            agent_id=agent_id,
+            journal=journal,
             seq=_integer(data, "seq"),
             kind=EntryKind(data["kind"]),
             source=_source(data.get("source")),

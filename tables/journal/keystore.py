@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
+from grimoire.streams.journal.entry import journal_name
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.transaction import key_transaction
 
@@ -96,6 +98,16 @@ class KeyStore(Protocol):
         starting again at 1 never repeats a binding (it names the key id)."""
         ...
 
+    async def journal_name(self, agent_id: str) -> str:
+        """The agent's name in the journal (`streams.journal.entry.journal_name`
+        under the deployment's secret, created on first use)."""
+        ...
+
+    async def agent_named(self, journal: str) -> str | None:
+        """Whose journal name `journal` is; None once that agent was forgotten (or
+        for a name that was never handed out)."""
+        ...
+
     async def forgets(self) -> int:
         """How many forgets this store has seen: it grows by one with each, so a
         cache of its keys can tell that one ran anywhere since it last looked."""
@@ -121,12 +133,16 @@ class KeyStore(Protocol):
 # Create the agent's key unless it has one, then read back whichever won: one round
 # trip, atomic, so two workers never create two keys.
 _KEY_FOR = """
+local created = 0
 if redis.call('HSETNX', KEYS[1], 'current', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'k:' .. ARGV[1], ARGV[2])
+  created = 1
 end
 local current = redis.call('HGET', KEYS[1], 'current')
-return {current, redis.call('HGET', KEYS[1], 'k:' .. current)}
+return {current, redis.call('HGET', KEYS[1], 'k:' .. current), created}
 """
+# How long a new key waits for the append-only file to hold it (ms).
+_KEY_FSYNC_WAIT_MS: Final = 2_000
 
 
 def _text(value: bytes | str) -> str:
@@ -148,12 +164,46 @@ class RedisKeyStore:
         self._redis = redis
         self._keys = Keyspace(prefix)
         self._key_for = redis.register_script(_KEY_FOR)
+        self._secret: bytes | None = None
+
+    async def _journal_secret(self) -> bytes:
+        if self._secret is None:
+            name = self._keys.journal_secret
+            if await self._redis.set(name, new_secret(), nx=True):
+                await self._wait_fsynced(name)
+            self._secret = _secret(await self._redis.get(name))
+        return self._secret
+
+    async def journal_name(self, agent_id: str) -> str:
+        name = journal_name(await self._journal_secret(), agent_id)
+        # Recorded each time (idempotent): the mapping is what lets the fold read
+        # the agent's entries back, and it must exist before the first of them.
+        await self._redis.hset(self._keys.journal_names, name, agent_id)  # type: ignore[misc]
+        return name
+
+    async def agent_named(self, journal: str) -> str | None:
+        raw = await self._redis.hget(self._keys.journal_names, journal)  # type: ignore[misc]
+        return None if raw is None else _text(raw)
 
     async def key_for(self, agent_id: str) -> AgentKey:
-        key_id, secret = await self._key_for(
-            keys=[self._keys.agent_keys(agent_id)], args=[new_key_id(), new_secret()]
+        name = self._keys.agent_keys(agent_id)
+        key_id, secret, created = await self._key_for(
+            keys=[name], args=[new_key_id(), new_secret()]
         )
+        if created:
+            await self._wait_fsynced(name)
         return AgentKey(agent_id, _text(key_id), _secret(secret))
+
+    async def _wait_fsynced(self, name: str) -> None:
+        """A new key is on disk before anything is sealed with it: a Redis that
+        lost its last second of writes (fsync every second, then a machine crash)
+        would otherwise have shredded the entries sealed in that second. Rare (once
+        per agent), so the wait (up to the next fsync) costs nothing that counts.
+        Without an append-only file there is nothing to wait for."""
+        try:
+            await self._redis.execute_command("WAITAOF", 1, 0, _KEY_FSYNC_WAIT_MS)
+        except ResponseError as exc:
+            logger.debug("no append-only file to wait for (%s): key %s", exc, name)
 
     async def key(self, agent_id: str, key_id: str) -> AgentKey | None:
         secret = await self._redis.hget(self._keys.agent_keys(agent_id), _SECRET_FIELD + key_id)
@@ -171,6 +221,9 @@ class RedisKeyStore:
             pipe.delete(name)
             fields, _ = await pipe.execute()
         await self._redis.hdel(self._keys.journal_sequences, agent_id)
+        await self._redis.hdel(  # type: ignore[misc]
+            self._keys.journal_names, journal_name(await self._journal_secret(), agent_id)
+        )
         # After the keys are gone: a cache that sees the count move and fetches again
         # finds them gone. A crash before this runs the forget again (its command is
         # not marked applied), and the count moves then.
@@ -225,6 +278,8 @@ class CachedKeyStore:
         self._current: dict[str, str] = {}  # agent -> key id of its current key
         self._epoch = 0
         self._forgets: int | None = None  # the store's count when last refreshed
+        self._names: dict[str, str] = {}  # agent -> journal name
+        self._agents: dict[str, str] = {}  # journal name -> agent
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -257,6 +312,31 @@ class CachedKeyStore:
             # Again: a lookup may have cached the key while the forget was awaited.
             self.invalidate(agent_id)
 
+    async def journal_name(self, agent_id: str) -> str:
+        name = self._names.get(agent_id)
+        if name is None:
+            epoch = self._epoch
+            name = await self._store.journal_name(agent_id)
+            if self._epoch == epoch:
+                self._remember_name(agent_id, name)
+        return name
+
+    async def agent_named(self, journal: str) -> str | None:
+        agent_id = self._agents.get(journal)
+        if agent_id is None:
+            epoch = self._epoch
+            agent_id = await self._store.agent_named(journal)
+            if agent_id is not None and self._epoch == epoch:
+                self._remember_name(agent_id, journal)
+        return agent_id
+
+    def _remember_name(self, agent_id: str, journal: str) -> None:
+        if len(self._names) >= self._max_keys:
+            self._names.clear()
+            self._agents.clear()
+        self._names[agent_id] = journal
+        self._agents[journal] = agent_id
+
     async def forgets(self) -> int:
         return await self._store.forgets()
 
@@ -268,6 +348,8 @@ class CachedKeyStore:
             self._epoch += 1
             self._keys.clear()
             self._current.clear()
+            self._names.clear()
+            self._agents.clear()
             self._forgets = seen
 
     async def next_sequence(self, agent_id: str, count: int = 1) -> int:
@@ -282,6 +364,9 @@ class CachedKeyStore:
         self._current.pop(agent_id, None)
         for cached in [k for k in self._keys if k[0] == agent_id]:
             del self._keys[cached]
+        name = self._names.pop(agent_id, None)
+        if name is not None:
+            self._agents.pop(name, None)
 
     def _hit(self, name: tuple[str, str]) -> AgentKey:
         self._keys.move_to_end(name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from grimoire.streams.journal.entry import journal_name
 from grimoire.tables.journal.keystore import AgentKey, new_key_id, new_secret
 
 __all__ = ["InMemoryKeyStore"]
@@ -21,6 +22,8 @@ class InMemoryKeyStore:
         self._secrets: dict[str, dict[str, bytes]] = {}
         self._sequences: dict[str, int] = {}
         self._forgets = 0
+        self._secret = new_secret()
+        self._named: dict[str, str] = {}  # journal name -> agent
 
     async def key_for(self, agent_id: str) -> AgentKey:
         key_id = self._current.get(agent_id)
@@ -38,10 +41,19 @@ class InMemoryKeyStore:
         self._current.pop(agent_id, None)
         self._sequences.pop(agent_id, None)
         self._forgets += 1
+        self._named.pop(journal_name(self._secret, agent_id), None)
         return len(self._secrets.pop(agent_id, {}))
 
     async def forgets(self) -> int:
         return self._forgets
+
+    async def journal_name(self, agent_id: str) -> str:
+        name = journal_name(self._secret, agent_id)
+        self._named[name] = agent_id
+        return name
+
+    async def agent_named(self, journal: str) -> str | None:
+        return self._named.get(journal)
 
     async def refresh(self) -> None:
         return None  # nothing cached here

@@ -48,6 +48,7 @@ from grimoire.topics.schemas import (
     TranscriptV1,
 )
 from tests.support.gateway import RecordingGateway
+from tests.support.journal import journal_name_of
 from tests.support.workers import prefixed_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -210,11 +211,15 @@ async def dead_letters(
 async def journaled_sources(deployment: Deployment, read_topic: Any, until: Coords) -> set[Coords]:
     """The source of every journal entry of the tenant's agent, once `until` is in."""
 
+    name = await journal_name_of(
+        deployment.redis, deployment.settings.topic_prefix, deployment.agent
+    )
+
     def sources(records: list[Any]) -> set[Coords]:
         found = set()
         for record in records:
             entry = decode_entry(record.value)
-            if entry.agent_id == deployment.agent and entry.source is not None:
+            if entry.journal == name and entry.source is not None:
                 source = entry.source
                 found.add((source.topic, source.partition, source.offset))
         return found

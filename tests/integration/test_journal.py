@@ -54,6 +54,7 @@ from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.embedders import FakeEmbedder
 from tests.support.handlers import mid
+from tests.support.journal import journal_name_of
 from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
 
 BASE_TS = 1_790_000_000_000
@@ -149,8 +150,8 @@ async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> F
     return (await store.load_fields([agent_id]))[agent_id]
 
 
-def _agent_entries(journal: Sequence[InputMessage], agent_id: str) -> int:
-    return sum(1 for m in journal if decode_entry(m.value).agent_id == agent_id)
+def _agent_entries(journal: Sequence[InputMessage], name: str) -> int:
+    return sum(1 for m in journal if decode_entry(m.value).journal == name)
 
 
 async def _send_everything_at_once(client: GrimoireClient, agent: str) -> int:
@@ -222,7 +223,11 @@ async def test_one_writer_folds_every_kind_of_input_in_journal_order(
     try:
 
         async def journaled() -> bool:
-            return _agent_entries(await _journal(journal_settings), agent) >= published
+            journal = await _journal(journal_settings)
+            if not journal:  # nothing journaled: no journal secret yet either
+                return False
+            name = await journal_name_of(redis, journal_settings.topic_prefix, agent)
+            return _agent_entries(journal, name) >= published
 
         await eventually(journaled, timeout=60, interval=0.5)
         expected = await _fold_in_process(journal_settings, redis, agent)
@@ -382,11 +387,13 @@ async def test_forgetting_an_agent_leaves_nothing_of_it(
         assert (await agent_digest(redis, prefix, kept)).sha256 == kept_before
         # The journal still holds the entries, sealed, and no key opens them.
         store = RedisKeyStore(redis, prefix)
-        entries = [
-            decode_entry(m.value)
-            for m in await _journal(journal_settings)
-            if decode_entry(m.value).agent_id == forgotten
-        ]
+        name = await journal_name_of(redis, prefix, forgotten)
+        journal = await _journal(journal_settings)
+        entries = [decode_entry(m.value) for m in journal if decode_entry(m.value).journal == name]
+        # The journal names the forgotten agent nowhere in clear, and the key store no
+        # longer knows whose name it was.
+        assert not any(forgotten.encode() in m.value for m in journal)
+        assert await store.agent_named(name) is None
         assert len(entries) == 7  # six episodes and the forget command
         for entry in entries:
             assert b"confidential" not in entry.ciphertext

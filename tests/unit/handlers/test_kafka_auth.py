@@ -28,6 +28,7 @@ from grimoire.agents.handlers.auth import (
 )
 from grimoire.agents.handlers.facts import FactQueryHandler
 from grimoire.agents.handlers.recall import RecallHandler
+from grimoire.agents.journal.apply import with_agent
 from grimoire.agents.journal.cipher import SealedPayload, open_sealed
 from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.ports import InputMessage
@@ -397,7 +398,7 @@ async def journaled(rig: Rig, journal_keys: InMemoryKeyStore) -> list[dict[str, 
     """The journal's entries, opened."""
     opened = []
     for raw in rig.sink.on(TOPICS.journal):
-        entry = decode_entry(raw)
+        entry = await with_agent(decode_entry(raw), journal_keys)
         key = await journal_keys.key(entry.agent_id, entry.key_id)
         assert key is not None
         sealed = SealedPayload(entry.key_id, entry.nonce, entry.ciphertext)

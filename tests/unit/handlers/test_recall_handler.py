@@ -141,10 +141,12 @@ async def test_usage_is_recorded_once_the_reply_is_out_and_only_for_what_it_carr
     recorded_at_send: list[int] = []
 
     class WatchingSink(MemorySink):
-        async def send(self, topic: str, key: str, value: bytes) -> None:
+        async def send(
+            self, topic: str, key: str, value: bytes, *, partition: int | None = None
+        ) -> None:
             if topic == REPLY_TO:
                 recorded_at_send.append(len(rig.recorded))
-            await super().send(topic, key, value)
+            await super().send(topic, key, value, partition=partition)
 
     rig.recall.sink = WatchingSink()
     await rig.recall.handle(recall_request(as_of=TS + 500))
@@ -162,10 +164,12 @@ async def test_a_reply_that_fails_to_send_records_no_use() -> None:
     rig = await seeded()
 
     class FailingSink(MemorySink):
-        async def send(self, topic: str, key: str, value: bytes) -> None:
+        async def send(
+            self, topic: str, key: str, value: bytes, *, partition: int | None = None
+        ) -> None:
             if topic == REPLY_TO:
                 raise ConnectionError("broker gone")
-            await super().send(topic, key, value)
+            await super().send(topic, key, value, partition=partition)
 
     rig.recall.sink = FailingSink()
     with pytest.raises(ConnectionError):

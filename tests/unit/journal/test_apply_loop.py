@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ import pytest
 
 from grimoire.agents.handlers.commands import CommandHandler
 from grimoire.agents.handlers.usage import StoreUsage
-from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.apply import JournalApplier, with_agent
 from grimoire.agents.journal.publication import Publication
 from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.journal.witness import PublishedWitness
@@ -301,17 +302,7 @@ async def test_a_tampered_payload_is_dead_lettered_not_applied() -> None:
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
     (message,) = rig.journal()
     entry = decode_entry(message.value)
-    forged = encode_entry(
-        type(entry)(
-            agent_id=entry.agent_id,
-            seq=entry.seq + 1,  # moved to another place in the sequence
-            kind=entry.kind,
-            source=entry.source,
-            key_id=entry.key_id,
-            nonce=entry.nonce,
-            ciphertext=entry.ciphertext,
-        )
-    )
+    forged = encode_entry(replace(entry, seq=entry.seq + 1))  # moved to another place
     report = await rig.applier.apply([InputMessage(forged, TOPICS.journal, 0, 0)])
     assert report.dead_lettered == 1 and rig.rig.store.hashes() == []
     (letter,) = rig.on(TOPICS.dead_letters)
@@ -346,10 +337,12 @@ class BrokerGone(MemorySink):
 
     gone = False
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
         if self.gone and topic == TOPICS.memory_events:
             raise ConnectionError("killed")
-        await super().send(topic, key, value)
+        await super().send(topic, key, value, partition=partition)
 
 
 async def test_decisions_stored_but_not_published_are_published_by_the_next_owner() -> None:
@@ -527,7 +520,7 @@ async def test_a_new_agent_starts_with_the_deployments_defaults_journaled() -> N
     )
     await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES[1:], first_offset=1))
     journal = rig.journal()
-    entries = [decode_entry(m.value) for m in journal]
+    entries = [await with_agent(decode_entry(m.value), rig.keys) for m in journal]
     # agent-2 is new: its defaults come first, with its first sequence number.
     assert [(e.agent_id, e.kind, e.seq) for e in entries] == [
         ("agent-1", EntryKind.EPISODE, 1),

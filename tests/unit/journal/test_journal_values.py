@@ -3,6 +3,8 @@ and commands."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 import pytest
 
@@ -17,11 +19,13 @@ from grimoire.streams.journal.entry import (
     associated_data,
     decode_entry,
     encode_entry,
+    journal_name,
 )
 from grimoire.streams.journal.fold import SourceMarks, runs
 from grimoire.streams.journal.usage import RecallUsage, decode_usage, encode_usage
 from grimoire.topics.schemas import CommandV1
 
+NAME = journal_name(b"deployment secret", "golem-1")
 ENTRY = JournalEntry(
     agent_id="golem-1",
     seq=7,
@@ -30,15 +34,36 @@ ENTRY = JournalEntry(
     key_id="k1",
     nonce=b"\x00" * 12,
     ciphertext=b"sealed bytes",
+    journal=NAME,
 )
 
 
-def test_an_entry_round_trips_and_hides_nothing_but_its_payload() -> None:
+def test_an_entry_round_trips_naming_its_agent_only_by_journal_name() -> None:
     raw = encode_entry(ENTRY)
-    assert decode_entry(raw) == ENTRY
+    # The id comes back from the key store (the fold asks it), not from the log.
+    assert decode_entry(raw) == replace(ENTRY, agent_id="")
     envelope = orjson.loads(raw)
-    assert envelope["agent_id"] == "golem-1" and envelope["source"] == ["g.outcomes", 3, 41]
+    assert envelope["agent"] == NAME and envelope["source"] == ["g.outcomes", 3, 41]
+    assert b"golem-1" not in raw
     assert b"sealed bytes" not in raw  # base64: nothing readable leaks by accident
+
+
+def test_journal_names_are_keyed_stable_and_distinct() -> None:
+    assert journal_name(b"deployment secret", "golem-1") == NAME
+    assert journal_name(b"another secret", "golem-1") != NAME
+    assert journal_name(b"deployment secret", "golem-2") != NAME
+    assert NAME.startswith("j:") and len(NAME) == 34
+
+
+def test_a_version_1_entry_still_reads_with_its_agent_in_clear() -> None:
+    old = {**orjson.loads(encode_entry(ENTRY)), "v": 1, "agent_id": "golem-1"}
+    del old["agent"]
+    assert decode_entry(orjson.dumps(old)) == replace(ENTRY, journal="golem-1")
+
+
+def test_an_entry_without_a_journal_name_is_not_written() -> None:
+    with pytest.raises(InvalidEntry):
+        encode_entry(replace(ENTRY, journal="golem-1"))
 
 
 @pytest.mark.parametrize(
@@ -47,6 +72,8 @@ def test_an_entry_round_trips_and_hides_nothing_but_its_payload() -> None:
         b"not json",
         b"[]",
         b'{"v": 2}',
+        b'{"v": 3}',
+        orjson.dumps({**orjson.loads(encode_entry(ENTRY)), "agent": "golem-1"}),
         orjson.dumps({**orjson.loads(encode_entry(ENTRY)), "kind": "nonsense"}),
         orjson.dumps({**orjson.loads(encode_entry(ENTRY)), "seq": "7"}),
         orjson.dumps({**orjson.loads(encode_entry(ENTRY)), "payload": "!!"}),
