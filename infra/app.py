@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -11,6 +12,7 @@ from faust.types.auth import CredentialsT
 from grimoire.agents.faust_agents import FaustSink, register_agents
 from grimoire.agents.maintenance.pressure import faust_consumer_lag
 from grimoire.agents.ports import Embedder
+from grimoire.infra.purge import register_staging_purge
 from grimoire.infra.runtime import Runtime, worker_topology
 from grimoire.infra.settings import Settings
 from grimoire.infra.transport import tuned_transport
@@ -84,10 +86,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
         settings, FaustSink(app), embedder, lag=faust_consumer_lag(app, ingest_topics)
     )
     register_agents(app, runtime, worker_topology(settings))
+    register_staging_purge(app, settings)
 
     @app.on_before_shutdown.connect  # type: ignore[misc]
     async def _close_runtime(_app: Any, **_: Any) -> None:
         await runtime.close()
+
+    catching_up: set[asyncio.Future[None]] = set()
 
     @app.on_partitions_assigned.connect  # type: ignore[misc]
     async def _on_partitions_assigned(_app: Any, *_: Any, **__: Any) -> None:
@@ -96,6 +101,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
         held: dict[str, list[int]] = {}
         for tp in app.assignor.assigned_actives():
             held.setdefault(tp.topic, []).append(tp.partition)
+        if journal_partitions := held.get(names.journal):
+            # In the background: the check loads the handlers (the model) first.
+            catching_up.add(asyncio.ensure_future(runtime.catch_up_assigned(journal_partitions)))
+            for task in [t for t in catching_up if t.done()]:
+                catching_up.discard(task)
         logger.info(
             "assigned: %s",
             "; ".join(f"{topic} {sorted(parts)}" for topic, parts in sorted(held.items()))

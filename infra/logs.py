@@ -11,5 +11,6 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # Faust and aiokafka are chatty at INFO about every rebalance step.
-    for noisy in ("aiokafka", "faust.transport", "faust.tables", "mode"):
+    # httpx logs every request of the staging purge's S3 calls at INFO.
+    for noisy in ("aiokafka", "faust.transport", "faust.tables", "mode", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 
 import numpy as np
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
@@ -107,8 +108,10 @@ class Runtime:
         self._composed: Composed | None = None
         self._embedder_in_use: Embedder | None = None
         # Journal partitions checked against the store's mark since they were
-        # assigned (`catch_up`).
+        # assigned (`catch_up`); one check at a time, so the apply loop's first batch
+        # waits for a check the assignment started.
         self._caught_up: set[int] = set()
+        self._catching_up = asyncio.Lock()
 
     async def handlers(self) -> Handlers:
         if self._handlers is None:
@@ -190,8 +193,27 @@ class Runtime:
         store lost the fold of the entries between (Redis came back from its
         append-only file without its last second): fold them again first. Entries
         whose effects did survive are recognised by the fold and change nothing."""
-        if partition in self._caught_up:
+        async with self._catching_up:
+            if partition not in self._caught_up:
+                await self._catch_up(partition, first_offset)
+                self._caught_up.add(partition)
+
+    async def catch_up_assigned(self, partitions: Sequence[int]) -> None:
+        """Right after an assignment: each journal partition checked from where the
+        group resumes, so a store that lost its last writes is whole again before
+        anything is read from it, whether or not new entries arrive."""
+        if not partitions:
             return
+        try:
+            resumes = await _committed_journal_offsets(self._settings, partitions)
+            for partition in sorted(resumes):
+                await self.catch_up(partition, resumes[partition])
+        except Exception:
+            # The apply loop's first batch checks again from where it starts.
+            logger.warning("journal partitions %s not checked at assignment", partitions,
+                           exc_info=True)  # fmt: skip
+
+    async def _catch_up(self, partition: int, first_offset: int) -> None:
         handlers = await self.handlers()
         assert self._redis is not None
         progress = RedisJournalProgress(self._redis, self._settings.topic_prefix)
@@ -210,7 +232,6 @@ class Runtime:
                 self._settings, handlers.applier, [partition], start=applied + 1, stop=first_offset
             )
             logger.warning("journal partition %d caught up: %s", partition, report)
-        self._caught_up.add(partition)
 
     async def applied_through(self, offsets: Mapping[int, int]) -> None:
         """Each journal partition's last offset of a batch the fold finished."""
@@ -250,6 +271,30 @@ class Runtime:
             await self._redis.aclose()
         if self._keystore_redis is not None:
             await self._keystore_redis.aclose()
+
+
+async def _committed_journal_offsets(
+    settings: Settings, partitions: Sequence[int]
+) -> dict[int, int]:
+    """Where the worker group resumes each journal partition (partitions it never
+    committed are left out: it reads those from their start)."""
+    journal = TopicNames(settings.topic_prefix).journal
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=settings.app_id,
+        enable_auto_commit=False,
+        **settings.kafka_security.aiokafka_kwargs(),
+    )
+    await consumer.start()
+    try:
+        found: dict[int, int] = {}
+        for partition in partitions:
+            offset = await consumer.committed(TopicPartition(journal, partition))
+            if offset is not None and offset >= 0:
+                found[partition] = offset
+        return found
+    finally:
+        await consumer.stop()
 
 
 def model_bytes(embedder: Embedder) -> Callable[[Sequence[str]], Awaitable[list[bytes]]]:

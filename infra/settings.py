@@ -210,6 +210,23 @@ class Settings(BaseSettings):
     # The cognitive metrics' window (event time, ending at the agent's watermark).
     http_cognitive_window_h: float = Field(168.0, gt=0)
 
+    # The staging purge (infra/purge.py, docs/security.md "Forgetting and its bound"):
+    # what forgetting needs of the broker. "kafka": DeleteRecords (Apache Kafka,
+    # docker-compose); "s3": tansu's s3:// bucket, object by object (`grimoire up`);
+    # "off" (the default: a broker that cannot delete, such as tansu's memory engine
+    # under tests and benches, or one whose kind is not known) keeps every record.
+    staging_purge: Literal["off", "kafka", "s3"] = "off"
+    staging_s3_url: str | None = None  # the S3 endpoint holding tansu's bucket
+    staging_s3_bucket: str = "tansu"
+    # A SeaweedFS master to vacuum after a purge, so deleted bytes leave its volume
+    # files (None: the store's own compaction decides when).
+    staging_s3_vacuum_url: str | None = None
+    # Dead letters, memory events and replies older than this are deleted; inputs
+    # once the workers have committed them. A forgotten agent's records are gone
+    # within retention + interval.
+    staging_retention_s: float = Field(600.0, gt=0)
+    staging_purge_interval_s: float = Field(60.0, gt=0)
+
     data_dir: Path = Path(".grimoire/worker")  # Faust's local state (small; tables live in Redis)
     web_enabled: bool = False
     web_port: int = 6066

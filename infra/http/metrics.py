@@ -59,6 +59,23 @@ LATENCY_BUCKETS: Final = (
 
 # Deployment counters (the metrics hash) → (series, help).
 _DEPLOYMENT_COUNTERS: Final = {
+    "staging_purge_passes": ("grimoire_staging_purge_passes", "Staging purge passes run."),
+    "staging_purged_batches": (
+        "grimoire_staging_purged_batches",
+        "Record batches the staging purge deleted.",
+    ),
+    "staging_purged_records": (
+        "grimoire_staging_purged_records",
+        "Records the staging purge deleted.",
+    ),
+    "staging_purged_bytes": (
+        "grimoire_staging_purged_bytes",
+        "Bytes of batch objects the staging purge deleted (s3).",
+    ),
+    "staging_purge_failures": (
+        "grimoire_staging_purge_failures",
+        "Topics a staging purge pass failed on.",
+    ),
     "ingest_batches": ("grimoire_ingest_batches", "Ingest batches the apply loops folded."),
     "ingest_candidates": (
         "grimoire_ingest_candidates",

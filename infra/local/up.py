@@ -30,6 +30,7 @@ from types import FrameType
 
 from grimoire.infra.local.services import LocalServices, ServicePorts, die_with_parent
 from grimoire.infra.local.worker_process import settings_env, start_worker, stop_worker
+from grimoire.infra.purge import local_staging_settings
 from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.redis_client import create_redis
@@ -201,6 +202,9 @@ def start_stack(settings: Settings, options: UpOptions) -> Stack:
                 "kafka_ssl_cafile": None,
                 "kafka_ssl_certfile": None,
                 "kafka_ssl_keyfile": None,
+                # The durable profile's broker can delete what was consumed: forgetting
+                # then has a bound (docs/security.md, "Forgetting and its bound").
+                **local_staging_settings(services),
             }
         )
         token = asyncio.run(_first_key(settings, options.tenant_prefix))
