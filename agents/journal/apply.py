@@ -86,6 +86,16 @@ async def with_agent(entry: JournalEntry, keys: KeyStore) -> JournalEntry:
     return replace(entry, agent_id=await keys.agent_named(entry.journal) or "")
 
 
+def _is_forget(run: Run[Opened]) -> bool:
+    if run.kind is not EntryKind.COMMAND:
+        return False
+    try:
+        data = orjson.loads(run.items[0].message.value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and data.get("command") == FORGET_OP
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -287,6 +297,11 @@ class JournalApplier:
             # entries than ingest) must be on the broker before the marks say the
             # entries are done, or a crash would drop it unnoticed.
             await self.sink.flush()
+        if _is_forget(run):
+            # The marks name the agent: a forget's own mark would be the one thing of
+            # it left. A copy of the command read again would forget it again, which
+            # erases nothing more.
+            return
         moved = SourceMarks({})
         for item in run.items:
             moved.advance(item.entry.kind, item.entry.source, item.entry.agent_id)
