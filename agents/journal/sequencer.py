@@ -88,6 +88,9 @@ def _owned(raw: bytes, limits: InputLimits) -> tuple[dict[str, Any], str | Rejec
 class SequenceReport:
     journaled: int
     dead_lettered: int
+    # The block timer's commands for agents that no longer exist (forgotten since
+    # it sent them): journaling one would bring the agent back, keys and all.
+    stale: int = 0
 
 
 @dataclass
@@ -114,11 +117,15 @@ class Sequencer:
         owned: list[tuple[str, InputMessage]] = []
         dead = 0
         identities: Identities = {}
+        stale = 0
         for message in messages:
             data, owner = _owned(message.value, self.limits)
             if isinstance(owner, Rejection):
                 await dead_letter(self.sink, self.topics.dead_letters, redacted(message), owner)
                 dead += 1
+                continue
+            if kind is EntryKind.MAINTENANCE and not await self.keys.has_key(owner):
+                stale += 1
                 continue
             admitted = await self._admit(kind, owner, message, data, identities)
             if admitted is None:
@@ -147,7 +154,10 @@ class Sequencer:
             await self._send(
                 agent_id, numbers[agent_id].pop(0), kind, source_of(message), message.value
             )
-        return SequenceReport(len(owned), dead)
+        if stale:
+            logger.info("%d maintenance commands for agents that no longer exist: not journaled",
+                        stale)  # fmt: skip
+        return SequenceReport(len(owned), dead, stale)
 
     async def _defaults_for_new(self, numbers: dict[str, list[int]]) -> dict[str, bytes]:
         """For each agent whose numbers start at 1 (its first entries ever, or since

@@ -98,6 +98,11 @@ class KeyStore(Protocol):
         starting again at 1 never repeats a binding (it names the key id)."""
         ...
 
+    async def has_key(self, agent_id: str) -> bool:
+        """Whether the agent has a key now (seen, and not forgotten since), without
+        creating one."""
+        ...
+
     async def journal_name(self, agent_id: str) -> str:
         """The agent's name in the journal (`streams.journal.entry.journal_name`
         under the deployment's secret, created on first use)."""
@@ -184,6 +189,9 @@ class RedisKeyStore:
     async def agent_named(self, journal: str) -> str | None:
         raw = await self._redis.hget(self._keys.journal_names, journal)  # type: ignore[misc]
         return None if raw is None else _text(raw)
+
+    async def has_key(self, agent_id: str) -> bool:
+        return bool(await self._redis.hexists(self._keys.agent_keys(agent_id), "current"))  # type: ignore[misc]
 
     async def key_for(self, agent_id: str) -> AgentKey:
         name = self._keys.agent_keys(agent_id)
@@ -329,6 +337,9 @@ class CachedKeyStore:
             if agent_id is not None and self._epoch == epoch:
                 self._remember_name(agent_id, journal)
         return agent_id
+
+    async def has_key(self, agent_id: str) -> bool:
+        return agent_id in self._current or await self._store.has_key(agent_id)
 
     def _remember_name(self, agent_id: str, journal: str) -> None:
         if len(self._names) >= self._max_keys:

@@ -55,6 +55,9 @@ class InMemoryKeyStore:
     async def agent_named(self, journal: str) -> str | None:
         return self._named.get(journal)
 
+    async def has_key(self, agent_id: str) -> bool:
+        return agent_id in self._current
+
     async def refresh(self) -> None:
         return None  # nothing cached here
 

@@ -490,6 +490,7 @@ async def test_maintenance_commands_are_not_checked() -> None:
     rig, made, journal_keys = Rig(), await keys(), InMemoryKeyStore()
     payload = orjson.dumps({"agent_id": "agent-1", "reason": "block", "issued_by": "w-1"})
     message = InputMessage(payload, TOPICS.maintenance, partition=0, offset=1)
+    await journal_keys.key_for("agent-1")  # a known agent: the timer sends for no other
     report = await sequencer(rig, made, journal_keys).append(EntryKind.MAINTENANCE, [message])
     assert report.journaled == 1
     assert not made.metrics.counts

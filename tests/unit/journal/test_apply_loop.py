@@ -246,6 +246,18 @@ async def test_a_rejournaled_input_is_applied_once() -> None:
     assert len(await rig.log.records("agent-1")) == 2
 
 
+async def test_a_maintenance_command_for_a_forgotten_agent_is_not_journaled() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    await rig.keys.forget("agent-1")
+    command = InputMessage(orjson.dumps({"agent_id": "agent-1"}), TOPICS.maintenance, 0, 0)
+    before = len(rig.journal())
+    report = await rig.sequencer.append(EntryKind.MAINTENANCE, [command])
+    # Journaled, it would have given the agent a new key and its defaults: back to life.
+    assert report.stale == 1 and report.journaled == 0
+    assert len(rig.journal()) == before and not await rig.keys.has_key("agent-1")
+
+
 async def test_a_forgotten_agents_entries_are_skipped() -> None:
     rig = JournalRig()
     await rig.sequencer.append(EntryKind.EPISODE, messages(*EPISODES))
@@ -426,6 +438,7 @@ async def test_a_slow_maintenance_pass_holds_up_its_own_agent_and_no_other() -> 
     held = HeldMaintenance()
     rig.applier.maintenance = held  # type: ignore[assignment]
     command = InputMessage(orjson.dumps({"agent_id": "agent-1"}), TOPICS.maintenance, 0, 0)
+    await rig.keys.key_for("agent-1")  # a known agent: the block timer sends for no other
     await rig.sequencer.append(EntryKind.MAINTENANCE, [command])
     await rig.sequencer.append(
         EntryKind.EPISODE,
