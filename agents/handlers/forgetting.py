@@ -50,6 +50,8 @@ class Forgetting:
         what Redis holds. Best effort: one already running, or no append-only file
         (the memory profile), is fine."""
         try:
-            await self.redis.bgrewriteaof()
+            config = await self.redis.config_get("appendonly")
+            if config.get("appendonly") in ("yes", b"yes"):
+                await self.redis.bgrewriteaof()
         except (ResponseError, NotImplementedError) as exc:
             logger.debug("append-only file not rewritten after a forget: %s", exc)

@@ -124,7 +124,7 @@ class Sequencer:
                 await dead_letter(self.sink, self.topics.dead_letters, redacted(message), owner)
                 dead += 1
                 continue
-            if kind is EntryKind.MAINTENANCE and not await self.keys.has_key(owner):
+            if kind is EntryKind.MAINTENANCE and await self._stale(owner, data):
                 stale += 1
                 continue
             admitted = await self._admit(kind, owner, message, data, identities)
@@ -158,6 +158,13 @@ class Sequencer:
             logger.info("%d maintenance commands for agents that no longer exist: not journaled",
                         stale)  # fmt: skip
         return SequenceReport(len(owned), dead, stale)
+
+    async def _stale(self, agent_id: str, data: object) -> bool:
+        """A block timer's command for an agent without a key: the timer only sends
+        for agents it has seen, so this one was forgotten since. (A manual request
+        for an agent not seen yet is journaled: its first event may be on its way.)"""
+        issued_by = data.get("issued_by") if isinstance(data, dict) else None
+        return bool(issued_by) and not await self.keys.has_key(agent_id)
 
     async def _defaults_for_new(self, numbers: dict[str, list[int]]) -> dict[str, bytes]:
         """For each agent whose numbers start at 1 (its first entries ever, or since

@@ -250,12 +250,16 @@ async def test_a_maintenance_command_for_a_forgotten_agent_is_not_journaled() ->
     rig = JournalRig()
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
     await rig.keys.forget("agent-1")
-    command = InputMessage(orjson.dumps({"agent_id": "agent-1"}), TOPICS.maintenance, 0, 0)
+    timer = {"agent_id": "agent-1", "issued_by": "worker-1", "pressure": "normal"}
+    command = InputMessage(orjson.dumps(timer), TOPICS.maintenance, 0, 0)
     before = len(rig.journal())
     report = await rig.sequencer.append(EntryKind.MAINTENANCE, [command])
     # Journaled, it would have given the agent a new key and its defaults: back to life.
     assert report.stale == 1 and report.journaled == 0
     assert len(rig.journal()) == before and not await rig.keys.has_key("agent-1")
+    # A manual request for an agent not seen yet is journaled (its events may follow).
+    manual = InputMessage(orjson.dumps({"agent_id": "agent-9"}), TOPICS.maintenance, 0, 1)
+    assert (await rig.sequencer.append(EntryKind.MAINTENANCE, [manual])).journaled == 1
 
 
 async def test_a_forgotten_agents_entries_are_skipped() -> None:
