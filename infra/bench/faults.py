@@ -1,42 +1,63 @@
-"""`grimoire bench faults`: the journal under worker crashes, a Redis restart and hostile input.
+"""`grimoire bench faults`: the journal under real crashes and hostile input, every input kind.
 
-Two runs of the same valid events, on one tansu broker and one Redis (append-only
-file on), each under a prefix of its own:
+Two runs of the same inputs on one durable stack (tansu on its `s3://` engine over a
+local SeaweedFS, Redis with its append-only file fsynced every second), each under a
+prefix of its own:
 
-1. the faulty run: two workers; while the events flow (published in chunks, a few
-   thousand ahead of what is decided, or on after 20 s without a decision), a worker
-   is SIGKILLed (and started again) at seeded points of the publishing, and Redis is
-   stopped and started again once (faults at least 20 s apart); over ten thousand
-   hostile messages go in beside the valid events;
-2. the clean run: one worker, no faults, no fuzz, the same valid events.
+1. the faulty run: an ingest worker and a recall worker (split roles); while the
+   events flow (published in chunks, a few thousand ahead of what is decided, or on
+   after 20 s without a decision), at seeded points of the publishing: workers are
+   SIGKILLed (and started again), Redis is SIGKILLed and started again on its
+   append-only file, and the broker is SIGKILLed and started again on the same
+   object store (faults at least 20 s apart); one recall worker kill lands while a
+   checkpoint's recalls are in flight. Hostile messages (ten thousand by default) go
+   in beside the valid events;
+2. the clean run: one worker with both roles, no faults, no fuzz, the same inputs.
 
-Each agent's valid events go to one topic (its kind fixed by the agent's index), in
-one order, so both journals hold each agent's inputs in the same order and the two
-folds must agree (`"order": "per agent, one topic"`).
+Each agent's valid events (episodes, tool events or transcripts) go to one topic
+(its kind fixed by the agent's index), in one order. At checkpoints (three by
+default, spread over the events) every agent is sent, step by step, a fact; a
+recall served for a run (its usage journaled); the run's outcomes (positive for
+what the recall returned, then `run_ended` with a quality); commands (configure,
+retract an earlier event, retract the previous checkpoint's fact, pin what the
+recall returned first). The kinds are on different topics, sequenced apart, so the
+bench waits before each step until the fold applied the one before (its events
+decided; an input's source partition mark past its offset; a usage record in the
+witness log): both journals then hold each agent's inputs in the same order, and
+the recall answers the same state in both runs, so both folds must agree. The
+inputs sent (`same_inputs_as_clean_run`) and the recall answers
+(`recall_answers_equal_to_clean_run`) are compared too. Both runs search the
+vector lanes exactly (`EXACT_KNN`): an HNSW walk answers by the graph's shape, not
+the agent's state alone.
 
 What is counted:
 
-- `lost`: valid source events with a candidate not in its agent's `decided` hash.
-  The hash is the authoritative check: it is written in the same transaction as
-  the decision, and it is what makes a redelivery a no-op. Memory-events are
-  stored in that transaction too (the outbox) and published after it: a decision
-  with no event on memory-events is counted apart (`decision_events_missing`), and
-  should be 0; an event published twice, byte for byte (a worker killed after the
-  broker had it and before the outbox was trimmed), is a redelivery
-  (`events_redelivered`), not a second decision.
+- `lost`: valid source events with a candidate not in its agent's `decided` hash,
+  plus checkpoint inputs whose effect never showed and recalls that returned
+  items with no usage record (`lost_by`). The hash is the authoritative check: it
+  is written in the same transaction as the decision, and it is what makes a
+  redelivery a no-op. Memory-events are stored in that transaction too (the
+  outbox) and published after it: a decision with no event on memory-events is
+  counted apart (`decision_events_missing`), and should be 0; an event published
+  twice, byte for byte (a worker killed after the broker had it and before the
+  outbox was trimmed), is a redelivery (`events_redelivered`), not a second
+  decision.
 - `duplicated`: valid source events with more than one decision event
   (GrimoireWrite/Quarantine/Reject/Merge/Aggregate) for one of their candidates,
-  or more memory records (aggregates aside) than candidates.
+  or more memory records (aggregates aside) than candidates; plus usage records
+  beyond one per recall that returned items (`duplicated_by`).
 - fuzz: each hostile message is found on its topic again (its bytes are unique)
   and matched, by (topic, partition, offset), to a dead letter, directly or
   through the journal entry a poison dead letter names; a valid-looking one is
   accounted for by its candidates in its agent's `decided` hash.
 - `digest_equal_to_clean_run`: every agent's state digest equal between the runs.
-  The witness log's records name journal positions (partition, offset), which
-  differ between two journals whatever the fold did (other agents' and hostile
-  entries interleave, a crashed sequencer re-journals), so the witness family is
-  compared by each record's (seq, op, ids, fields digest), everything else as
-  `agent_digest` digests it. Full `agent_digest` equality is reported beside it.
+  The witness log's records name journal positions (partition, offset), and the
+  usage entries applied are kept by journal sequence number, both of which differ
+  between two journals whatever the fold did (other agents' and hostile entries
+  interleave, a crashed sequencer re-journals, spending numbers), so the witness
+  family is compared by each record's (seq, op, ids, fields digest), the usage
+  entries applied by their count, everything else as `agent_digest` digests it.
+  Full `agent_digest` equality is reported beside it.
 - audit: every agent's chain of the faulty run verifies; one stored witness record
   is then rewritten and the audit must find the break (the record is restored).
 """
@@ -44,6 +65,7 @@ What is counted:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -54,13 +76,13 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
 from grimoire.agents.journal.sequencer import agent_of
@@ -77,38 +99,60 @@ from grimoire.streams.journal.entry import InvalidEntry, decode_entry
 from grimoire.streams.model.records import EventType
 from grimoire.streams.trust.witness import canonical_bytes
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.journal.marks import mark_field
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.trust.agent_keys import agent_footprint
 from grimoire.tables.trust.digest import agent_digest, footprint_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
-from grimoire.topics.client import GrimoireClient, RecallTimeout
+from grimoire.topics.client import GrimoireClient, RecallFailed, RecallTimeout
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.offsets import true_end_offsets
-from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
+from grimoire.topics.schemas import (
+    CommandV1,
+    EpisodeV1,
+    FactV1,
+    OutcomeV1,
+    ToolEventV1,
+    TranscriptV1,
+)
 
 __all__ = [
     "DECISION_EVENTS",
+    "FAULT_ACTIONS",
     "FUZZ_KINDS",
+    "INGEST_SLOT",
+    "INPUT_KINDS",
+    "RECALL_SLOT",
+    "SLOT_ROLES",
+    "AgentCheckpoint",
     "Expected",
+    "Fault",
     "FaultPlan",
     "FuzzAccount",
     "FuzzMessage",
+    "SendGate",
     "ValidAccount",
     "ValidEvent",
     "account_fuzz",
     "account_valid",
+    "checkpoint_chunks",
+    "checkpoint_inputs",
+    "command_inputs",
     "comparable_digest",
     "decided_sets",
     "decided_total",
     "decision_event_counts",
     "expected_candidates",
     "expected_outcome",
+    "fact_event_id",
     "fault_plan",
     "fuzz_messages",
+    "outcome_inputs",
     "read_topics",
     "records_per_event",
     "run_faults_bench",
     "valid_events",
+    "witness_ops",
 ]
 
 logger = logging.getLogger(__name__)
@@ -156,6 +200,8 @@ class ValidEvent:
     agent_id: str
     event_id: str
     value: bytes
+    step: int = 0  # the agent's how-manieth event (its tick and block)
+    ts: int = 0  # its event time
 
 
 # The heartbeats and tool calls are the ingest bench's (`event_stream`); its chat
@@ -248,8 +294,159 @@ def valid_events(*, events: int, agents: int, seed: int) -> list[ValidEvent]:
                 turn_id=f"t-{step // 2}",
                 line={"role": role, "content": content},
             ).dumps_json()
-        out.append(ValidEvent(kind, agent, event_id, value))
+        out.append(ValidEvent(kind, agent, event_id, value, step, ts))
     return out
+
+
+# ---- the other inputs: facts, recalls, outcomes, commands -------------------------
+
+# Every input kind the bench sends (the valid events' three, then the rest, which go
+# in at checkpoints).
+INPUT_KINDS: Final = (*INGEST_KINDS, "facts", "recall_requests", "outcomes", "commands")
+_VENUES: Final = ("uniswap", "curve", "balancer")
+_STATES: Final = ("healthy", "thin", "paused", "migrating")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCheckpoint:
+    """What one agent is sent at one checkpoint, each step applied before the next
+    is sent (they are on different topics, so only waiting keeps their journal
+    order, and that order, the same in both runs, is what makes the folds
+    comparable): a fact; a recall served for a run (its usage journaled); the
+    run's outcomes (positive for what the recall returned, then the run's end);
+    commands (configure, retract an earlier event, retract the previous
+    checkpoint's fact, pin what the recall returned first)."""
+
+    agent_id: str
+    index: int
+    step: int  # the agent's valid events published before it
+    ts: int  # event time: after the agent's last event, before its next (a block on)
+    fact: bytes
+    query: str
+    run_id: str
+    configure: Mapping[str, Any]
+    retract_event: str | None  # an earlier valid event of the agent
+    retract_fact: str | None  # the previous checkpoint's fact (its event id)
+
+
+def fact_event_id(agent_id: str, index: int) -> str:
+    return f"{agent_id}-fact{index:02d}"
+
+
+def checkpoint_inputs(
+    agent_id: str, index: int, before: Sequence[ValidEvent], *, seed: int
+) -> AgentCheckpoint:
+    """The agent's inputs at checkpoint `index`, from its valid events published
+    before it (`before`, in order): seeded, so both runs send the same."""
+    rng = random.Random(f"{seed}:{agent_id}:{index}")  # a str seed is hashed stably
+    step = len(before)
+    ts = (before[-1].ts if before else GENESIS_MS) + 1
+    venue = rng.choice(_VENUES)
+    fact = FactV1(
+        agent_id=agent_id,
+        ts=ts,
+        subject=f"{venue} pool",
+        predicate="status",
+        object=rng.choice(_STATES),
+        valid_from=step,
+        event_id=fact_event_id(agent_id, index),
+    ).dumps_json()
+    query = f"{venue} {' '.join(rng.choice(_WORDS) for _ in range(3))} position"
+    return AgentCheckpoint(
+        agent_id=agent_id,
+        index=index,
+        step=step,
+        ts=ts,
+        fact=fact,
+        query=query,
+        run_id=f"run-{index:02d}",
+        configure={"top_k": 3 + (index % 3), "outcome_bias": 0.9},
+        retract_event=before[rng.randrange(step)].event_id if step else None,
+        retract_fact=fact_event_id(agent_id, index - 1) if index > 0 else None,
+    )
+
+
+def outcome_inputs(cp: AgentCheckpoint, recalled: Sequence[str]) -> list[tuple[str, bytes]]:
+    """(label, value): a positive outcome for the first two memories the recall
+    returned (none when it returned nothing), then the run's end with a quality."""
+    out: list[tuple[str, bytes]] = []
+    if recalled:
+        positive = OutcomeV1(
+            agent_id=cp.agent_id,
+            ts=cp.ts + 2,
+            outcome="positive",
+            memory_ids=list(recalled[:2]),
+            event_id=f"{cp.agent_id}-cp{cp.index:02d}-positive",
+        )
+        out.append(("outcomes.positive", positive.dumps_json()))
+    ended = OutcomeV1(
+        agent_id=cp.agent_id,
+        ts=cp.ts + 3,
+        outcome="run_ended",
+        run_id=cp.run_id,
+        quality=(0.35, 0.8, 0.6)[cp.index % 3],
+        event_id=f"{cp.agent_id}-cp{cp.index:02d}-ended",
+    )
+    out.append(("outcomes.run_ended", ended.dumps_json()))
+    return out
+
+
+def command_inputs(cp: AgentCheckpoint, recalled: Sequence[str]) -> list[tuple[str, bytes]]:
+    """(label, value), in the order they go on the commands topic (one partition for
+    the agent: applied in this order)."""
+    prefix = f"{cp.agent_id}-cp{cp.index:02d}"
+    commands: list[tuple[str, CommandV1]] = [
+        (
+            "commands.configure",
+            CommandV1(
+                agent_id=cp.agent_id,
+                command="configure",
+                config=dict(cp.configure),
+                ts=cp.ts + 4,
+                event_id=f"{prefix}-configure",
+            ),
+        )
+    ]
+    if cp.retract_event is not None:
+        retract = CommandV1(
+            agent_id=cp.agent_id,
+            command="retract",
+            source_event_id=cp.retract_event,
+            ts=cp.ts + 5,
+            event_id=f"{prefix}-retract",
+        )
+        commands.append(("commands.retract", retract))
+    if cp.retract_fact is not None:
+        retract = CommandV1(
+            agent_id=cp.agent_id,
+            command="retract",
+            source_event_id=cp.retract_fact,
+            ts=cp.ts + 6,
+            event_id=f"{prefix}-retract-fact",
+        )
+        commands.append(("commands.retract_fact", retract))
+    if recalled:
+        pin = CommandV1(
+            agent_id=cp.agent_id,
+            command="pin",
+            memory_id=recalled[0],
+            ts=cp.ts + 7,
+            event_id=f"{prefix}-pin",
+        )
+        commands.append(("commands.pin", pin))
+    return [(label, command.dumps_json()) for label, command in commands]
+
+
+def checkpoint_chunks(chunks: int, checkpoints: int) -> tuple[int, ...]:
+    """After how many published chunks each checkpoint comes: spread evenly, after
+    the first chunk and before the last (at most one per chunk boundary)."""
+    if chunks < 2 or checkpoints < 1:
+        return ()
+    points = {
+        max(1, min(chunks - 1, round(chunks * (n + 1) / (checkpoints + 1))))
+        for n in range(checkpoints)
+    }
+    return tuple(sorted(points))
 
 
 # ---- the hostile messages ---------------------------------------------------------
@@ -988,40 +1185,85 @@ def account_fuzz(
 # ---- the fault plan (pure) ---------------------------------------------------------
 
 
+# The faulty run's workers, by slot: one folds the journal, one serves the reads.
+SLOT_ROLES: Final = ("ingest", "recall")
+INGEST_SLOT: Final = 0
+RECALL_SLOT: Final = 1
+FAULT_ACTIONS: Final = ("kill", "redis_crash", "redis_restart", "broker_restart")
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
     at: float  # fraction of the valid events published
-    action: str  # "kill" | "redis_restart"
+    action: str  # one of FAULT_ACTIONS
     worker: int = 0  # which worker slot (kill)
     delay_s: float = 0.0  # after the threshold, so faults land anywhere in a batch
-    downtime_s: float = 0.0  # Redis stopped this long
+    downtime_s: float = 0.0  # Redis or the broker down this long
+    # Fired while this checkpoint's recalls are in flight (not on the timeline).
+    checkpoint: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
     faults: tuple[Fault, ...]
 
+    @property
+    def timeline(self) -> tuple[Fault, ...]:
+        return tuple(f for f in self.faults if f.checkpoint is None)
 
-def fault_plan(*, kills: int, redis_restarts: int, workers: int, seed: int) -> FaultPlan:
-    """Each fault in its own stretch of [0.1, 0.85] of the events published, at a
-    seeded point within it, so faults never pile up and each happens while events flow."""
+    def at_checkpoint(self, index: int) -> tuple[Fault, ...]:
+        return tuple(f for f in self.faults if f.checkpoint == index)
+
+
+def fault_plan(
+    *,
+    kills: int,
+    seed: int,
+    redis_crashes: int = 0,
+    broker_restarts: int = 0,
+    redis_restarts: int = 0,
+    workers: int = 2,
+    checkpoints: int = 0,
+) -> FaultPlan:
+    """Each timeline fault in its own stretch of [0.1, 0.85] of the events published,
+    at a seeded point within it, so faults never pile up and each happens while
+    events flow. Kills go to the worker slots in turn (every role is killed once
+    there are as many kills as slots); with checkpoints and a recall worker, one of
+    the recall worker's kills lands while a checkpoint's recalls are in flight
+    (recalls come only at checkpoints)."""
     rng = random.Random(seed ^ 0xFA17)
-    actions = ["kill"] * kills + ["redis_restart"] * redis_restarts
+    slots = [n % workers for n in range(kills)]
+    rng.shuffle(slots)
+    at_recalls: list[Fault] = []
+    if checkpoints > 0 and workers > RECALL_SLOT and RECALL_SLOT in slots:
+        slots.remove(RECALL_SLOT)
+        at_recalls.append(
+            Fault(
+                at=0.0,
+                action="kill",
+                worker=RECALL_SLOT,
+                delay_s=round(rng.uniform(0.05, 0.6), 2),
+                checkpoint=rng.randrange(checkpoints),
+            )
+        )
+    actions: list[tuple[str, int]] = [("kill", slot) for slot in slots]
+    actions += [("redis_crash", 0)] * redis_crashes + [("broker_restart", 0)] * broker_restarts
+    actions += [("redis_restart", 0)] * redis_restarts
     rng.shuffle(actions)
     span = (0.85 - 0.1) / max(1, len(actions))
     faults = []
-    for slot, action in enumerate(actions):
+    for slot, (action, worker) in enumerate(actions):
         at = 0.1 + span * slot + rng.uniform(0.15, 0.85) * span
         faults.append(
             Fault(
                 at=round(at, 4),
                 action=action,
-                worker=rng.randrange(workers),
+                worker=worker,
                 delay_s=round(rng.uniform(0.0, 2.0), 2),
-                downtime_s=round(rng.uniform(1.0, 4.0), 2) if action == "redis_restart" else 0.0,
+                downtime_s=round(rng.uniform(1.0, 4.0), 2) if action != "kill" else 0.0,
             )
         )
-    return FaultPlan(tuple(faults))
+    return FaultPlan((*faults, *at_recalls))
 
 
 # ---- the workers -------------------------------------------------------------------
@@ -1031,10 +1273,17 @@ class _Workers:
     """One run's worker processes: started, SIGKILLed and started again; a worker
     that exits without being killed (or stopped) here has crashed."""
 
-    def __init__(self, settings: Settings, root: Path, root_dir: Path) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        root: Path,
+        root_dir: Path,
+        roles: Sequence[str] = ("ingest,recall",),
+    ) -> None:
         self.settings = settings
         self.root = root  # the repository (the worker's cwd)
         self.dir = root_dir
+        self.roles = tuple(roles)  # each slot's GRIMOIRE_WORKER_ROLES
         self.slots: dict[int, subprocess.Popen[bytes]] = {}
         self.started_at: dict[int, float] = {}
         self.logs: dict[int, Path] = {}  # pid -> log
@@ -1048,13 +1297,14 @@ class _Workers:
         self._incarnation += 1
         data_dir = self.dir / "data" / f"worker-{slot}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        settings = self.settings.model_copy(update={"data_dir": data_dir})
+        role = self.roles[slot]
+        settings = self.settings.model_copy(update={"data_dir": data_dir, "worker_roles": role})
         log = self.dir / "log" / f"worker-{slot}-{self._incarnation}.log"
         process = start_worker(settings, log, cwd=self.root)
         self.slots[slot] = process
         self.started_at[slot] = time.monotonic()
         self.logs[process.pid] = log
-        logger.info("worker %d started (pid %d, log %s)", slot, process.pid, log)
+        logger.info("worker %d (%s) started (pid %d, log %s)", slot, role, process.pid, log)
 
     def kill(self, slot: int) -> None:
         process = self.slots[slot]
@@ -1215,23 +1465,40 @@ async def _wait_quiet(
 # ---- digests -----------------------------------------------------------------------
 
 
+# Families that name journal coordinates, compared by content apart: the witness
+# log's records name journal positions, and the usage entries applied are kept by
+# their journal sequence numbers, which a sequencer killed after journaling (its
+# inputs journaled again, skipped by the fold, each spending a number) moves on for
+# every later entry of the agent, whatever the fold did.
+_BY_POSITION: Final = frozenset({"witness", "usage_applied"})
+
+
 async def comparable_digest(redis: Redis, prefix: str, agent: str) -> dict[str, str]:
-    """The agent's state digest with its witness log compared by content: `state`
-    (every family but the witness log, as `agent_digest` digests it), `witness`
-    (each record's seq, op, ids and fields digest), and `digest` over both."""
+    """The agent's state digest with what names journal coordinates compared by
+    content: `state` (every family but the witness log and the usage entries
+    applied, as `agent_digest` digests it), `witness` (each record's seq, op, ids
+    and fields digest), `usage_applied` (how many usage entries were applied), and
+    `digest` over the three."""
     footprint = await agent_footprint(redis, prefix, agent)
-    families = {name: keys for name, keys in footprint.families.items() if name != "witness"}
+    families = {name: keys for name, keys in footprint.families.items() if name not in _BY_POSITION}
     state = await footprint_digest(redis, replace(footprint, families=families))
     records = await RedisWitnessLog(redis, prefix).records(agent)
     chain = [[r.seq, r.op, list(r.ids), r.fields_digest] for r in records]
     witness = hashlib.sha256(canonical_bytes(chain)).hexdigest()
-    digest = hashlib.sha256(f"{state.sha256}\n{witness}".encode()).hexdigest()
+    usage_applied = int(await redis.zcard(Keyspace(prefix).applied_usage(agent)))
+    digest = hashlib.sha256(f"{state.sha256}\n{witness}\n{usage_applied}".encode()).hexdigest()
     return {
         "digest": digest,
         "state": state.sha256,
         "witness": witness,
         "records": str(len(records)),
+        "usage_applied": str(usage_applied),
     }
+
+
+async def witness_ops(redis: Redis, prefix: str, agent: str) -> Counter[str]:
+    """The agent's witness records by op."""
+    return Counter(r.op for r in await RedisWitnessLog(redis, prefix).records(agent))
 
 
 async def _family_digests(redis: Redis, prefix: str, agent: str) -> dict[str, str]:
@@ -1239,7 +1506,7 @@ async def _family_digests(redis: Redis, prefix: str, agent: str) -> dict[str, st
     footprint = await agent_footprint(redis, prefix, agent)
     out: dict[str, str] = {}
     for name, keys in footprint.families.items():
-        if name == "witness":
+        if name in _BY_POSITION:
             continue
         part = replace(footprint, families={name: keys}, members={})
         out[name] = (await footprint_digest(redis, part)).sha256
@@ -1285,6 +1552,16 @@ def _summary(record: Any) -> dict[str, Any] | None:
 # ---- the runs ----------------------------------------------------------------------
 
 
+# The vector lanes' hybrid policy in both runs: RediSearch's own choice, which is
+# exact brute force over one agent's memories here. The deployment's default,
+# BATCHES, walks the prefix's one HNSW graph, whose shape depends on the order
+# every agent's vectors went in (and a Redis restart rebuilds it in another): two
+# runs of the same inputs then answer a recall differently whatever their states,
+# and what a recall returned is journaled (usage, a run's learning), so the folds
+# part for a reason no fault caused.
+EXACT_KNN: Final = ""
+
+
 @dataclass
 class _Env:
     base: Settings
@@ -1297,6 +1574,8 @@ class _Env:
     total_candidates: int
     seed: int
     fuzz_kinds: tuple[str, ...] = FUZZ_KINDS
+    checkpoints: int = 3
+    knn_hybrid_policy: str = EXACT_KNN
 
 
 def _run_settings(env: _Env, prefix: str) -> Settings:
@@ -1306,6 +1585,7 @@ def _run_settings(env: _Env, prefix: str) -> Settings:
             "app_id": f"grimoire-{prefix}",
             "maintenance_enabled": False,
             "block_interval_s": 3_600.0,
+            "knn_hybrid_policy": env.knn_hybrid_policy,
         }
     )
 
@@ -1340,107 +1620,532 @@ def _chunks(
     return chunks
 
 
-async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, Any]:
-    prefix = f"fa{uuid.uuid4().hex[:6]}"
-    settings = _run_settings(env, prefix)
-    topics = TopicNames(prefix)
-    workers = _Workers(settings, env.root, env.state_dir / prefix)
-    started = time.perf_counter()
-    for slot in range(2):
-        workers.start(slot)
-    redis = Redis.from_url(settings.redis_url)
-    fired: list[dict[str, Any]] = []
-    stalled = False
-    try:
-        async with GrimoireClient(
-            settings.bootstrap_servers, prefix, partitions=settings.partitions, client_id=CLIENT_ID
-        ) as client:
-            await _until_ready(client, workers)
-            fuzz = fuzz_messages(
-                topics,
-                count=fuzz_count,
-                seed=env.seed,
-                reply_to=client.reply_topic,
-                kinds=env.fuzz_kinds,
-            )
-            expected_fuzz = [
-                expected_outcome(topics, m.topic_kind, m.value, settings) for m in fuzz
-            ]
-            fuzz_agents = sorted(
-                {agent for e in expected_fuzz for agent, _ in e.candidates} | {m.key for m in fuzz}
-            )
-            chunks = _chunks(env, fuzz, topics)
-            pending = list(plan.faults)
-            backlog = max(2_000, env.total_candidates // 10)
-            progress = {"decided": 0, "changed": time.monotonic(), "fault": 0.0, "published": 0.0}
+# Inputs made of a recall's answer (its memory ids): equal between the runs exactly
+# when the answers are (`recall_answers_equal_to_clean_run`).
+_FROM_ANSWERS: Final = frozenset({"outcomes.positive", "commands.pin"})
 
-            async def poll() -> int:
-                workers.check()
-                decided = await decided_total(redis, prefix, env.agents)
-                if decided is not None and decided != progress["decided"]:
-                    progress["decided"], progress["changed"] = decided, time.monotonic()
-                while (
-                    pending
-                    and progress["published"] >= pending[0].at
-                    and time.monotonic() - progress["fault"] >= _FAULT_GAP_S
-                ):
-                    fault = pending.pop(0)
-                    await asyncio.sleep(fault.delay_s)
-                    record = {
-                        "action": fault.action,
-                        "at_published": round(progress["published"], 3),
-                        "at_decided": progress["decided"],
-                    }
-                    if fault.action == "kill":
-                        workers.kill(fault.worker)
-                        record["worker"] = fault.worker
-                    else:
-                        logger.info("restarting Redis (down %.1fs)", fault.downtime_s)
-                        t0 = time.perf_counter()
-                        await asyncio.to_thread(env.services.restart_redis, fault.downtime_s)
-                        record["outage_s"] = round(time.perf_counter() - t0, 2)
-                        logger.info("Redis is back after %.1fs", record["outage_s"])
-                    fired.append(record)
-                    progress["changed"] = progress["fault"] = time.monotonic()
-                return int(progress["decided"])
 
-            published_candidates = 0
-            for index, (records, cumulative) in enumerate(chunks):
-                # A few thousand candidates ahead of the decisions, so faults land
-                # while events flow; when decisions stop (lost events never come),
-                # publishing goes on after a while rather than waiting for them.
-                while (
-                    published_candidates - await poll() > backlog
-                    and time.monotonic() - progress["changed"] < _PACE_WAIT_S
-                ):
-                    await asyncio.sleep(0.5)
+class SendGate:
+    """Many holders at once (the bench sending), or one alone (a broker restart):
+    nothing the bench itself sends is in flight while the broker is down. A record
+    the broker stored but never acknowledged would be sent again, a second copy of
+    an input: the workers' handling of the restart is what is under test, not the
+    bench's producer."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._cond:
+            self._exclusive = True  # first: no new holder gets in while it waits
+            await self._cond.wait_for(lambda: self._shared == 0)
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+async def _crash(services: LocalServices, name: str, downtime_s: float) -> dict[str, Any]:
+    """SIGKILL a service (`services.pids()` name), leave it down `downtime_s`, and
+    start it again on the same storage."""
+    pid = services.pids().get(name)
+    if pid is None:
+        raise RuntimeError(f"{name} is not running: nothing to crash")
+    began = time.perf_counter()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20.0
+    while name in services.pids():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} (pid {pid}) outlived SIGKILL")
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(downtime_s)
+    await asyncio.to_thread(services.up)
+    return {"pid": pid, "outage_s": round(time.perf_counter() - began, 2)}
+
+
+class _Driver:
+    """A run's progress (candidates decided, polled), its workers watched (one that
+    dies on its own is started again and counted), and, in the faulty run, its
+    timeline faults fired once enough of the events are published and the last
+    fault is `_FAULT_GAP_S` behind."""
+
+    def __init__(
+        self,
+        env: _Env,
+        workers: _Workers,
+        redis: Redis,
+        prefix: str,
+        gate: SendGate,
+        faults: Sequence[Fault] = (),
+    ) -> None:
+        self.env = env
+        self.workers = workers
+        self.redis = redis
+        self.prefix = prefix
+        self.gate = gate
+        self.pending = list(faults)
+        self.fired: list[dict[str, Any]] = []
+        self.decided = 0
+        self.changed = time.monotonic()
+        self.last_fault = float("-inf")
+        self.published = 0.0  # fraction of the chunks published
+        self._firing = asyncio.Lock()
+        self._stop = False
+
+    async def poll(self) -> None:
+        self.workers.check()
+        decided = await decided_total(self.redis, self.prefix, self.env.agents)
+        if decided is not None and decided != self.decided:
+            self.decided, self.changed = decided, time.monotonic()
+        while (
+            self.pending
+            and self.published >= self.pending[0].at
+            and time.monotonic() - self.last_fault >= _FAULT_GAP_S
+        ):
+            fault = self.pending.pop(0)
+            await asyncio.sleep(fault.delay_s)
+            await self.fire(fault)
+
+    async def run(self) -> None:
+        while not self._stop:
+            await self.poll()
+            await asyncio.sleep(0.5)
+
+    async def stop(self, task: asyncio.Task[None]) -> None:
+        """Let a fault under way finish (a service half restarted would be left down)."""
+        self._stop = True
+        await task
+
+    async def wait_gap(self) -> None:
+        while time.monotonic() - self.last_fault < _FAULT_GAP_S:
+            await asyncio.sleep(0.25)
+
+    async def fire(self, fault: Fault, *, checkpoint: int | None = None) -> None:
+        async with self._firing:
+            record: dict[str, Any] = {
+                "action": fault.action,
+                "at_published": round(self.published, 3),
+                "at_decided": self.decided,
+            }
+            if checkpoint is not None:
+                record["during_recalls_of_checkpoint"] = checkpoint
+            services = self.env.services
+            if fault.action == "kill":
+                record.update(worker=fault.worker, role=self.workers.roles[fault.worker])
+                self.workers.kill(fault.worker)
+            elif fault.action == "redis_crash":
+                logger.info("Redis: SIGKILL (down %.1fs)", fault.downtime_s)
+                record.update(await _crash(services, "redis", fault.downtime_s))
+            elif fault.action == "broker_restart":
+                logger.info("the broker: SIGKILL (down %.1fs)", fault.downtime_s)
+                async with self.gate.exclusive():
+                    record.update(await _crash(services, "kafka", fault.downtime_s))
+            elif fault.action == "redis_restart":
+                logger.info("Redis: clean restart (down %.1fs)", fault.downtime_s)
+                began = time.perf_counter()
+                await asyncio.to_thread(services.restart_redis, fault.downtime_s)
+                record["outage_s"] = round(time.perf_counter() - began, 2)
+            else:
+                raise ValueError(f"unknown fault {fault.action!r}")
+            logger.info("fault fired: %s", record)
+            self.fired.append(record)
+            self.changed = self.last_fault = time.monotonic()
+
+
+class _Inputs:
+    """The bench's own producer for what goes in at checkpoints: each input is sent
+    alone and waited for, so its (partition, offset) is known, and the fold's mark
+    for that source partition says when it has been applied."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def send(self, topic: str, key: str, value: bytes) -> tuple[int, int]:
+        meta = await self._producer.send_and_wait(topic, value=value, key=key.encode())
+        return meta.partition, meta.offset
+
+
+class _Run:
+    """One run: its workers, its publishing (valid events in chunks, the fuzz among
+    them in the faulty run) and its checkpoints, where every agent is sent a fact,
+    a recall, outcomes and commands (`AgentCheckpoint`), each applied before the
+    next is sent."""
+
+    def __init__(
+        self,
+        env: _Env,
+        *,
+        faulty: bool,
+        fuzz_count: int = 0,
+        plan: FaultPlan | None = None,
+    ) -> None:
+        self.env = env
+        self.faulty = faulty
+        self.fuzz_count = fuzz_count
+        self.plan = plan or FaultPlan(())
+        self.prefix = f"{'fa' if faulty else 'fb'}{uuid.uuid4().hex[:6]}"
+        self.settings = _run_settings(env, self.prefix)
+        self.topics = TopicNames(self.prefix)
+        self.keys = Keyspace(self.prefix)
+        roles = SLOT_ROLES if faulty else ("ingest,recall",)
+        self.workers = _Workers(self.settings, env.root, env.state_dir / self.prefix, roles)
+        self.redis = Redis.from_url(self.settings.redis_url)
+        self.gate = SendGate()
+        self.inputs = _Inputs(self.settings.bootstrap_servers)
+        self.driver = _Driver(
+            env, self.workers, self.redis, self.prefix, self.gate, self.plan.timeline
+        )
+        # What went in at checkpoints, by label; per agent, in order, what was
+        # planned (labels and bytes, recalls by query: not what was made of a
+        # recall's answer, compared apart), for comparing both runs' inputs.
+        self.sent: Counter[str] = Counter()
+        self.sent_log: dict[str, list[tuple[str, bytes]]] = {a: [] for a in env.agents}
+        self.answers: dict[str, list[list[str] | None]] = {a: [] for a in env.agents}
+        self.usage_expected: Counter[str] = Counter()  # recalls that returned items
+        self.unapplied: list[dict[str, Any]] = []  # inputs whose effect never showed
+        self.checkpoints: list[dict[str, Any]] = []
+        self._expected_fuzz: list[Expected] = []
+        self._publish_s = 0.0  # when every candidate was decided (perf_counter)
+        self._driver_task: asyncio.Task[None] | None = None
+
+    def _driver_alive(self) -> None:
+        """Raise what ended the driver (workers that keep crashing, a service that
+        would not start again): the run cannot go on without it."""
+        task = self._driver_task
+        if task is not None and task.done():
+            task.result()
+            raise RuntimeError("the run's driver stopped")
+
+    # -- waiting for the fold --------------------------------------------------------
+
+    def _stalled(self, since: float) -> bool:
+        """Nothing decided for `_STALL_S` (and this wait began that long ago)."""
+        now = time.monotonic()
+        return now - since > _STALL_S and now - self.driver.changed > _STALL_S
+
+    async def until_decided(self, agent: str, events: Sequence[ValidEvent]) -> bool:
+        missing = [cand for e in events for _, cand in self.env.expected_valid[e.event_id]]
+        key = self.keys.decided(agent)
+        began = time.monotonic()
+        while missing:
+            if self._stalled(began):
+                return False
+            try:
+                found = await self.redis.hmget(key, missing)
+            except Exception:  # Redis down (a fault): ask again
+                found = None
+            if found is not None:
+                missing = [c for c, v in zip(missing, found, strict=True) if v is None]
+            if missing:
+                await asyncio.sleep(0.3)
+        return True
+
+    async def until_applied(self, agent: str, topic: str, partition: int, offset: int) -> bool:
+        field_name = mark_field((agent, topic, partition))
+        began = time.monotonic()
+        while time.monotonic() - began < _STALL_S:
+            try:
+                raw = await self.redis.hget(self.keys.applied_sources, field_name)
+            except Exception:
+                raw = None
+            if raw is not None and int(text_of(raw)) >= offset:
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    async def _witness_tail(self, agent: str) -> str:
+        """Where the agent's witness log ends now, as an XRANGE start after it."""
+        while True:
+            try:
+                last = await self.redis.xrevrange(self.keys.witness(agent), count=1)
+                return f"({text_of(last[0][0])}" if last else "-"
+            except Exception:
+                await asyncio.sleep(0.3)
+
+    async def until_usage(self, agent: str, after: str) -> bool:
+        """Until a usage record follows `after` in the agent's witness log."""
+        began = time.monotonic()
+        while time.monotonic() - began < _STALL_S:
+            entries: Any = []
+            with contextlib.suppress(Exception):  # Redis down (a fault): ask again
+                entries = await self.redis.xrange(self.keys.witness(agent), min=after, max="+")
+            for _, fields in entries:
+                if orjson.loads(fields[b"record"]).get("op") == "usage":
+                    return True
+            await asyncio.sleep(0.2)
+        return False
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    async def _send(
+        self, index: int, agent: str, topic_kind: str, records: Sequence[tuple[str, bytes]]
+    ) -> None:
+        """Send the records in order (one topic: one partition for the agent), then
+        wait until the fold applied the last."""
+        topic = _topic(self.topics, topic_kind)
+        where = (0, -1)
+        for label, value in records:
+            async with self.gate.shared():
+                where = await self.inputs.send(topic, agent, value)
+            self.sent[label] += 1
+            if label not in _FROM_ANSWERS:
+                self.sent_log[agent].append((label, value))
+        if not await self.until_applied(agent, topic, *where):
+            self.unapplied.append(
+                {"agent": agent, "checkpoint": index, "inputs": [label for label, _ in records]}
+            )
+
+    async def _recall(self, cp: AgentCheckpoint, client: GrimoireClient) -> tuple[str, ...]:
+        agent = cp.agent_id
+        tail = await self._witness_tail(agent)
+        self.sent["recall_requests"] += 1
+        self.sent_log[agent].append(("recall_requests", f"{cp.query}|{cp.run_id}".encode()))
+        try:
+            async with self.gate.shared():
+                answer = await client.recall(
+                    agent, cp.query, serving_run_id=cp.run_id, timeout=_STALL_S
+                )
+        except (RecallTimeout, RecallFailed) as exc:
+            self.answers[agent].append(None)
+            error = f"{type(exc).__name__}: {exc}"[:200]
+            self.unapplied.append(
+                {
+                    "agent": agent,
+                    "checkpoint": cp.index,
+                    "inputs": ["recall_requests"],
+                    "error": error,
+                }
+            )
+            return ()
+        recalled = tuple(item.id for item in answer.items)
+        self.answers[agent].append(list(recalled))
+        if recalled:  # delivered items: a usage entry is journaled
+            self.usage_expected[agent] += 1
+            if not await self.until_usage(agent, tail):
+                self.unapplied.append({"agent": agent, "checkpoint": cp.index, "inputs": ["usage"]})
+        return recalled
+
+    async def checkpoint(self, index: int, published: int, client: GrimoireClient) -> None:
+        """Every agent, side by side, step by step: its events published so far all
+        decided; a fact; a recall (a recall worker kill may land among them); the
+        run's outcomes; commands."""
+        began = time.perf_counter()
+        before: dict[str, list[ValidEvent]] = {a: [] for a in self.env.agents}
+        for event in self.env.valid[:published]:
+            before[event.agent_id].append(event)
+        cps = [
+            checkpoint_inputs(agent, index, before[agent], seed=self.env.seed)
+            for agent in self.env.agents
+        ]
+        logger.info("%s run: checkpoint %d after %d events", self._name, index, published)
+        decided = await asyncio.gather(*(self.until_decided(a, before[a]) for a in before))
+        undecided = [a for a, ok in zip(before, decided, strict=True) if not ok]
+        await asyncio.gather(
+            *(self._send(index, cp.agent_id, "facts", [("facts", cp.fact)]) for cp in cps)
+        )
+        self._driver_alive()
+        faults = self.plan.at_checkpoint(index) if self.faulty else ()
+        if faults:
+            await self.driver.wait_gap()
+        recalls = asyncio.gather(*(self._recall(cp, client) for cp in cps))
+        for fault in faults:
+            await asyncio.sleep(fault.delay_s)
+            await self.driver.fire(fault, checkpoint=index)
+        recalled = await recalls
+        self._driver_alive()
+        await asyncio.gather(
+            *(
+                self._send(index, cp.agent_id, "outcomes", outcome_inputs(cp, ids))
+                for cp, ids in zip(cps, recalled, strict=True)
+            )
+        )
+        await asyncio.gather(
+            *(
+                self._send(index, cp.agent_id, "commands", command_inputs(cp, ids))
+                for cp, ids in zip(cps, recalled, strict=True)
+            )
+        )
+        self.checkpoints.append(
+            {
+                "index": index,
+                "after_events": published,
+                "seconds": round(time.perf_counter() - began, 1),
+                "undecided_agents": undecided,
+            }
+        )
+
+    @property
+    def _name(self) -> str:
+        return "faulty" if self.faulty else "clean"
+
+    # -- the run ---------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        env = self.env
+        started = time.perf_counter()
+        for slot in range(len(self.workers.roles)):
+            self.workers.start(slot)
+        driver_task: asyncio.Task[None] | None = None
+        try:
+            async with GrimoireClient(
+                self.settings.bootstrap_servers,
+                self.prefix,
+                partitions=self.settings.partitions,
+                client_id=CLIENT_ID,
+            ) as client:
+                await self.inputs.start()
+                try:
+                    await _until_ready(client, self.workers)
+                    fuzz = (
+                        fuzz_messages(
+                            self.topics,
+                            count=self.fuzz_count,
+                            seed=env.seed,
+                            reply_to=client.reply_topic,
+                            kinds=env.fuzz_kinds,
+                        )
+                        if self.faulty
+                        else []
+                    )
+                    driver_task = self._driver_task = asyncio.create_task(self.driver.run())
+                    stalled, quiet, fuzz_agents = await self._publish(client, fuzz)
+                finally:
+                    try:
+                        if driver_task is not None:
+                            await self.driver.stop(driver_task)
+                    finally:
+                        await self.inputs.stop()
+            self.workers.check()
+            crashes = list(self.workers.crashes)
+            self.workers.stop_all()
+            publish_s = self._publish_s
+            result = await self._account(fuzz, fuzz_agents)
+            return {
+                "prefix": self.prefix,
+                "seconds": round(time.perf_counter() - started, 1),
+                "publish_to_decided_s": round(publish_s - started, 1),
+                "quiet": quiet,
+                "stalled": stalled,
+                "faults": self.driver.fired,
+                "crashes": crashes,
+                "checkpoints": self.checkpoints,
+                "inputs": dict(sorted(self.sent.items())),
+                "inputs_digest": _inputs_digest(self.sent_log),
+                "recall_answers": self.answers,
+                "unapplied": self.unapplied,
+                **result,
+            }
+        finally:
+            for process in self.workers.slots.values():
+                if process.poll() is None:
+                    stop_worker(process)
+            await self.redis.aclose()
+
+    async def _publish(
+        self, client: GrimoireClient, fuzz: Sequence[FuzzMessage]
+    ) -> tuple[bool, bool, list[str]]:
+        env, driver = self.env, self.driver
+        self._expected_fuzz = [
+            expected_outcome(self.topics, m.topic_kind, m.value, self.settings) for m in fuzz
+        ]
+        fuzz_agents = sorted(
+            {agent for e in self._expected_fuzz for agent, _ in e.candidates}
+            | {m.key for m in fuzz}
+        )
+        chunks = _chunks(env, fuzz, self.topics)
+        after = checkpoint_chunks(len(chunks), env.checkpoints)
+        backlog = max(2_000, env.total_candidates // 10)
+        published_candidates = 0
+        for index, (records, cumulative) in enumerate(chunks):
+            # A few thousand candidates ahead of the decisions, so faults land
+            # while events flow; when decisions stop (lost events never come),
+            # publishing goes on after a while rather than waiting for them.
+            while (
+                self.faulty
+                and published_candidates - driver.decided > backlog
+                and time.monotonic() - driver.changed < _PACE_WAIT_S
+            ):
+                self._driver_alive()
+                await asyncio.sleep(0.5)
+            async with self.gate.shared():
                 for topic, key, value in records:
                     await client.publish_raw(topic, key, value, wait=False)
                 await client.flush()
-                published_candidates = cumulative
-                progress["published"] = (index + 1) / len(chunks)
-                if index % 5 == 0:
-                    logger.info(
-                        "faulty run: published %d/%d chunks, %d/%d candidates decided",
-                        index + 1,
-                        len(chunks),
-                        progress["decided"],
-                        env.total_candidates,
-                    )
-            while not stalled and (await poll() < env.total_candidates or pending):
-                if time.monotonic() - progress["changed"] > _STALL_S:
-                    stalled = True
-                await asyncio.sleep(0.5)
-            publish_s = time.perf_counter() - started
-            logger.info("faulty run: %d candidates decided, waiting for quiet", progress["decided"])
-            quiet = await _wait_quiet(
-                redis, prefix, env.agents + fuzz_agents, env.total_candidates, 120.0
-            )
-        workers.check()
-        crashes = list(workers.crashes)
-        workers.stop_all()
+            published_candidates = cumulative
+            driver.published = (index + 1) / len(chunks)
+            if index % 5 == 0:
+                logger.info(
+                    "%s run: published %d/%d chunks, %d/%d candidates decided",
+                    self._name,
+                    index + 1,
+                    len(chunks),
+                    driver.decided,
+                    env.total_candidates,
+                )
+            if index + 1 in after:
+                published = min(len(env.valid), (index + 1) * _CHUNK_EVENTS)
+                await self.checkpoint(after.index(index + 1), published, client)
+        stalled = False
+        while not stalled and (driver.decided < env.total_candidates or driver.pending):
+            self._driver_alive()
+            if time.monotonic() - driver.changed > _STALL_S:
+                stalled = True
+            await asyncio.sleep(0.5)
+        self._publish_s = time.perf_counter()
+        logger.info("%s run: %d candidates decided, waiting for quiet", self._name, driver.decided)
+        quiet = await _wait_quiet(
+            self.redis, self.prefix, env.agents + fuzz_agents, env.total_candidates, 120.0
+        )
+        return stalled, quiet, fuzz_agents
 
-        # -- accounting --------------------------------------------------------------
+    async def _account(self, fuzz: Sequence[FuzzMessage], fuzz_agents: list[str]) -> dict[str, Any]:
+        env, redis, prefix, topics = self.env, self.redis, self.prefix, self.topics
+        ops = {a: await witness_ops(redis, prefix, a) for a in env.agents}
+        usage_records = {a: ops[a]["usage"] for a in env.agents}
+        usage = {
+            "recalls_with_items": sum(self.usage_expected.values()),
+            "usage_records": sum(usage_records.values()),
+            "duplicated": sum(
+                max(0, usage_records[a] - self.usage_expected[a]) for a in env.agents
+            ),
+            "missing": sum(max(0, self.usage_expected[a] - usage_records[a]) for a in env.agents),
+        }
+        digests = {a: await comparable_digest(redis, prefix, a) for a in env.agents}
+        full_digests = {a: (await agent_digest(redis, prefix, a)).sha256 for a in env.agents}
+        common = {
+            "usage": usage,
+            "witness_ops": dict(sorted(sum(ops.values(), Counter()).items())),
+            "digests": digests,
+            "full_digests": full_digests,
+        }
+        if not self.faulty:
+            decided = await decided_sets(redis, prefix, env.agents)
+            account = account_valid(env.expected_valid, decided, {}, {})
+            return {"valid": account, **common}
+
         logger.info("faulty run: reading the topics back")
         read = [
             topics.episodes,
@@ -1452,7 +2157,7 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
             topics.memory_events,
             topics.dead_letters,
         ]
-        topic_records = await read_topics(settings.bootstrap_servers, read)
+        topic_records = await read_topics(self.settings.bootstrap_servers, read)
         by_value = {m.value: i for i, m in enumerate(fuzz)}
         where: dict[int, list[Coordinates]] = {}
         valid_values = {e.value for e in env.valid}
@@ -1478,7 +2183,7 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
                     "reason", "?"
                 )
         if journal_letters:  # poison entries: through the journal to their source
-            journal = await read_topics(settings.bootstrap_servers, [topics.journal])
+            journal = await read_topics(self.settings.bootstrap_servers, [topics.journal])
             for partition, offset, value in journal[topics.journal]:
                 reason = journal_letters.get((partition, offset))
                 if reason is None:
@@ -1501,88 +2206,31 @@ async def _faulty_run(env: _Env, fuzz_count: int, plan: FaultPlan) -> dict[str, 
         decided = await decided_sets(redis, prefix, env.agents + fuzz_agents)
         records = await records_per_event(redis, prefix)
         valid_account = account_valid(env.expected_valid, decided, decision_events, records)
-        fuzz_account = account_fuzz(fuzz, expected_fuzz, where, letters, decided)
-        digests = {a: await comparable_digest(redis, prefix, a) for a in env.agents}
-        full_digests = {a: (await agent_digest(redis, prefix, a)).sha256 for a in env.agents}
+        fuzz_account = account_fuzz(fuzz, self._expected_fuzz, where, letters, decided)
         audit_report = await _audit(redis, prefix, env.agents, env.seed)
         return {
-            "prefix": prefix,
-            "seconds": round(time.perf_counter() - started, 1),
-            "publish_to_decided_s": round(publish_s, 1),
-            "quiet": quiet,
-            "stalled": stalled,
-            "faults": fired,
-            "crashes": crashes,
             "valid": valid_account,
             "valid_found_on_topics": valid_found,
             "valid_dead_lettered": valid_letters,
             "fuzz": fuzz_account,
-            "fuzz_predicted_internal_errors": sum(1 for e in expected_fuzz if e.raised),
+            "fuzz_predicted_internal_errors": sum(1 for e in self._expected_fuzz if e.raised),
             "dead_letter_reasons": dict(sorted(reasons.items())),
             "poison_dead_letters": len(journal_letters),
             "decision_events": sum(decision_events.values()),
             "events_redelivered": redelivered,
-            "digests": digests,
-            "full_digests": full_digests,
             "audit": audit_report,
+            **common,
         }
-    finally:
-        for process in workers.slots.values():
-            if process.poll() is None:
-                stop_worker(process)
-        await redis.aclose()
 
 
-async def _clean_run(env: _Env) -> dict[str, Any]:
-    prefix = f"fb{uuid.uuid4().hex[:6]}"
-    settings = _run_settings(env, prefix)
-    topics = TopicNames(prefix)
-    workers = _Workers(settings, env.root, env.state_dir / prefix)
-    started = time.perf_counter()
-    workers.start(0)
-    redis = Redis.from_url(settings.redis_url)
-    try:
-        async with GrimoireClient(
-            settings.bootstrap_servers, prefix, partitions=settings.partitions, client_id=CLIENT_ID
-        ) as client:
-            await _until_ready(client, workers)
-            for event in env.valid:
-                await client.publish_raw(
-                    _topic(topics, event.topic_kind), event.agent_id, event.value, wait=False
-                )
-            await client.flush()
-            last, changed = -1, time.monotonic()
-            while True:
-                workers.check()
-                decided = await decided_total(redis, prefix, env.agents) or 0
-                if decided >= env.total_candidates:
-                    break
-                if decided != last:
-                    last, changed = decided, time.monotonic()
-                elif time.monotonic() - changed > _STALL_S:
-                    break
-                await asyncio.sleep(1.0)
-            quiet = await _wait_quiet(redis, prefix, env.agents, env.total_candidates, 120.0)
-        crashes = list(workers.crashes)
-        workers.stop_all()
-        decided = await decided_sets(redis, prefix, env.agents)
-        account = account_valid(env.expected_valid, decided, {}, {})
-        digests = {a: await comparable_digest(redis, prefix, a) for a in env.agents}
-        full_digests = {a: (await agent_digest(redis, prefix, a)).sha256 for a in env.agents}
-        return {
-            "prefix": prefix,
-            "seconds": round(time.perf_counter() - started, 1),
-            "quiet": quiet,
-            "crashes": crashes,
-            "lost": account.lost,
-            "digests": digests,
-            "full_digests": full_digests,
-        }
-    finally:
-        for process in workers.slots.values():
-            if process.poll() is None:
-                stop_worker(process)
-        await redis.aclose()
+def _inputs_digest(sent: Mapping[str, Sequence[tuple[str, bytes]]]) -> str:
+    """What each agent was sent at checkpoints as planned, in its order (recalls by
+    query and run): equal between the runs when both sent the same."""
+    digest = hashlib.sha256()
+    for agent in sorted(sent):
+        for label, value in sent[agent]:
+            digest.update(f"{agent}\0{label}\0".encode() + value + b"\n")
+    return digest.hexdigest()
 
 
 async def _audit(redis: Redis, prefix: str, agents: Sequence[str], seed: int) -> dict[str, Any]:
@@ -1659,13 +2307,23 @@ def _compare(faulty: Mapping[str, Any], clean: Mapping[str, Any]) -> dict[str, A
         if faulty["digests"].get(a, {}).get("digest") != clean["digests"][a]["digest"]
     ]
     full_equal = sum(1 for a in agents if faulty["full_digests"].get(a) == clean["full_digests"][a])
-    return {"equal": not differ, "differ": differ, "full_equal": full_equal}
+    answers_differ = [
+        a for a in agents if faulty["recall_answers"][a] != clean["recall_answers"][a]
+    ]
+    return {
+        "equal": not differ,
+        "differ": differ,
+        "full_equal": full_equal,
+        "same_inputs": faulty["inputs_digest"] == clean["inputs_digest"],
+        "recall_answers_equal": not answers_differ,
+        "recall_answers_differ": answers_differ,
+    }
 
 
 async def _bench(env: _Env, *, fuzz_count: int, plan: FaultPlan) -> dict[str, Any]:
-    faulty = await _faulty_run(env, fuzz_count, plan)
+    faulty = await _Run(env, faulty=True, fuzz_count=fuzz_count, plan=plan).run()
     logger.info("faulty run done in %.0fs; the clean run", faulty["seconds"])
-    clean = await _clean_run(env)
+    clean = await _Run(env, faulty=False).run()
     comparison = _compare(faulty, clean)
     differences: dict[str, Any] = {}
     if comparison["differ"]:
@@ -1675,13 +2333,14 @@ async def _bench(env: _Env, *, fuzz_count: int, plan: FaultPlan) -> dict[str, An
                 one = await _family_digests(redis, faulty["prefix"], agent)
                 two = await _family_digests(redis, clean["prefix"], agent)
                 families = sorted(n for n in set(one) | set(two) if one.get(n) != two.get(n))
-                witness = faulty["digests"][agent]["witness"] != clean["digests"][agent]["witness"]
+                ours, theirs = faulty["digests"][agent], clean["digests"][agent]
+                witness = ours["witness"] != theirs["witness"]
+                if ours["usage_applied"] != theirs["usage_applied"]:
+                    families.append("usage_applied")
                 differences[agent] = {
                     "families": families + (["witness"] if witness else []),
-                    "witness_records": [
-                        faulty["digests"][agent]["records"],
-                        clean["digests"][agent]["records"],
-                    ],
+                    "witness_records": [ours["records"], theirs["records"]],
+                    "usage_applied": [ours["usage_applied"], theirs["usage_applied"]],
                 }
                 if witness:
                     differences[agent]["first_witness_difference"] = await _first_difference(
@@ -1692,19 +2351,30 @@ async def _bench(env: _Env, *, fuzz_count: int, plan: FaultPlan) -> dict[str, An
     return {"faulty": faulty, "clean": clean, "comparison": comparison, "differences": differences}
 
 
+def _count(fired: Iterable[Mapping[str, Any]], action: str, role: str | None = None) -> int:
+    return sum(1 for f in fired if f["action"] == action and role in (None, f.get("role")))
+
+
 def run_faults_bench(
     settings: Settings,
     *,
     events: int = 20_000,
     agents: int = 20,
     kills: int = 3,
-    redis_restarts: int = 1,
+    redis_crashes: int = 1,
+    broker_restarts: int = 1,
+    redis_restarts: int = 0,
+    checkpoints: int = 3,
     fuzz: int = 10_000,
     seed: int = 21,
     without: Sequence[str] = (),
+    knn_hybrid_policy: str = EXACT_KNN,
 ) -> dict[str, Any]:
     """`without`: fuzz kinds left out (to tell one fault from another); the report
-    names them."""
+    names them. `redis_crashes` are SIGKILLs, `redis_restarts` clean stops (the
+    append-only file flushed); `broker_restarts` SIGKILL tansu and start it again
+    on the same object store. `knn_hybrid_policy`: the vector lanes' in both runs
+    (`EXACT_KNN` by default: see there)."""
     began = time.perf_counter()
     root = Path(__file__).resolve().parents[2]
     state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")).resolve() / "bench-faults"
@@ -1712,16 +2382,19 @@ def run_faults_bench(
         kafka=int(os.environ.get("GRIMOIRE_BENCH_FAULTS_KAFKA_PORT", "19592")),
         redis=int(os.environ.get("GRIMOIRE_BENCH_FAULTS_REDIS_PORT", "16880")),
     )
+    # The durable profile: the broker's log on an object store that outlives a
+    # broker crash, Redis with its append-only file (fsync every second).
     services = LocalServices(
         state_dir,
         ports,
         wheel_cache=state_dir.parent / "wheels",
         ready_timeout=120.0,
-        redis_appendonly=True,
+        durable=True,
     )
-    # A fresh Redis: its append-only file would otherwise bring back earlier runs.
+    # A fresh broker and Redis: their storage would otherwise bring back earlier runs.
     services.down()
     shutil.rmtree(state_dir / f"redis-{ports.redis}", ignore_errors=True)
+    shutil.rmtree(services.object_store_dir, ignore_errors=True)
     for prefix_dir in state_dir.glob("f[ab]*"):
         shutil.rmtree(prefix_dir, ignore_errors=True)
     services.up()
@@ -1744,15 +2417,26 @@ def run_faults_bench(
         total_candidates=sum(len(c) for c in expected_valid.values()),
         seed=seed,
         fuzz_kinds=tuple(kind for kind in FUZZ_KINDS if kind not in set(without)),
+        checkpoints=checkpoints,
+        knn_hybrid_policy=knn_hybrid_policy,
     )
-    plan = fault_plan(kills=kills, redis_restarts=redis_restarts, workers=2, seed=seed)
+    chunks = -(-events // _CHUNK_EVENTS)
+    plan = fault_plan(
+        kills=kills,
+        redis_crashes=redis_crashes,
+        broker_restarts=broker_restarts,
+        redis_restarts=redis_restarts,
+        workers=len(SLOT_ROLES),
+        checkpoints=len(checkpoint_chunks(chunks, checkpoints)),
+        seed=seed,
+    )
     logger.info(
         "bench faults: %d events (%d candidates), %d agents, %d fuzz, faults %s",
         events,
         env.total_candidates,
         agents,
         fuzz,
-        [(f.action, f.at) for f in plan.faults],
+        [(f.action, f.worker, f.at, f.checkpoint) for f in plan.faults],
     )
 
     def interrupted(signum: int, _: Any) -> None:
@@ -1765,24 +2449,66 @@ def run_faults_bench(
         signal.signal(signal.SIGTERM, previous)
         services.down()
     faulty, clean = result["faulty"], result["clean"]
+    comparison = result["comparison"]
     valid_account: ValidAccount = faulty["valid"]
     fuzz_account: FuzzAccount = faulty["fuzz"]
     fired = faulty["faults"]
+    sent = Counter({kind: 0 for kind in INPUT_KINDS})
+    for event in valid:
+        sent[event.topic_kind] += 1
+    for label, count in faulty["inputs"].items():
+        sent[label.split(".", 1)[0]] += count
+    unapplied = len(faulty["unapplied"])
+    usage = faulty["usage"]
     return {
         "events": events,
         "agents": agents,
         "candidates": env.total_candidates,
-        "kills": sum(1 for f in fired if f["action"] == "kill"),
-        "redis_restarts": sum(1 for f in fired if f["action"] == "redis_restart"),
-        "lost": valid_account.lost,
-        "duplicated": valid_account.duplicated,
-        "digest_equal_to_clean_run": result["comparison"]["equal"],
-        "order": "per agent, one topic",
-        "decision_check": "candidate in the agent's decided hash",
-        "digest": "agent_digest without the witness family, + witness records by "
-        "(seq, op, ids, fields_digest)",
-        "full_agent_digest_equal": f"{result['comparison']['full_equal']}/{len(env.agents)}",
+        "kinds": [kind for kind in INPUT_KINDS if sent[kind] > 0],
+        "inputs": {
+            **{kind: sent[kind] for kind in INGEST_KINDS},
+            **faulty["inputs"],
+            "usage_entries_applied": usage["usage_records"],
+        },
+        "kills": _count(fired, "kill"),
+        "worker_kills": _count(fired, "kill"),
+        "worker_kills_by_role": {role: _count(fired, "kill", role) for role in SLOT_ROLES},
+        "redis_crashes": _count(fired, "redis_crash"),
+        "redis_restarts": _count(fired, "redis_crash") + _count(fired, "redis_restart"),
+        "broker_restarts": _count(fired, "broker_restart"),
+        "lost": valid_account.lost + unapplied + usage["missing"],
+        "duplicated": valid_account.duplicated + usage["duplicated"],
+        "lost_by": {
+            "valid_events": valid_account.lost,
+            "checkpoint_inputs_never_applied": unapplied,
+            "usage_entries_missing": usage["missing"],
+        },
+        "duplicated_by": {
+            "valid_events": valid_account.duplicated,
+            "usage_entries": usage["duplicated"],
+        },
+        "digest_equal_to_clean_run": comparison["equal"],
+        "same_inputs_as_clean_run": comparison["same_inputs"],
+        "recall_answers_equal_to_clean_run": comparison["recall_answers_equal"],
+        "order": "per agent: valid events on one topic; the other inputs at checkpoints, "
+        "each applied before the next is sent",
+        "decision_check": "candidate in the agent's decided hash; a checkpoint input by its "
+        "source partition's applied mark; a recall's usage by its witness record",
+        "digest": "agent_digest without the witness and usage-applied families, + witness "
+        "records by (seq, op, ids, fields_digest) + the count of usage entries applied",
+        "knn": "exact (RediSearch's own hybrid policy)"
+        if knn_hybrid_policy == EXACT_KNN
+        else knn_hybrid_policy,
+        "full_agent_digest_equal": f"{comparison['full_equal']}/{len(env.agents)}",
         "digest_differences": result["differences"],
+        "recall_answers_differ": comparison["recall_answers_differ"],
+        # Witness records by op, faulty minus clean, where they differ: an input
+        # applied but never witnessed shows here (its state equal, its record gone).
+        "witness_ops_faulty_minus_clean": {
+            op: faulty["witness_ops"].get(op, 0) - clean["witness_ops"].get(op, 0)
+            for op in sorted(set(faulty["witness_ops"]) | set(clean["witness_ops"]))
+            if faulty["witness_ops"].get(op, 0) != clean["witness_ops"].get(op, 0)
+        },
         "fuzz": {
             "sent": fuzz_account.sent,
             "found_on_topics": fuzz_account.found,
@@ -1810,6 +2536,10 @@ def run_faults_bench(
             "faults": fired,
             "stalled": faulty["stalled"],
             "quiet": faulty["quiet"],
+            "checkpoints": faulty["checkpoints"],
+            "unapplied": faulty["unapplied"][:10],
+            "usage": usage,
+            "witness_ops": faulty["witness_ops"],
             "valid_found_on_topics": faulty["valid_found_on_topics"],
             "valid_dead_lettered": faulty["valid_dead_lettered"],
             "decision_events": faulty["decision_events"],
@@ -1823,9 +2553,13 @@ def run_faults_bench(
         },
         "clean_run": {
             "seconds": clean["seconds"],
-            "lost": clean["lost"],
+            "lost": clean["valid"].lost + len(clean["unapplied"]),
             "quiet": clean["quiet"],
             "crashes": clean["crashes"],
+            "checkpoints": clean["checkpoints"],
+            "unapplied": clean["unapplied"][:10],
+            "usage": clean["usage"],
+            "witness_ops": clean["witness_ops"],
         },
         "seed": seed,
         "elapsed_s": round(time.perf_counter() - began, 1),

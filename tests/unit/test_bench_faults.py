@@ -3,6 +3,7 @@ how lost, duplicated and unaccounted inputs are counted."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from itertools import pairwise
 
@@ -12,17 +13,30 @@ from grimoire.infra.bench.faults import (
     DEAD_LETTER,
     DECISION,
     FUZZ_KINDS,
+    INPUT_KINDS,
+    RECALL_SLOT,
+    SLOT_ROLES,
     Expected,
     FuzzMessage,
+    SendGate,
     account_fuzz,
     account_valid,
     agent_kind,
+    checkpoint_chunks,
+    checkpoint_inputs,
+    command_inputs,
     expected_outcome,
+    fact_event_id,
     fault_plan,
     fuzz_messages,
+    outcome_inputs,
     valid_events,
 )
 from grimoire.infra.settings import Settings
+from grimoire.streams.inbound.command import Command, CommandKind, parse_command
+from grimoire.streams.inbound.events import Rejection
+from grimoire.streams.inbound.fact import parse_fact
+from grimoire.streams.inbound.outcome import parse_outcome
 from grimoire.topics.declarations import TopicNames
 
 TOPICS = TopicNames("fa0000")
@@ -196,13 +210,148 @@ def test_fuzz_is_accounted_by_dead_letter_or_by_decision() -> None:
 
 
 def test_the_fault_plan_spreads_seeded_faults_over_the_run() -> None:
-    plan = fault_plan(kills=3, redis_restarts=1, workers=2, seed=21)
-    assert plan == fault_plan(kills=3, redis_restarts=1, workers=2, seed=21)
-    assert plan != fault_plan(kills=3, redis_restarts=1, workers=2, seed=22)
+    plan = fault_plan(kills=3, redis_crashes=1, broker_restarts=1, workers=2, seed=21)
+    assert plan == fault_plan(kills=3, redis_crashes=1, broker_restarts=1, workers=2, seed=21)
+    assert plan != fault_plan(kills=3, redis_crashes=1, broker_restarts=1, workers=2, seed=22)
     actions = Counter(f.action for f in plan.faults)
-    assert actions == {"kill": 3, "redis_restart": 1}
+    assert actions == {"kill": 3, "redis_crash": 1, "broker_restart": 1}
+    assert plan.timeline == plan.faults  # no checkpoints: every fault on the timeline
     points = [f.at for f in plan.faults]
     assert points == sorted(points) and points[0] >= 0.1 and points[-1] <= 0.85
     assert all(b - a > 0 for a, b in pairwise(points))
-    assert all(f.worker in (0, 1) for f in plan.faults)
-    assert all(f.downtime_s >= 1.0 for f in plan.faults if f.action == "redis_restart")
+    assert all(f.downtime_s >= 1.0 for f in plan.faults if f.action != "kill")
+    # Kills go to the slots in turn: each role is killed once there are enough kills.
+    assert Counter(f.worker for f in plan.faults if f.action == "kill") == {0: 2, 1: 1}
+    clean_restart = fault_plan(kills=0, redis_restarts=1, seed=21)
+    assert [f.action for f in clean_restart.faults] == ["redis_restart"]
+
+
+def test_a_recall_worker_kill_lands_among_a_checkpoints_recalls() -> None:
+    plan = fault_plan(
+        kills=3, redis_crashes=1, broker_restarts=1, workers=2, checkpoints=3, seed=21
+    )
+    kills = [f for f in plan.faults if f.action == "kill"]
+    assert len(kills) == 3 and {SLOT_ROLES[f.worker] for f in kills} == {"ingest", "recall"}
+    during = [f for f in plan.faults if f.checkpoint is not None]
+    assert len(during) == 1 and during[0].worker == RECALL_SLOT and during[0].action == "kill"
+    assert 0 <= during[0].checkpoint < 3
+    assert plan.at_checkpoint(during[0].checkpoint) == tuple(during)
+    assert during[0] not in plan.timeline and len(plan.timeline) == 4
+    # With a single kill it may be the ingest worker's: then none at a checkpoint.
+    for seed in range(20):
+        one = fault_plan(kills=1, workers=2, checkpoints=3, seed=seed)
+        assert len(one.faults) == 1
+        assert (one.faults[0].checkpoint is not None) == (one.faults[0].worker == RECALL_SLOT)
+
+
+def test_checkpoints_are_spread_between_the_first_and_the_last_chunk() -> None:
+    assert checkpoint_chunks(50, 3) == (12, 25, 38)
+    assert checkpoint_chunks(5, 3) == (1, 2, 4)  # 1.25, 2.5, 3.75 rounded
+    assert checkpoint_chunks(2, 3) == (1,)  # one boundary: one checkpoint
+    assert checkpoint_chunks(1, 3) == ()
+    assert checkpoint_chunks(50, 0) == ()
+    for chunks in range(2, 60):
+        points = checkpoint_chunks(chunks, 3)
+        assert list(points) == sorted(set(points))
+        assert all(1 <= p <= chunks - 1 for p in points)
+
+
+def test_every_input_kind_is_sent_and_parses(settings: Settings) -> None:
+    events = valid_events(events=600, agents=6, seed=5)
+    limits = settings.input_limits
+    labels: set[str] = set()
+    for agent in sorted({e.agent_id for e in events}):
+        mine = [e for e in events if e.agent_id == agent]
+        for index, upto in enumerate((30, 60, 90)):
+            before = mine[:upto]
+            cp = checkpoint_inputs(agent, index, before, seed=21)
+            assert cp == checkpoint_inputs(agent, index, before, seed=21)  # seeded
+            # Between the agent's last event before it and its next, in event time.
+            assert before[-1].ts < cp.ts and cp.ts + 10 < mine[upto].ts
+            fact = parse_fact(cp.fact, limits)
+            assert not isinstance(fact, Rejection), fact
+            assert fact.source_event_id == fact_event_id(agent, index)
+            assert fact.valid_from == len(before)
+            recalled = (f"m-{index}-a", f"m-{index}-b", f"m-{index}-c")
+            for label, value in outcome_inputs(cp, recalled):
+                labels.add(label)
+                outcome = parse_outcome(value, limits)
+                assert not isinstance(outcome, Rejection), (label, outcome)
+            commands: list[Command] = []
+            for label, value in command_inputs(cp, recalled):
+                labels.add(label)
+                command = parse_command(value, limits)
+                assert not isinstance(command, Rejection), (label, command)
+                commands.append(command)
+            kinds = [c.kind for c in commands]
+            assert kinds[0] is CommandKind.CONFIGURE and kinds[-1] is CommandKind.PIN
+            assert commands[-1].target == recalled[0]
+            retracted = [c.target for c in commands if c.kind is CommandKind.RETRACT]
+            # An earlier event of its own, and (from the second on) the fact before.
+            assert retracted[0] in {e.event_id for e in before}
+            if index:
+                assert retracted[1] == fact_event_id(agent, index - 1)
+            assert len({c.command_id for c in commands}) == len(commands)
+    assert labels == {
+        "outcomes.positive",
+        "outcomes.run_ended",
+        "commands.configure",
+        "commands.retract",
+        "commands.retract_fact",
+        "commands.pin",
+    }
+    assert set(INPUT_KINDS) == {
+        "episodes",
+        "tool_events",
+        "transcripts",
+        "facts",
+        "recall_requests",
+        "outcomes",
+        "commands",
+    }
+
+
+def test_a_recall_that_returned_nothing_sends_neither_a_positive_outcome_nor_a_pin(
+    settings: Settings,
+) -> None:
+    events = valid_events(events=30, agents=3, seed=5)
+    cp = checkpoint_inputs("fault-agent-000", 0, [events[0]], seed=21)
+    assert [label for label, _ in outcome_inputs(cp, ())] == ["outcomes.run_ended"]
+    assert [label for label, _ in command_inputs(cp, ())] == [
+        "commands.configure",
+        "commands.retract",
+    ]
+    first = checkpoint_inputs("fault-agent-000", 0, [], seed=21)  # nothing before it yet
+    assert first.retract_event is None and first.retract_fact is None
+
+
+async def test_a_broker_restart_waits_for_what_the_bench_is_sending_and_holds_back_the_rest() -> (
+    None
+):
+    gate = SendGate()
+    order: list[str] = []
+    sending = asyncio.Event()
+    release = asyncio.Event()
+
+    async def send(name: str, hold: asyncio.Event | None = None) -> None:
+        async with gate.shared():
+            order.append(f"{name} in")
+            sending.set()
+            if hold is not None:
+                await hold.wait()
+            order.append(f"{name} out")
+
+    async def restart() -> None:
+        async with gate.exclusive():
+            order.append("restart")
+
+    first = asyncio.create_task(send("a", release))
+    await sending.wait()
+    restarting = asyncio.create_task(restart())
+    await asyncio.sleep(0.01)
+    later = asyncio.create_task(send("b"))  # comes after the restart asked: waits for it
+    await asyncio.sleep(0.01)
+    assert order == ["a in"]
+    release.set()
+    await asyncio.gather(first, restarting, later)
+    assert order == ["a in", "a out", "restart", "b in", "b out"]
