@@ -100,7 +100,7 @@ bench-maintenance: setup ## one due maintenance pass (decay, curator, compaction
 	mkdir -p bench-results
 	$(PY) -m grimoire.infra.cli bench maintenance | tee bench-results/maintenance.json
 
-bench-faults: setup ## worker SIGKILLs, a Redis restart and 10,000 hostile messages on 20,000 events, against a clean run
+bench-faults: setup ## every input kind on the durable stack; SIGKILLs of ingest and recall workers, Redis and the broker; 10,000 hostile messages; against a clean run
 	mkdir -p bench-results
 	$(PY) -m grimoire.infra.cli bench faults --events $${EVENTS:-20000} | tee bench-results/faults.json
 

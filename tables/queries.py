@@ -103,7 +103,10 @@ class KnnQuery:
     def query_string(self) -> str:
         where = recall_filter(self.agent_id, self.filters)
         options = ""
-        if self.ef_runtime is not None:
+        # EF_RUNTIME tunes the HNSW walk; RediSearch refuses it beside ADHOC_BF (a
+        # brute-force scan of the filtered set, no walk).
+        brute_force = self.hybrid_policy == "ADHOC_BF" and self.filters.empty
+        if self.ef_runtime is not None and not brute_force:
             options += f" EF_RUNTIME {self.ef_runtime}"
         if self.hybrid_policy is not None and self.filters.empty:
             options += f" HYBRID_POLICY {self.hybrid_policy}"

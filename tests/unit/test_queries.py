@@ -315,3 +315,12 @@ def test_missing_extra_and_retyped_fields_differ() -> None:
         "ts is tag, not numeric",
         "tick is missing",
     ]
+
+
+def test_a_brute_force_knn_names_no_hnsw_walk() -> None:
+    # RediSearch refuses EF_RUNTIME beside ADHOC_BF: every recall failed with it.
+    brute = KnnQuery("agent-1", "canonical", 3, (), ef_runtime=200, hybrid_policy="ADHOC_BF")
+    assert "EF_RUNTIME" not in brute.query_string()
+    assert "HYBRID_POLICY ADHOC_BF" in brute.query_string()
+    walked = KnnQuery("agent-1", "canonical", 3, (), ef_runtime=200, hybrid_policy="BATCHES")
+    assert "EF_RUNTIME 200" in walked.query_string()
