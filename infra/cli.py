@@ -1239,7 +1239,8 @@ def main(argv: list[str] | None = None) -> int:
     maint_bench.add_argument("--fresh", type=int, default=500, help="new memories per pass")
     faults = bench_kind.add_parser(
         "faults",
-        help="every input kind, SIGKILLs of workers, Redis and the broker, hostile input, against a clean run",
+        help="every input kind, SIGKILLs of workers, Redis and the broker, hostile input, "
+        "against a clean run",
     )
     faults.add_argument("--events", type=int, default=20_000)
     faults.add_argument("--agents", type=int, default=20)
