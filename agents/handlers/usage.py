@@ -24,9 +24,16 @@ class StoreUsage:
     # for the run's outcome to learn from (None: not kept).
     learning: LearningStore | None = None
 
-    async def apply_usage(self, agent_id: str, usage: RecallUsage, seq: int | None = None) -> bool:
+    async def apply_usage(
+        self,
+        agent_id: str,
+        usage: RecallUsage,
+        seq: int | None = None,
+        request: str | None = None,
+    ) -> bool:
         """Apply the uses; with the entry's journal `seq`, once (a usage entry read
-        again after a crash counts nothing twice). Whether anything was applied."""
+        again after a crash counts nothing twice), and once per recall `request`
+        (one answered twice counts once). Whether anything was applied."""
         if self.learning is not None and usage.run_id and usage.factors:
             # Idempotent (a memory keeps its first recall's values), so it needs no
             # once-only guard of its own.
@@ -35,7 +42,12 @@ class StoreUsage:
             )
         if seq is not None:
             return await self.store.apply_usage_once(
-                agent_id, seq, list(usage.memory_ids), usage.as_of_ms, usage.contrarian_window
+                agent_id,
+                seq,
+                list(usage.memory_ids),
+                usage.as_of_ms,
+                usage.contrarian_window,
+                request,
             )
         if usage.memory_ids:
             source = self.store.recall_source(agent_id)
@@ -43,6 +55,10 @@ class StoreUsage:
         if usage.contrarian_window is not None:
             await self.store.serve_contrarian(agent_id, usage.contrarian_window)
         return True
+
+    async def answered(self, agent_id: str, request: str, seq: int) -> bool:
+        """Whether another entry than `seq` was applied for the recall `request`."""
+        return await self.store.usage_answered(agent_id, request, seq)
 
 
 @dataclass

@@ -120,8 +120,19 @@ class WitnessPort(Protocol):
 
 
 class UsageApplier(Protocol):
-    async def apply_usage(self, agent_id: str, usage: RecallUsage, seq: int | None = None) -> bool:
-        """Apply a usage entry's uses, once per entry `seq`; whether it did now."""
+    async def apply_usage(
+        self,
+        agent_id: str,
+        usage: RecallUsage,
+        seq: int | None = None,
+        request: str | None = None,
+    ) -> bool:
+        """Apply a usage entry's uses, once per entry `seq` and per recall
+        `request`; whether it did now."""
+        ...
+
+    async def answered(self, agent_id: str, request: str, seq: int) -> bool:
+        """Whether another entry than `seq` was applied for the recall `request`."""
         ...
 
 
@@ -442,9 +453,22 @@ class JournalApplier:
             return True
         if kind is EntryKind.USAGE:
             usage = decode_usage(first.message.value)
-            applied = await self.usage.apply_usage(first.entry.agent_id, usage, first.entry.seq)
-            if not applied and await self.witness.witnessed(first.entry.agent_id, first.journal):
+            source = first.entry.source
+            request = (
+                None if source is None else f"{source.topic}:{source.partition}:{source.offset}"
+            )
+            agent_id = first.entry.agent_id
+            applied = await self.usage.apply_usage(agent_id, usage, first.entry.seq, request)
+            if not applied and await self.witness.witnessed(agent_id, first.journal):
                 return False  # applied and witnessed before this entry was read again
+            if (
+                not applied
+                and request
+                and await self.usage.answered(agent_id, request, first.entry.seq)
+            ):
+                # The recall was answered twice (its worker killed before committing
+                # the request): the first answer's uses count, and were witnessed.
+                return False
             await self.witness.record(
                 first.entry.agent_id,
                 "usage",

@@ -57,6 +57,11 @@ logger = logging.getLogger(__name__)
 # How many of an agent's most recent usage entries are remembered as applied.
 USAGE_SEQ_WINDOW = 10_000
 
+
+def _request(request: str) -> str:
+    """A recall request's member of the applied-usage set (seqs are bare numbers)."""
+    return f"r:{request}"
+
 EXACT_NEIGHBOUR_POLICY = "ADHOC_BF"
 # What admission reads of each neighbour, from its hash.
 _NEIGHBOUR_FIELDS = ("memory_id", "agent_id", "confidence", "kind", "text", "canonical")
@@ -107,9 +112,16 @@ class MemoryStore(Protocol):
         memory_ids: Sequence[str],
         as_of_ms: int,
         contrarian_window: int | None,
+        request: str | None = None,
     ) -> bool:
         """Apply a usage entry's uses (counters, last access, the window served)
-        unless the entry `seq` was applied before; whether it was applied now."""
+        unless the entry `seq` was applied before, or an entry for the same recall
+        `request` (its topic:partition:offset) was; whether it was applied now."""
+        ...
+
+    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
+        """Whether another usage entry than `seq` was applied for `request`: the
+        recall was answered twice (its worker killed before committing it)."""
         ...
 
     def recall_source(self, agent_id: str) -> RecallSource: ...
@@ -527,11 +539,14 @@ class RedisMemoryStore:
         memory_ids: Sequence[str],
         as_of_ms: int,
         contrarian_window: int | None,
+        request: str | None = None,
     ) -> bool:
         applied = self.keys.applied_usage(agent_id)
         # One writer per agent (its journal partition's apply loop): nothing can
         # slip in between this read and the transaction below.
         if await self._redis.zscore(applied, seq) is not None:
+            return False
+        if request is not None and await self._redis.zscore(applied, _request(request)):
             return False
         async with agent_transaction(self._redis, agent_id) as pipe:
             self._scripts.touch_in(
@@ -546,10 +561,18 @@ class RedisMemoryStore:
                     gt=True,
                 )
             pipe.zadd(applied, {str(seq): seq})
+            if request is not None:
+                # A recall served again after its worker died journals a second
+                # entry under a new seq: the request names them both.
+                pipe.zadd(applied, {_request(request): seq})
             # Only recent entries can be read again (after a crash): keep those.
             pipe.zremrangebyscore(applied, "-inf", seq - USAGE_SEQ_WINDOW)
             await pipe.execute()
         return True
+
+    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
+        score = await self._redis.zscore(self.keys.applied_usage(agent_id), _request(request))
+        return score is not None and int(score) != seq
 
     async def apply_outcome(self, outcome: Outcome) -> int:
         """Apply an outcome once, atomically; -1 when it was applied before, else

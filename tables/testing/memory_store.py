@@ -76,6 +76,7 @@ class InMemoryMemoryStore:
         self._watermarks: dict[str, int] = {}
         self._contrarian: dict[str, int] = {}
         self._usage_applied: dict[str, set[int]] = {}
+        self._usage_requests: dict[str, dict[str, int]] = {}  # agent -> request -> seq
         self._stats: dict[str, dict[str, float]] = {}
         self._metrics: dict[str, float] = {}
         self._usage: dict[str, Hash] = {}
@@ -260,10 +261,14 @@ class InMemoryMemoryStore:
         memory_ids: Sequence[str],
         as_of_ms: int,
         contrarian_window: int | None,
+        request: str | None = None,
     ) -> bool:
         applied = self._usage_applied.setdefault(agent_id, set())
-        if seq in applied:
+        answered = self._usage_requests.setdefault(agent_id, {})
+        if seq in applied or (request is not None and request in answered):
             return False
+        if request is not None:
+            answered[request] = seq
         for memory_id in memory_ids:
             self.touch(memory_id, as_of_ms)
         curator_indexes(self).changed(agent_id, memory_ids)
@@ -271,6 +276,10 @@ class InMemoryMemoryStore:
             await self.serve_contrarian(agent_id, contrarian_window)
         applied.add(seq)
         return True
+
+    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
+        first = self._usage_requests.get(agent_id, {}).get(request)
+        return first is not None and first != seq
 
     async def metrics(self) -> dict[str, float]:
         return dict(self._metrics)

@@ -847,6 +847,18 @@ async def test_a_usage_entry_is_applied_once_by_its_sequence_number(h: Harness) 
     assert await h.store.contrarian_served(A) == 4
 
 
+async def test_a_recall_answered_twice_applies_its_usage_once(h: Harness) -> None:
+    await commit(h, RECORDS)
+    request = "g.recall-requests:2:27"
+    first = await h.store.apply_usage_once(A, 50, [R1.id], T0 + 10, None, request)
+    twice = await h.store.apply_usage_once(A, 51, [R1.id], T0 + 10, None, request)
+    other = await h.store.apply_usage_once(A, 52, [R1.id], T0 + 20, None, "g.recall-requests:2:28")
+    assert (first, twice, other) == (True, False, True)
+    assert await h.store.usage_answered(A, request, 51)
+    assert not await h.store.usage_answered(A, request, 50)
+    assert (await h.usage(R1.id))["included_count_total"] == "2"
+
+
 async def test_run_credits_add_the_agents_stats_counters_once(h: Harness) -> None:
     from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
     from grimoire.streams.learn.runs import RECALLED, MemoryCredit

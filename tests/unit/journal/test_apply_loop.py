@@ -583,3 +583,21 @@ async def test_a_usage_entry_applied_but_not_witnessed_is_witnessed_when_read_ag
     await rig.fold([entry])
     assert rig.rig.store.usage(mid("agent-1", "a1", TS))["included_count_total"] == "1"
     assert [r.op for r in await rig.log.records("agent-1")] == ["ingest", "usage"]
+
+
+async def test_a_recall_answered_twice_counts_its_uses_once() -> None:
+    rig = JournalRig()
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    await rig.fold(rig.journal())
+    rig.rig.recall.usage = rig.sequencer
+    request = recall_request(as_of=TS + 500)
+    # Its worker killed before committing the request: the next one answers it again,
+    # and journals a second usage entry (another seq, the same request).
+    await rig.rig.recall.handle(request)
+    await rig.rig.recall.handle(request)
+    first, second = rig.journal()[1:]
+    assert decode_entry(first.value).seq != decode_entry(second.value).seq
+    report = await rig.applier.apply([first, second])
+    assert report.applied == 2 and report.dead_lettered == 0
+    assert rig.rig.store.usage(mid("agent-1", "a1", TS))["included_count_total"] == "1"
+    assert [r.op for r in await rig.log.records("agent-1")] == ["ingest", "usage"]
