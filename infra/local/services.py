@@ -178,7 +178,8 @@ def _wait_exit(pid: int, timeout: float) -> bool:
     return True
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last `lines` of a service's log, for an error message."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
@@ -186,7 +187,8 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(log empty)"
 
 
-def _run_coro(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+def run_coroutine(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """Run a coroutine to completion from sync code, also from inside a running loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -633,7 +635,7 @@ class LocalServices:
             if not _alive(pid):
                 raise ServiceError(
                     f"{svc.name} (pid {pid}) exited during startup; log tail "
-                    f"({self._log_file(svc)}):\n{_tail(self._log_file(svc))}"
+                    f"({self._log_file(svc)}):\n{log_tail(self._log_file(svc))}"
                 )
             remaining = max(0.5, min(5.0, deadline - time.monotonic()))
             try:
@@ -648,7 +650,7 @@ class LocalServices:
             if time.monotonic() >= deadline:
                 raise ServiceError(
                     f"{svc.name} on {HOST}:{svc.port} not ready after {self.ready_timeout:.0f}s "
-                    f"({last}); log tail ({self._log_file(svc)}):\n{_tail(self._log_file(svc))}"
+                    f"({last}); log tail ({self._log_file(svc)}):\n{log_tail(self._log_file(svc))}"
                 )
             time.sleep(0.2)
 
@@ -662,7 +664,7 @@ class LocalServices:
                     raise RuntimeError(f"bucket answered {answer.status}")
             return
         if svc is self._kafka:
-            brokers = _run_coro(lambda: _kafka_broker_count(self.kafka_bootstrap, timeout))
+            brokers = run_coroutine(lambda: _kafka_broker_count(self.kafka_bootstrap, timeout))
             if brokers < 1:
                 raise RuntimeError("metadata lists no brokers")
             return

@@ -22,8 +22,6 @@ CA file); the plaintext port stays on loopback for nothing but the terminator.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import datetime
 import ipaddress
@@ -35,10 +33,10 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from aiokafka import AIOKafkaClient
 from cryptography import x509
@@ -48,7 +46,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from grimoire.infra.exceptions import ServiceError
-from grimoire.infra.local.services import HOST, LocalServices, ServicePorts
+from grimoire.infra.local.services import (
+    HOST,
+    LocalServices,
+    ServicePorts,
+    log_tail,
+    run_coroutine,
+)
 from grimoire.topics.security import KafkaSecurity
 
 __all__ = [
@@ -62,7 +66,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
 
 # Debian's stunnel4 package installs both names (stunnel is a link to stunnel4).
 _STUNNEL_NAMES = ("stunnel4", "stunnel")
@@ -350,7 +353,7 @@ class TlsTerminator:
             if child.poll() is not None:
                 raise ServiceError(
                     f"stunnel exited with {child.returncode} during startup; log "
-                    f"({self.log_path}):\n{_log_tail(self.log_path)}"
+                    f"({self.log_path}):\n{log_tail(self.log_path)}"
                 )
             try:
                 # The handshake is stunnel's alone (it connects to the broker only after
@@ -363,7 +366,7 @@ class TlsTerminator:
                 raise ServiceError(
                     f"stunnel on {HOST}:{self.listen_port} not ready after "
                     f"{self.ready_timeout:.0f}s ({last}); log ({self.log_path}):\n"
-                    f"{_log_tail(self.log_path)}"
+                    f"{log_tail(self.log_path)}"
                 )
             time.sleep(0.1)
 
@@ -408,25 +411,6 @@ def _read_or_none(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
-
-
-def _log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(log empty)"
-
-
-def _in_thread(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run a coroutine to completion from sync code, even when called inside a
-    running event loop (an async test fixture): then on a private loop in a thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()
 
 
 async def _advertised_brokers(
@@ -527,7 +511,7 @@ class TlsLocalServices(LocalServices):
         # Through the terminator: the plaintext port's metadata names the TLS port, which
         # a plaintext client could not use anyway.
         security = self.kafka_security
-        brokers = _in_thread(
+        brokers = run_coroutine(
             lambda: _advertised_brokers(self.kafka_tls_bootstrap, security, timeout)
         )
         if brokers != {(HOST, self.kafka_tls_port)}:

@@ -62,6 +62,7 @@ def _request(request: str) -> str:
     """A recall request's member of the applied-usage set (seqs are bare numbers)."""
     return f"r:{request}"
 
+
 EXACT_NEIGHBOUR_POLICY = "ADHOC_BF"
 # What admission reads of each neighbour, from its hash.
 _NEIGHBOUR_FIELDS = ("memory_id", "agent_id", "confidence", "kind", "text", "canonical")

@@ -16,7 +16,7 @@ import asyncio
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,29 +141,13 @@ async def _topic_bytes(settings: Settings) -> dict[str, bytes]:
         }
     finally:
         await admin.close()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False
-    )
-    await consumer.start()
     found: dict[str, bytes] = {}
-    try:
-        for topic in sorted(topics):
-            tps = [TopicPartition(topic, p) for p in partitions[topic]]
-            ends = await true_end_offsets(consumer, tps)
-            chunks: list[bytes] = []
-            for tp in tps:
-                await consumer.seek_to_beginning(tp)
-                while await consumer.position(tp) < ends[tp]:
-                    batch = await consumer.getmany(tp, timeout_ms=1000)
-                    records = batch.get(tp, [])
-                    if not records:
-                        break
-                    for record in records:
-                        chunks += [record.key or b"", record.value or b""]
-                        chunks += [name.encode() + value for name, value in record.headers]
-            found[topic] = b"\n".join(chunks)
-    finally:
-        await consumer.stop()
+    for topic in sorted(topics):
+        chunks: list[bytes] = []
+        for record in await _records(settings, topic, partitions[topic]):
+            chunks += [record.key or b"", record.value or b""]
+            chunks += [name.encode() + value for name, value in record.headers]
+        found[topic] = b"\n".join(chunks)
     return found
 
 
@@ -304,14 +288,20 @@ async def _dead_letters(settings: Settings, topic: str) -> list[dict[str, Any]]:
 
 
 async def _values(settings: Settings, topic: str) -> list[bytes]:
+    records = await _records(settings, topic, range(settings.partitions))
+    return [record.value or b"" for record in records]
+
+
+async def _records(settings: Settings, topic: str, partitions: Iterable[int]) -> list[Any]:
+    """Every record of `topic`'s `partitions`, each from its earliest offset."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False
     )
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        tps = [TopicPartition(topic, p) for p in partitions]
         ends = await true_end_offsets(consumer, tps)
-        values: list[bytes] = []
+        found: list[Any] = []
         for tp in tps:
             await consumer.seek_to_beginning(tp)
             while await consumer.position(tp) < ends[tp]:
@@ -319,7 +309,7 @@ async def _values(settings: Settings, topic: str) -> list[bytes]:
                 records = batch.get(tp, [])
                 if not records:
                     break
-                values += [record.value or b"" for record in records]
-        return values
+                found += records
+        return found
     finally:
         await consumer.stop()
