@@ -138,7 +138,12 @@ class ServicePorts:
 
     @property
     def s3(self) -> int:
-        return self.object_store or self.kafka + 1000
+        if self.object_store:
+            return self.object_store
+        # Above the Kafka port when SeaweedFS's ports (and their +10000) fit there,
+        # else below it (a Kafka port picked high by the OS).
+        above = self.kafka + 1000
+        return above if above + _WEED_PORT_SPAN + _WEED_GRPC_OFFSET <= 65535 else self.kafka - 12000
 
 
 @dataclass(frozen=True)
