@@ -50,6 +50,7 @@ from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyS
 from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.journal.outbox import RedisOutbox
 from grimoire.tables.journal.progress import RedisJournalProgress
+from grimoire.tables.journal.witness_due import RedisWitnessDue
 from grimoire.tables.learn.store import RedisLearningStore
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
@@ -468,6 +469,7 @@ async def compose(
         publication=Publication(witness, RedisOutbox(redis, prefix), sink, topics),
         configs=configs,
         facts=facts,
+        due=RedisWitnessDue(redis, prefix),
         sink=sink,
         topics=topics,
         max_run=settings.embed_batch_size,

@@ -400,6 +400,12 @@ class Keyspace:
         """STREAM of the agent's witness records (entry id `<seq>-0`), oldest first."""
         return f"{self.prefix}:witness:{{{agent_id}}}"
 
+    def witness_due(self, agent_id: str) -> str:
+        """STRING (JSON): what the witness record of the agent's last outcome or fact
+        entry says, written in the transaction of its effects, so a worker killed
+        between the two leaves the record to the retry (`WitnessDue`)."""
+        return f"{self.prefix}:witness-due:{{{agent_id}}}"
+
     # -- SCAN patterns of an agent's open-ended key families -------------------------
     # Glob characters in the prefix or the agent id are escaped. The hash tag's
     # closing brace ends the agent id, so a pattern of agent `a` never matches the

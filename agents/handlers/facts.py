@@ -38,6 +38,7 @@ from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.fact import FactQuery, FactQueryKind, parse_fact, parse_fact_query
 from grimoire.streams.inbound.validators import Fields, InputLimits
 from grimoire.tables.facts.store import FactStore
+from grimoire.tables.journal.witness_due import WitnessDue
 from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import FactResultV1, MemoryEventV1
@@ -92,9 +93,12 @@ class FactHandler:
     limits: InputLimits = field(default_factory=InputLimits)
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
-    async def handle(self, message: InputMessage) -> tuple[Sequence[str], Mapping[str, Any]] | None:
+    async def handle(
+        self, message: InputMessage, journal: tuple[int, int] | None = None
+    ) -> tuple[Sequence[str], Mapping[str, Any]] | None:
         """Apply an assert; the witness summary (ids, fields), or None when it
-        changed nothing (dead-lettered, or asserted before)."""
+        changed nothing (dead-lettered, or asserted before). With the `journal`
+        entry applying it, the summary is stored due with the changes."""
         fact = parse_fact(message.value, self.limits)
         if isinstance(fact, Rejection):
             await dead_letter(self.sink, self.topics.dead_letters, message, fact)
@@ -104,18 +108,20 @@ class FactHandler:
             changes = assert_fact(versions, fact)
             if changes.empty:
                 return None
-            await self.store.apply(fact.agent_id, changes)
-        closed = sorted(f.fact_id for f in changes.upserts if f.fact_id != fact.fact_id)
+            closed = sorted(f.fact_id for f in changes.upserts if f.fact_id != fact.fact_id)
+            ids = sorted([fact.fact_id, *closed])
+            fields = {
+                "subject": fact.subject,
+                "predicate": fact.predicate,
+                "object": fact.object,
+                "valid_from": fact.valid_from,
+                "known_from": fact.known_from_ms,
+                **_summary(changes),
+            }
+            due = None if journal is None else WitnessDue(journal, tuple(ids), fields)
+            await self.store.apply(fact.agent_id, changes, due)
         await self._event(fact, "assert", fact.known_from_ms, closed)
-        ids = [fact.fact_id, *closed]
-        return ids, {
-            "subject": fact.subject,
-            "predicate": fact.predicate,
-            "object": fact.object,
-            "valid_from": fact.valid_from,
-            "known_from": fact.known_from_ms,
-            **_summary(changes),
-        }
+        return ids, fields
 
     async def retract(
         self, agent_id: str, source_event_id: str, *, at_ms: int

@@ -56,15 +56,17 @@ class OutcomeHandler:
     run_policy: RunPolicy = field(default=DEFAULT_RUN_POLICY, kw_only=True)
     rerank: RerankWeights = field(default=DEFAULT_RERANK_WEIGHTS, kw_only=True)
 
-    async def handle(self, message: InputMessage) -> int:
-        """How many memories changed; -1 for an outcome applied before (redelivery)."""
+    async def handle(self, message: InputMessage, journal: tuple[int, int] | None = None) -> int:
+        """How many memories changed; -1 for an outcome applied before (redelivery).
+        With the `journal` entry applying it, the count is stored due with the
+        effects (`grimoire.tables.journal.witness_due`)."""
         outcome = parse_outcome(message.value, self.limits)
         if isinstance(outcome, Rejection):
             await dead_letter(self.sink, self.topics.dead_letters, message, outcome)
             return 0
         if outcome.ends_run and self.learning is not None:
-            return await self._learn(outcome, self.learning)
-        changed = await self.store.apply_outcome(outcome)
+            return await self._learn(outcome, self.learning, journal)
+        changed = await self.store.apply_outcome(outcome, journal)
         held: list[str] = []
         if changed >= 0 and outcome.effect.touches_memories:
             held = await self.store.missing_memories(outcome.agent_id, outcome.memory_ids)
@@ -91,7 +93,9 @@ class OutcomeHandler:
             await self.sink.send(self.topics.memory_events, outcome.agent_id, event.dumps_json())
         return changed
 
-    async def _learn(self, outcome: Outcome, learning: LearningStore) -> int:
+    async def _learn(
+        self, outcome: Outcome, learning: LearningStore, journal: tuple[int, int] | None
+    ) -> int:
         agent = outcome.agent_id
         config = (
             (await self.configs.load([agent]))[agent] if self.configs is not None else AgentConfig()
@@ -100,7 +104,7 @@ class OutcomeHandler:
             # Learning off: the run closes and nothing moves (its recalls are dropped);
             # marked applied all the same.
             drop = await learning.outcome_part(LearningWrite(agent, outcome.run_id))
-            changed = await self.store.apply_credits(outcome, (), {}, [drop])
+            changed = await self.store.apply_credits(outcome, (), {}, [drop], journal=journal)
             await self._report(outcome, changed, 0, 0, "learning off")
             return changed
         assert outcome.quality is not None
@@ -137,6 +141,7 @@ class OutcomeHandler:
             dict(plan.uplifts),
             [part],
             counters=run_recall_counters(plan.credits, recalled),
+            journal=journal,
         )
         if changed >= 0:
             await self._report(outcome, changed, len(plan.edges), len(recalled), "")

@@ -54,6 +54,7 @@ from grimoire.streams.journal.usage import RecallUsage, decode_usage
 from grimoire.tables.config.store import ConfigStore
 from grimoire.tables.journal.keystore import KeyStore
 from grimoire.tables.journal.marks import AppliedMarks
+from grimoire.tables.journal.witness_due import NoWitnessDue, WitnessDue, WitnessDueReader
 from grimoire.topics.declarations import TopicNames
 
 __all__ = [
@@ -190,6 +191,9 @@ class JournalApplier:
     configs: ConfigStore | None = None
     # Bi-temporal facts (asserts); None: a fact entry is a poison entry.
     facts: FactHandler | None = None
+    # Witness records stored with an outcome's or a fact's effects, for the retry
+    # of an entry whose worker died before witnessing it.
+    due: WitnessDueReader = field(default_factory=NoWitnessDue)
 
     async def apply(self, messages: Sequence[InputMessage]) -> ApplyReport:
         """Fold `messages` (journal records of one partition, in offset order)."""
@@ -416,7 +420,10 @@ class JournalApplier:
                     )
             return True
         if kind is EntryKind.OUTCOME:
-            changed = await self.outcomes.handle(first.message)
+            changed = await self.outcomes.handle(first.message, first.journal)
+            if changed < 0:
+                due = await self._due(first)
+                changed = int(due.fields["changed"]) if due is not None else -1
             if changed >= 0:
                 await self.witness.record(
                     first.entry.agent_id,
@@ -429,7 +436,10 @@ class JournalApplier:
         if kind is EntryKind.FACT:
             if self.facts is None:
                 raise InvalidEntry("no fact handler is wired to the apply loop")
-            asserted = await self.facts.handle(first.message)
+            asserted = await self.facts.handle(first.message, first.journal)
+            if asserted is None:
+                due = await self._due(first)
+                asserted = None if due is None else (due.ids, due.fields)
             if asserted is not None:
                 ids, fields = asserted
                 await self.witness.record(
@@ -489,6 +499,22 @@ class JournalApplier:
                 await self.witness.record(owner, op, sorted(ids), fields, journal=first.journal)
             return True
         raise InvalidEntry(f"no rule applies {kind!r}")
+
+    async def _due(self, item: Opened) -> WitnessDue | None:
+        """The record `item`'s effects left due, when an earlier attempt applied
+        them and died before witnessing (the chain falls short of the entry); None
+        when they were applied by another entry (a copy of the input) or witnessed."""
+        agent_id = item.entry.agent_id
+        due = await self.due.due(agent_id)
+        if due is None or due.journal != item.journal:
+            return None
+        if await self.witness.witnessed(agent_id, item.journal):
+            return None
+        logger.info(
+            "journal entry %s@%s of %s: applied before, witnessed now",
+            item.journal[0], item.journal[1], agent_id,
+        )  # fmt: skip
+        return due
 
     async def _ingest_off(self, agent_ids: Sequence[str]) -> set[str]:
         if self.configs is None:

@@ -1470,7 +1470,7 @@ async def _wait_quiet(
 # their journal sequence numbers, which a sequencer killed after journaling (its
 # inputs journaled again, skipped by the fold, each spending a number) moves on for
 # every later entry of the agent, whatever the fold did.
-_BY_POSITION: Final = frozenset({"witness", "usage_applied"})
+_BY_POSITION: Final = frozenset({"witness", "witness_due", "usage_applied"})
 
 
 async def comparable_digest(redis: Redis, prefix: str, agent: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ from grimoire.tables.codec.fact import (
     encode_links,
     pair_field,
 )
+from grimoire.tables.journal.witness_due import WitnessDue
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.transaction import agent_transaction
 
@@ -56,8 +57,11 @@ class FactStore(Protocol):
         sorted; keys without any are left out."""
         ...
 
-    async def apply(self, agent_id: str, changes: FactChanges) -> None:
-        """Write an assert's or a retraction's changes, indexes included."""
+    async def apply(
+        self, agent_id: str, changes: FactChanges, due: WitnessDue | None = None
+    ) -> None:
+        """Write an assert's or a retraction's changes, indexes included; with `due`,
+        the witness record it leaves due, in the same transaction (`WitnessDue`)."""
         ...
 
     async def put_versions(self, agent_id: str, facts: Sequence[Fact]) -> None:
@@ -120,7 +124,9 @@ class RedisFactStore:
     async def put_versions(self, agent_id: str, facts: Sequence[Fact]) -> None:
         await self.apply(agent_id, FactChanges(upserts=tuple(facts)))
 
-    async def apply(self, agent_id: str, changes: FactChanges) -> None:
+    async def apply(
+        self, agent_id: str, changes: FactChanges, due: WitnessDue | None = None
+    ) -> None:
         if changes.empty:
             return
         keys = self.keys
@@ -158,6 +164,8 @@ class RedisFactStore:
             _write_index(pipe, keys.fact_entities(agent_id), by_entity, encode_ids)
             touched = {entity_key(name): links.get(entity_key(name), []) for name in names}
             _write_index(pipe, keys.fact_links(agent_id), touched, encode_links)
+            if due is not None:
+                pipe.set(keys.witness_due(agent_id), due.encode())
             await pipe.execute()
 
 

@@ -49,13 +49,16 @@ return #KEYS
 """
 
 # One outcome, applied once (KEYS[1] is the agent's set of applied outcome ids) to
-# the agent's memories among KEYS[2..]: memory hash and usage hash alternate.
+# the agent's memories among KEYS[3..]: memory hash and usage hash alternate.
 # ARGV: outcome id, agent id, ts, confidence delta, strength delta, resets (0/1),
-# validated, contradicted. Returns how many memories it changed.
+# validated, contradicted, then the witness-due record's text before and after the
+# count ('' and '': none is written; else KEYS[2] is set to it, with the effects,
+# so a worker killed before the witness leaves what it would have said).
+# Returns how many memories it changed.
 _APPLY_OUTCOME = """
 if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return -1 end
 local changed = 0
-for i = 2, #KEYS, 2 do
+for i = 3, #KEYS, 2 do
   local memory, usage = KEYS[i], KEYS[i + 1]
   if redis.call('HGET', memory, 'agent_id') == ARGV[2] then
     local conf = tonumber(redis.call('HGET', memory, 'confidence') or '0.5') + tonumber(ARGV[4])
@@ -73,6 +76,7 @@ for i = 2, #KEYS, 2 do
     changed = changed + 1
   end
 end
+if ARGV[9] ~= '' then redis.call('SET', KEYS[2], ARGV[9] .. changed .. ARGV[10]) end
 return changed
 """
 
@@ -166,16 +170,18 @@ return {lists, ids, packed, degrees}
 """
 
 # A run's credits (grimoire.streams.learn.runs), once per outcome id.
-# KEYS: applied outcomes, then (memory hash, usage hash) pairs; ARGV: outcome id,
-# agent id, event time, then per memory: confidence delta, strength delta,
-# validated, contradicted, causal uplift ('' leaves it). A memory whose confidence
-# moved has its decay origin reset to the outcome's time (the testing effect).
+# KEYS: applied outcomes, the witness-due record, then (memory hash, usage hash)
+# pairs; ARGV: outcome id, agent id, event time, the witness-due record's text
+# before and after the count (as for _APPLY_OUTCOME), then per memory: confidence
+# delta, strength delta, validated, contradicted, causal uplift ('' leaves it). A
+# memory whose confidence moved has its decay origin reset to the outcome's time
+# (the testing effect).
 _APPLY_CREDITS = """
 if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return -1 end
 local changed = 0
-for i = 2, #KEYS, 2 do
+for i = 3, #KEYS, 2 do
   local memory, usage = KEYS[i], KEYS[i + 1]
-  local a = 4 + (i - 2) / 2 * 5
+  local a = 6 + (i - 3) / 2 * 5
   if redis.call('HGET', memory, 'agent_id') == ARGV[2] then
     local delta = tonumber(ARGV[a])
     if delta ~= 0 then
@@ -198,6 +204,7 @@ for i = 2, #KEYS, 2 do
     changed = changed + 1
   end
 end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[2], ARGV[4] .. changed .. ARGV[5]) end
 return changed
 """
 

@@ -38,6 +38,7 @@ from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_
 from grimoire.tables.codec.walk_node import DecodedNodes
 from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
 from grimoire.tables.exceptions import SchemaMismatch
+from grimoire.tables.journal.witness_due import changed_count_template
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.maintenance.decay_index import DecayIndex
@@ -126,7 +127,12 @@ class MemoryStore(Protocol):
         ...
 
     def recall_source(self, agent_id: str) -> RecallSource: ...
-    async def apply_outcome(self, outcome: Outcome) -> int: ...
+    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
+        """Apply an outcome once; -1 when it was applied before, else how many of the
+        agent's memories it changed. With the `journal` entry applying it, its
+        witness record is left due with the effects (`WitnessDue`)."""
+        ...
+
     async def apply_credits(
         self,
         outcome: Outcome,
@@ -134,6 +140,7 @@ class MemoryStore(Protocol):
         uplifts: Mapping[str, float],
         also: Sequence[TransactionPart] = (),
         counters: Sequence[tuple[str, float]] = (),
+        journal: tuple[int, int] | None = None,
     ) -> int:
         """Apply a run's credits and the causes' new causal uplift once per outcome
         id, with `also` and the agent's stats `counters` (increments) in the same
@@ -575,11 +582,14 @@ class RedisMemoryStore:
         score = await self._redis.zscore(self.keys.applied_usage(agent_id), _request(request))
         return score is not None and int(score) != seq
 
-    async def apply_outcome(self, outcome: Outcome) -> int:
+    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
         """Apply an outcome once, atomically; -1 when it was applied before, else
         how many of the agent's memories it changed (others' ids are ignored)."""
         effect = outcome.effect
-        keys = [self.keys.applied_outcomes(outcome.agent_id)]
+        keys = [
+            self.keys.applied_outcomes(outcome.agent_id),
+            self.keys.witness_due(outcome.agent_id),
+        ]
         for memory_id in outcome.memory_ids:
             keys += [
                 self.key(outcome.agent_id, memory_id),
@@ -594,6 +604,7 @@ class RedisMemoryStore:
             1 if effect.resets_decay else 0,
             effect.validated,
             effect.contradicted,
+            *(changed_count_template(journal) if journal is not None else ("", "")),
         ]
         changed = await self._scripts.apply_outcome(keys, args)
         if effect.touches_memories:
@@ -614,6 +625,7 @@ class RedisMemoryStore:
         uplifts: Mapping[str, float],
         also: Sequence[TransactionPart] = (),
         counters: Sequence[tuple[str, float]] = (),
+        journal: tuple[int, int] | None = None,
     ) -> int:
         marker = self.keys.applied_outcomes(outcome.agent_id)
         # The partition's one writer checks, then writes: nothing runs in between.
@@ -621,8 +633,13 @@ class RedisMemoryStore:
             return -1
         by_id = {credit.memory_id: credit for credit in credits}
         ids = sorted(set(by_id) | set(uplifts))
-        keys = [marker]
-        args: list[Any] = [outcome.outcome_id, outcome.agent_id, outcome.ts_ms]
+        keys = [marker, self.keys.witness_due(outcome.agent_id)]
+        args: list[Any] = [
+            outcome.outcome_id,
+            outcome.agent_id,
+            outcome.ts_ms,
+            *(changed_count_template(journal) if journal is not None else ("", "")),
+        ]
         for memory_id in ids:
             keys += [
                 self.key(outcome.agent_id, memory_id),

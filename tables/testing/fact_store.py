@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from grimoire.streams.facts.queries import entity_links, fact_order
 from grimoire.streams.facts.values import Fact, FactChanges
+from grimoire.tables.journal.witness_due import WitnessDue
 
 __all__ = ["InMemoryFactStore"]
 
@@ -39,7 +40,10 @@ class InMemoryFactStore:
         every = entity_links(self.facts.get(agent_id, {}).values())
         return {key: every[key] for key in sorted(set(keys)) if key in every}
 
-    async def apply(self, agent_id: str, changes: FactChanges) -> None:
+    async def apply(
+        self, agent_id: str, changes: FactChanges, due: WitnessDue | None = None
+    ) -> None:
+        # No crash can leave a record due here (see grimoire.tables.journal.witness_due).
         stored = self.facts.setdefault(agent_id, {})
         for fact_id in changes.removed:
             stored.pop(fact_id, None)

@@ -317,7 +317,7 @@ class InMemoryMemoryStore:
         if float(_text(usage.get("last_accessed", "0"))) < as_of_ms:
             usage["last_accessed"] = str(as_of_ms)
 
-    async def apply_outcome(self, outcome: Outcome) -> int:
+    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
         """The outcome script's effect (see scripts._APPLY_OUTCOME)."""
         applied = self._outcomes.setdefault(outcome.agent_id, set())
         effect, changed = outcome.effect, 0
@@ -359,6 +359,7 @@ class InMemoryMemoryStore:
         uplifts: Mapping[str, float],
         also: Sequence[TransactionPart] = (),
         counters: Sequence[tuple[str, float]] = (),
+        journal: tuple[int, int] | None = None,
     ) -> int:
         """The credits script's effect (see scripts._APPLY_CREDITS)."""
         applied = self._outcomes.setdefault(outcome.agent_id, set())

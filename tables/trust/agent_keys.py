@@ -84,6 +84,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "maintenance_lease": Keyspace.maintenance_lease,
     "maintenance_log": Keyspace.maintenance_log,
     "witness": Keyspace.witness,
+    "witness_due": Keyspace.witness_due,
     "config": Keyspace.agent_config,
     "usage_applied": Keyspace.applied_usage,
     "imported": Keyspace.applied_imports,

@@ -80,10 +80,11 @@ EXCLUDED_FAMILIES: Final = frozenset({"maintenance_lease", "outbox"})
 # The state view (`state_digest`) also leaves out the journal's bookkeeping, which
 # depends on where in which journal the state was made, not on the state: the
 # witness chain (journal positions, previous hashes), the journal sequence numbers
-# of applied usage entries, and the import chunks applied. An export carries
+# of applied usage entries, the import chunks applied and the record left due
+# with an outcome or a fact (`WitnessDue`). An export carries
 # exactly the families this view covers (docs/export-format.md), so a deployment
 # that imported an agent's export has the source's state digest.
-JOURNAL_FAMILIES: Final = frozenset({"witness", "usage_applied", "imported"})
+JOURNAL_FAMILIES: Final = frozenset({"witness", "witness_due", "usage_applied", "imported"})
 STATE_EXCLUDED_FAMILIES: Final = EXCLUDED_FAMILIES | JOURNAL_FAMILIES
 STATE_DIGEST_DOMAIN: Final = b"grimoire.agent-state-digest.v1\n"
 
