@@ -67,7 +67,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> Grimo
         broker_heartbeat_interval=settings.broker_heartbeat_interval_s,
         broker_rebalance_timeout=settings.broker_rebalance_timeout_s,
         broker_commit_interval=settings.broker_commit_interval_s,
-        producer_linger=settings.producer_linger_ms / 1000,
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
         web_bind="127.0.0.1",

@@ -190,10 +190,6 @@ class Settings(BaseSettings):
     # makes the broker and consumer poll harder: on 2 cores 20 ms cost ~7 % of
     # ingest throughput against 50 ms, for ~10 ms of recall latency.
     consumer_fetch_max_wait_ms: int = Field(50, ge=1)
-    # How long the worker's producer gathers records into one batch before sending.
-    # On tansu's object-store engine every produced batch is an object the broker
-    # writes (with its watermark) and lists on every fetch of the partition after.
-    producer_linger_ms: int = Field(0, ge=0)
     broker_session_timeout_s: float = 3.0
     broker_heartbeat_interval_s: float = 0.5
     broker_rebalance_timeout_s: float = 10.0

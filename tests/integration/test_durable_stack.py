@@ -6,9 +6,10 @@ is stopped with SIGINT and started again, and later every one of its processes
 (the CLI, the worker, the HTTP API, the MCP server, the broker, its object store and
 Redis) is SIGKILLed at once and the stack started again. Each time the agents, their
 digests and twenty recalls must be exactly what they were. A last round simulates
-the one loss a machine crash causes Redis with `appendfsync everysec`: the tail of
-its append-only file is cut off, and the worker must fold the lost entries again
-from the journal.
+Redis coming back with less than it acknowledged (the loss a machine crash causes
+with `appendfsync everysec`, or a disk that lied about a flush with `always`): the
+tail of its append-only file is cut off, and the worker must fold the lost entries
+again from the journal.
 """
 
 from __future__ import annotations
