@@ -1,0 +1,435 @@
+"""A journal recorded once, kept as test data, and folded again by today's code.
+
+A restructure of the fold must not change what it decides. `record` runs inputs of
+every kind for three agents through the worker's own composition (`compose`: the
+sequencer journals them, the apply loop folds them into Redis; the fake embedder
+stands in for the model so the vectors are exact) and returns what a later fold
+needs: every journal record, the key store that opens them (the journal's secret,
+the agents' keys), and each agent's state digest. `fold` puts that key store into
+an empty prefix and folds the records with the current code.
+
+Regenerate only on purpose (a change of the stored format, with a migration):
+``python -m tests.support.recorded_journal tests/data/recorded-journal.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.infra.runtime import compose
+from grimoire.infra.settings import Settings
+from grimoire.streams.journal.entry import EntryKind
+from grimoire.tables.journal.keystore import RedisKeyStore
+from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.trust.agent_keys import agent_memory_ids
+from grimoire.tables.trust.digest import agent_digest
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import (
+    CommandV1,
+    EpisodeV1,
+    FactV1,
+    MaintenanceCommandV1,
+    OutcomeV1,
+    RecallRequestV1,
+    ToolEventV1,
+    TranscriptV1,
+)
+from tests.support.embedders import FakeEmbedder
+
+__all__ = ["AGENTS", "RecordedJournal", "fold", "record"]
+
+FORMAT = "grimoire.recorded-journal/1"
+AGENTS = ("ops-alpha", "ops-beta", "ops-gamma")
+BASE_TS = 1_790_000_000_000
+BLOCK_MS = 12_000
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedJournal:
+    records: tuple[tuple[int, int, bytes], ...]  # (partition, offset, value)
+    keystore: Mapping[str, Any]  # key (without the prefix) -> its value, by type
+    digests: Mapping[str, str]  # agent -> state digest (sha256)
+    partitions: int
+
+    def dumps(self) -> bytes:
+        return orjson.dumps(
+            {
+                "format": FORMAT,
+                "partitions": self.partitions,
+                "digests": dict(sorted(self.digests.items())),
+                "keystore": self.keystore,
+                "records": [[p, o, base64.b64encode(v).decode()] for p, o, v in self.records],
+            },
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+        )
+
+    @classmethod
+    def loads(cls, raw: bytes) -> RecordedJournal:
+        data = orjson.loads(raw)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} file")
+        return cls(
+            records=tuple((int(p), int(o), base64.b64decode(v)) for p, o, v in data["records"]),
+            keystore=data["keystore"],
+            digests=data["digests"],
+            partitions=int(data["partitions"]),
+        )
+
+
+def _inputs(topics: TopicNames) -> list[tuple[EntryKind, str, bytes]]:
+    """Every kind of input for three agents, in the order they are journaled."""
+    out: list[tuple[EntryKind, str, bytes]] = []
+    for n, agent in enumerate(AGENTS):
+        for i in range(14):
+            out.append(
+                (
+                    EntryKind.EPISODE,
+                    topics.episodes,
+                    EpisodeV1(
+                        agent_id=agent,
+                        ts=BASE_TS + i * BLOCK_MS,
+                        tick=i,
+                        event_id=f"ep-{i}",
+                        text=f"replica {i % 4} of shard {n} lagged {3 + i % 5} s behind the primary"
+                        if i % 3
+                        else f"disk on node {i % 4} reached {80 + i} percent after the compaction",
+                        tags=[f"shard/{n}", f"node/{i % 4}"],
+                        affect={"pleasure": (i % 5 - 2) / 4, "arousal": 0.3},
+                    ).dumps_json(),
+                )
+            )
+        for i in range(5):
+            out.append(
+                (
+                    EntryKind.TOOL_EVENT,
+                    topics.tool_events,
+                    ToolEventV1(
+                        agent_id=agent,
+                        ts=BASE_TS + 6_000 + i * BLOCK_MS,
+                        tool="failover",
+                        event_id=f"tool-{i}",
+                        error=f"timeout promoting replica {i}" if i % 2 else None,
+                        result=None if i % 2 else f"promoted replica {i}",
+                        paths=[f"/etc/cluster/shard-{n}.yaml"],
+                    ).dumps_json(),
+                )
+            )
+        for i in range(4):
+            out.append(
+                (
+                    EntryKind.TRANSCRIPT,
+                    topics.transcripts,
+                    TranscriptV1(
+                        agent_id=agent,
+                        ts=BASE_TS + 3_000 + i * BLOCK_MS,
+                        session_id="s-1",
+                        event_id=f"line-{i}",
+                        turn_id=f"t-{i // 2}",
+                        line={
+                            "role": "user" if i % 2 == 0 else "assistant",
+                            "content": f"should we fail over shard {n} now, step {i}",
+                        },
+                    ).dumps_json(),
+                )
+            )
+        out.append(
+            (
+                EntryKind.FACT,
+                topics.facts,
+                FactV1(
+                    agent_id=agent,
+                    ts=BASE_TS + 100_000,
+                    subject=f"shard-{n}",
+                    predicate="primary_on",
+                    object="node-1",
+                    valid_from=8,
+                    object_is_entity=True,
+                    event_id="fact-1",
+                ).dumps_json(),
+            )
+        )
+        out.append(
+            (
+                EntryKind.FACT,
+                topics.facts,
+                FactV1(
+                    agent_id=agent,
+                    ts=BASE_TS + 160_000,
+                    subject=f"shard-{n}",
+                    predicate="primary_on",
+                    object="node-3",
+                    valid_from=13,
+                    object_is_entity=True,
+                    event_id="fact-2",
+                ).dumps_json(),
+            )
+        )
+        for name in ("configure", "pin", "retract", "retract-fact"):
+            command: CommandV1
+            if name == "configure":
+                command = CommandV1(
+                    agent_id=agent,
+                    command="configure",
+                    config={"use_causal_scoring": n % 2 == 0},
+                    ts=BASE_TS + 170_000,
+                    event_id="cmd-configure",
+                )
+            elif name == "pin":
+                command = CommandV1(
+                    agent_id=agent,
+                    command="pin",
+                    memory_id="",  # filled below: pins the agent's first memory
+                    ts=BASE_TS + 171_000,
+                    event_id="cmd-pin",
+                )
+            elif name == "retract":
+                command = CommandV1(
+                    agent_id=agent,
+                    command="retract",
+                    source_event_id="ep-4",
+                    ts=BASE_TS + 172_000,
+                    event_id="cmd-retract",
+                )
+            else:
+                command = CommandV1(
+                    agent_id=agent,
+                    command="retract",
+                    source_event_id="fact-2",
+                    ts=BASE_TS + 173_000,
+                    event_id="cmd-retract-fact",
+                )
+            out.append((EntryKind.COMMAND, topics.commands, command.dumps_json()))
+        out.append(
+            (
+                EntryKind.MAINTENANCE,
+                topics.maintenance,
+                MaintenanceCommandV1(
+                    agent_id=agent, reason="manual", force_compaction=True
+                ).dumps_json(),
+            )
+        )
+    return out
+
+
+def _outcomes(topics: TopicNames, memory_ids: Mapping[str, Sequence[str]]) -> list[bytes]:
+    out: list[bytes] = []
+    for agent in AGENTS:
+        ids = sorted(memory_ids[agent])
+        out.append(
+            OutcomeV1(
+                agent_id=agent,
+                ts=BASE_TS + 180_000,
+                outcome="positive",
+                memory_ids=ids[:2],
+                event_id="out-1",
+            ).dumps_json()
+        )
+        out.append(
+            OutcomeV1(
+                agent_id=agent,
+                ts=BASE_TS + 181_000,
+                outcome="negative",
+                memory_ids=ids[2:3],
+                event_id="out-2",
+            ).dumps_json()
+        )
+    return out
+
+
+async def _keystore(redis: Redis, prefix: str) -> dict[str, Any]:
+    keys = Keyspace(prefix)
+    dumped: dict[str, Any] = {}
+    async for raw in redis.scan_iter(match=keys.keystore_pattern, count=1000):
+        key = raw.decode()
+        kind = (await redis.type(key)).decode()
+        name = key[len(prefix) + 1 :]
+        if kind == "string":
+            value = await redis.get(key)
+            dumped[name] = {"string": base64.b64encode(value).decode()}
+        elif kind == "hash":
+            fields = await redis.hgetall(key)
+            dumped[name] = {
+                "hash": {
+                    base64.b64encode(f).decode(): base64.b64encode(v).decode()
+                    for f, v in sorted(fields.items())
+                }
+            }
+        else:
+            raise ValueError(f"key store key {key} is a {kind}: not recorded")
+    return dict(sorted(dumped.items()))
+
+
+async def _restore_keystore(redis: Redis, prefix: str, keystore: Mapping[str, Any]) -> None:
+    for name, value in keystore.items():
+        key = f"{prefix}:{name}"
+        if "string" in value:
+            await redis.set(key, base64.b64decode(value["string"]))
+        else:
+            await redis.hset(
+                key,
+                mapping={
+                    base64.b64decode(f): base64.b64decode(v) for f, v in value["hash"].items()
+                },
+            )
+
+
+def _settings(base: Settings, prefix: str) -> Settings:
+    return base.model_copy(update={"topic_prefix": prefix, "auth_enabled": False})
+
+
+async def _composed(settings: Settings, redis: Redis, sink: MemorySink) -> Any:
+    return await compose(
+        settings,
+        prefix=settings.topic_prefix,
+        redis=redis,
+        keys=RedisKeyStore(redis, settings.topic_prefix),
+        embedder=FakeEmbedder(),
+        sink=sink,
+        worker_id="recorded-journal",
+    )
+
+
+@dataclass
+class PartitionedSink(MemorySink):
+    """A `MemorySink` that also keeps the partition each record was sent to."""
+
+    partitions: list[int | None] = field(default_factory=list)
+
+    async def send(
+        self, topic: str, key: str, value: bytes, *, partition: int | None = None
+    ) -> None:
+        await super().send(topic, key, value, partition=partition)
+        self.partitions.append(partition)
+
+
+def _journal(sink: PartitionedSink, topics: TopicNames) -> list[InputMessage]:
+    """What the sequencer sent to the journal, as a consumer reads it: per partition,
+    offsets in send order (the sequencer always names the partition)."""
+    offsets: dict[int, int] = {}
+    out: list[InputMessage] = []
+    for (topic, _, value), partition in zip(sink.sent, sink.partitions, strict=True):
+        if topic != topics.journal:
+            continue
+        assert partition is not None, "a journal record sent without its partition"
+        offset = offsets.get(partition, 0)
+        offsets[partition] = offset + 1
+        out.append(InputMessage(value=value, topic=topic, partition=partition, offset=offset))
+    return out
+
+
+async def _fold(applier: Any, messages: Sequence[InputMessage]) -> None:
+    by_partition: dict[int, list[InputMessage]] = {}
+    for message in messages:
+        by_partition.setdefault(message.partition or 0, []).append(message)
+    for partition in sorted(by_partition):
+        await applier.apply(by_partition[partition])
+
+
+async def record(redis: Redis, base: Settings) -> RecordedJournal:
+    prefix = f"rec{uuid.uuid4().hex[:8]}"
+    settings = _settings(base, prefix)
+    topics = TopicNames(prefix)
+    sink = PartitionedSink()
+    composed = await _composed(settings, redis, sink)
+    sequencer, applier = composed.handlers.sequencer, composed.handlers.applier
+    offsets: dict[str, int] = {}
+    folded = 0
+
+    async def journal(kind: EntryKind, topic: str, value: bytes) -> None:
+        nonlocal folded
+        offset = offsets.get(topic, 0)
+        offsets[topic] = offset + 1
+        message = InputMessage(value=value, topic=topic, partition=0, offset=offset)
+        await sequencer.append(kind, [message])
+        everything = _journal(sink, topics)
+        await _fold(applier, everything[folded:])
+        folded = len(everything)
+
+    for kind, topic, value in _inputs(topics):
+        data = orjson.loads(value)
+        if data.get("command") == "pin":
+            # The agent's first memory by id, as the store now holds it.
+            ids = await agent_memory_ids(redis, prefix, data["agent_id"])
+            data["memory_id"] = ids[0]
+            value = orjson.dumps(data)
+        await journal(kind, topic, value)
+    memory_ids = {agent: await agent_memory_ids(redis, prefix, agent) for agent in AGENTS}
+    for value in _outcomes(topics, memory_ids):
+        await journal(EntryKind.OUTCOME, topics.outcomes, value)
+    for n, agent in enumerate(AGENTS):
+        request = RecallRequestV1(
+            agent_id=agent,
+            query=f"replica lag on shard {n}",
+            reply_to=f"{prefix}.replies.recorded",
+            correlation_id=f"corr-{n}",
+            k=4,
+        )
+        message = InputMessage(
+            value=request.dumps_json(), topic=topics.recall_requests, partition=0, offset=n
+        )
+        await composed.handlers.recall.handle(message)
+        everything = _journal(sink, topics)
+        await _fold(applier, everything[folded:])
+        folded = len(everything)
+    records = tuple((m.partition or 0, m.offset or 0, m.value) for m in _journal(sink, topics))
+    digests = {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
+    return RecordedJournal(
+        records=records,
+        keystore=await _keystore(redis, prefix),
+        digests=digests,
+        partitions=settings.partitions,
+    )
+
+
+async def fold(
+    redis: Redis, base: Settings, recorded: RecordedJournal, prefix: str | None = None
+) -> dict[str, str]:
+    """Fold the recorded journal into an empty prefix with today's code; each agent's
+    state digest."""
+    prefix = prefix or f"rep{uuid.uuid4().hex[:8]}"
+    settings = _settings(base, prefix).model_copy(update={"partitions": recorded.partitions})
+    topics = TopicNames(prefix)
+    await _restore_keystore(redis, prefix, recorded.keystore)
+    composed = await _composed(settings, redis, MemorySink())
+    messages = [
+        InputMessage(value=v, topic=topics.journal, partition=p, offset=o)
+        for p, o, v in recorded.records
+    ]
+    await _fold(composed.handlers.applier, messages)
+    return {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
+
+
+async def _main(out: Path) -> None:
+    from grimoire.infra.local.services import LocalServices, ServicePorts
+
+    state = Path(".grimoire") / "recorded-journal"
+    services = LocalServices(state, ServicePorts(kafka=19962, redis=17262))
+    services.up()
+    try:
+        redis = Redis.from_url(services.redis_url)
+        try:
+            recorded = await record(redis, Settings(redis_url=services.redis_url))
+            again = await fold(redis, Settings(redis_url=services.redis_url), recorded)
+            if again != dict(recorded.digests):
+                raise SystemExit(f"a second fold differs: {again} != {recorded.digests}")
+        finally:
+            await redis.aclose()
+    finally:
+        services.down()
+    out.write_bytes(recorded.dumps() + b"\n")
+    print(f"{len(recorded.records)} records, digests {dict(recorded.digests)} -> {out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(Path(sys.argv[1])))
