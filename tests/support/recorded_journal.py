@@ -47,7 +47,7 @@ from grimoire.topics.schemas import (
 )
 from tests.support.embedders import FakeEmbedder
 
-__all__ = ["AGENTS", "RecordedJournal", "fold", "record"]
+__all__ = ["AGENTS", "PartitionedSink", "RecordedJournal", "fold", "journal_of", "record"]
 
 FORMAT = "grimoire.recorded-journal/1"
 AGENTS = ("ops-alpha", "ops-beta", "ops-gamma")
@@ -313,7 +313,7 @@ class PartitionedSink(MemorySink):
         self.partitions.append(partition)
 
 
-def _journal(sink: PartitionedSink, topics: TopicNames) -> list[InputMessage]:
+def journal_of(sink: PartitionedSink, topics: TopicNames) -> list[InputMessage]:
     """What the sequencer sent to the journal, as a consumer reads it: per partition,
     offsets in send order (the sequencer always names the partition)."""
     offsets: dict[int, int] = {}
@@ -352,7 +352,7 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
         offsets[topic] = offset + 1
         message = InputMessage(value=value, topic=topic, partition=0, offset=offset)
         await sequencer.append(kind, [message])
-        everything = _journal(sink, topics)
+        everything = journal_of(sink, topics)
         await _fold(applier, everything[folded:])
         folded = len(everything)
 
@@ -379,10 +379,10 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
             value=request.dumps_json(), topic=topics.recall_requests, partition=0, offset=n
         )
         await composed.handlers.recall.handle(message)
-        everything = _journal(sink, topics)
+        everything = journal_of(sink, topics)
         await _fold(applier, everything[folded:])
         folded = len(everything)
-    records = tuple((m.partition or 0, m.offset or 0, m.value) for m in _journal(sink, topics))
+    records = tuple((m.partition or 0, m.offset or 0, m.value) for m in journal_of(sink, topics))
     digests = {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
     return RecordedJournal(
         records=records,

@@ -1,0 +1,139 @@
+"""How many times the fold talks to Redis to ingest one batch.
+
+Issue 35 asks the fold to load the agents' state in one pipelined read and commit
+once, so the round trips of a batch stop growing with its agents and events. This
+counts them through the worker's composition (`compose`, real Redis): every
+`send_packed_command` of a redis-py connection is one request on the wire (a
+pipeline or a transaction is one). Each case journals its inputs first, then
+counts only the apply loop folding them.
+
+Today the count grows with the agents of a batch: the test is marked as an expected
+failure, strict, so it fails the day the spine makes it pass and the mark has to go.
+`python -m pytest tests/integration/test_round_trips.py -s` prints the counts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from grimoire.agents.ports import InputMessage
+from grimoire.infra.runtime import compose
+from grimoire.infra.settings import Settings
+from grimoire.streams.journal.entry import EntryKind
+from grimoire.tables.journal.keystore import RedisKeyStore
+from grimoire.tables.redis_client import create_redis
+from grimoire.topics.declarations import TopicNames
+from grimoire.topics.schemas import EpisodeV1
+from tests.support.embedders import FakeEmbedder
+from tests.support.recorded_journal import PartitionedSink, journal_of
+from tests.support.stored import drop_deployment
+
+pytestmark = pytest.mark.integration
+
+BASE_TS = 1_790_000_000_000
+
+
+@contextmanager
+def counted() -> Iterator[list[int]]:
+    """Counts requests sent to Redis by any connection while open."""
+    sent = [0]
+    original = AbstractConnection.send_packed_command
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        await original(self, command, check_health)
+
+    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+
+
+async def _round_trips(settings: Settings, agents: int, events: int) -> int:
+    """Requests the apply loop sends to fold `events` all-distinct episodes of
+    `agents` agents, journaled beforehand, as one batch per journal partition."""
+    prefix = f"rt{uuid.uuid4().hex[:8]}"
+    configured = settings.model_copy(update={"topic_prefix": prefix, "auth_enabled": False})
+    redis: Redis = create_redis(configured.redis_url, 8)
+    sink = PartitionedSink()
+    try:
+        composed = await compose(
+            configured,
+            prefix=prefix,
+            redis=redis,
+            keys=RedisKeyStore(redis, prefix),
+            embedder=FakeEmbedder(),
+            sink=sink,
+            worker_id="round-trips",
+        )
+        topics = TopicNames(prefix)
+        # Every agent known and folded once, so the batch counted is a steady one.
+        warm = [
+            InputMessage(
+                EpisodeV1(
+                    agent_id=f"agent-{a}", ts=BASE_TS, event_id="warm", text=f"agent {a} starts"
+                ).dumps_json(),
+                topics.episodes,
+                0,
+                a,
+            )
+            for a in range(agents)
+        ]
+        await composed.handlers.sequencer.append(EntryKind.EPISODE, warm)
+        for messages in _by_partition(journal_of(sink, topics)).values():
+            await composed.handlers.applier.apply(messages)
+        before = len(journal_of(sink, topics))
+        batch = [
+            InputMessage(
+                EpisodeV1(
+                    agent_id=f"agent-{i % agents}",
+                    ts=BASE_TS + (1 + i) * 12_000,
+                    event_id=f"ev-{i}",
+                    text=f"event {i}: {uuid.UUID(int=i * 7919 + 17).hex} unlike any other",
+                ).dumps_json(),
+                topics.episodes,
+                0,
+                agents + i,
+            )
+            for i in range(events)
+        ]
+        await composed.handlers.sequencer.append(EntryKind.EPISODE, batch)
+        fresh = journal_of(sink, topics)[before:]
+        assert len(fresh) == events
+        with counted() as sent:
+            for messages in _by_partition(fresh).values():
+                await composed.handlers.applier.apply(messages)
+        return sent[0]
+    finally:
+        await drop_deployment(redis, prefix)
+        await redis.aclose()
+
+
+def _by_partition(messages: list[InputMessage]) -> dict[int, list[InputMessage]]:
+    out: dict[int, list[InputMessage]] = {}
+    for message in messages:
+        out.setdefault(message.partition or 0, []).append(message)
+    return dict(sorted(out.items()))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 35: the fold's state is not yet loaded once and committed once per batch",
+)
+async def test_a_batch_costs_the_same_round_trips_whatever_its_agents_and_events(
+    settings: Settings,
+) -> None:
+    base = await _round_trips(settings, agents=8, events=64)
+    more_agents = await _round_trips(settings, agents=16, events=64)
+    more_events = await _round_trips(settings, agents=8, events=128)
+    print(f"round trips: 64 events/8 agents {base}, 64/16 {more_agents}, 128/8 {more_events}")
+    assert more_agents <= base
+    assert more_events <= base
