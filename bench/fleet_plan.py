@@ -1,4 +1,4 @@
-"""The pure parts of `grimoire bench fleet` (infra/bench/fleet.py): who publishes,
+"""The pure parts of `python -m bench fleet` (bench/fleet.py): who publishes,
 recalls and ends a run when, and how the report's numbers are computed from what
 was observed. No I/O, no clock: times come in as arguments, so each piece is unit
 tested on its own (tests/unit/test_bench_fleet.py).
@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from grimoire.infra.bench.corpus import TICKS_PER_RUN
+from bench.corpus import TICKS_PER_RUN
 
 __all__ = [
     "FleetShape",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from grimoire.infra.bench.fleet_plan import cpu_cores, proc_cpu_ticks
+from bench.fleet_plan import cpu_cores, proc_cpu_ticks
 from grimoire.infra.embedding.embedder import LANE_THREAD_NAME, QUERY_THREAD_NAME
 from grimoire.infra.local.services import ServicePorts
 

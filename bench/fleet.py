@@ -1,4 +1,4 @@
-"""`grimoire bench fleet`: N agents (default 1,000) on the 12 s block cadence through
+"""`python -m bench fleet`: N agents (default 1,000) on the 12 s block cadence through
 the real broker (tansu), Redis and worker process(es), and a search for the largest
 fleet this machine keeps up with.
 
@@ -100,11 +100,11 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from grimoire.infra.bench.corpus import corpus_events, recall_queries
-from grimoire.infra.bench.cpu_sample import cpu_report, find_service_pids, sample_cpu
-from grimoire.infra.bench.event_stream import generate
-from grimoire.infra.bench.event_tail import EventTail
-from grimoire.infra.bench.fleet_plan import (
+from bench.corpus import corpus_events, recall_queries
+from bench.cpu_sample import cpu_report, find_service_pids, sample_cpu
+from bench.event_stream import generate
+from bench.event_tail import EventTail
+from bench.fleet_plan import (
     FleetShape,
     Slot,
     agent_id,
@@ -120,7 +120,7 @@ from grimoire.infra.bench.fleet_plan import (
     summarise_ms,
     union_s,
 )
-from grimoire.infra.bench.ingest import _PROBE_WORDS
+from bench.ingest import _PROBE_WORDS
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings

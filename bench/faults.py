@@ -1,4 +1,4 @@
-"""`grimoire bench faults`: the journal under real crashes and hostile input, every input kind.
+"""`python -m bench faults`: the journal under real crashes and hostile input, every input kind.
 
 Two runs of the same inputs on one durable stack (tansu on its `s3://` engine over a
 local SeaweedFS, Redis with its append-only file fsynced every second), each under a
@@ -85,8 +85,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
+from bench.event_stream import HEARTBEATS, TOOL_CALLS
 from grimoire.agents.journal.sequencer import agent_of
-from grimoire.infra.bench.event_stream import HEARTBEATS, TOOL_CALLS
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.replay import read_partition
@@ -2376,7 +2376,7 @@ def run_faults_bench(
     on the same object store. `knn_hybrid_policy`: the vector lanes' in both runs
     (`EXACT_KNN` by default: see there)."""
     began = time.perf_counter()
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")).resolve() / "bench-faults"
     ports = ServicePorts(
         kafka=int(os.environ.get("GRIMOIRE_BENCH_FAULTS_KAFKA_PORT", "19592")),

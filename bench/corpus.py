@@ -1,6 +1,6 @@
 """A large, realistic memory store for one agent, written the way the worker writes it.
 
-`grimoire bench recall` needs 100,000 memories; embedding that many texts with
+`python -m bench recall` needs 100,000 memories; embedding that many texts with
 the model would take longer than the benchmark itself on a small machine. So:
 
 * events come from a deterministic generator of one golem's life (heartbeats,

@@ -1,4 +1,4 @@
-"""`grimoire bench locomo`: LoCoMo conversations through the real pipeline, every
+"""`python -m bench locomo`: LoCoMo conversations through the real pipeline, every
 question as a recall request through Kafka, turn-level evidence retrieval scored
 as LoCoMo scores it, with BM25 and dense baselines over the same turns.
 
@@ -21,9 +21,9 @@ import numpy as np
 import orjson
 from redis.asyncio import Redis
 
-from grimoire.infra.bench.bm25 import BM25
-from grimoire.infra.bench.locomo_data import Conversation, load_conversations
-from grimoire.infra.bench.retrieval_metrics import Judged, score
+from bench.bm25 import BM25
+from bench.locomo_data import Conversation, load_conversations
+from bench.retrieval_metrics import Judged, score
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
@@ -43,7 +43,7 @@ RECALL_BUDGETS = RecallBudgets(max_items=TOP_K, token_budget=100_000, full_text_
 
 
 def default_data_path() -> Path:
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo-dev.json"
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo-dev.json"
 
 
 def _agent(conversation: Conversation) -> str:

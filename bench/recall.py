@@ -1,4 +1,4 @@
-"""`grimoire bench recall`: recall latency for one agent holding 10,000 and 100,000 memories.
+"""`python -m bench recall`: recall latency for one agent holding 10,000 and 100,000 memories.
 
 For each size the agent's store is grown to that many memories (`bench_corpus`),
 then recall is timed twice with distinct questions, so no query embedding ever
@@ -31,9 +31,9 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from bench.corpus import DERIVED_SIMILARITY, CorpusLoader, LoadReport, recall_queries
 from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.infra.bench.corpus import DERIVED_SIMILARITY, CorpusLoader, LoadReport, recall_queries
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker

@@ -1,4 +1,4 @@
-"""`grimoire bench learning`: do agents that learn from run outcomes recall their
+"""`python -m bench learning`: do agents that learn from run outcomes recall their
 successful experience first?
 
 A generated world (`learning_env.py`): agents meet recurring situations whose
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grimoire.infra.bench.event_tail import EventTail
-from grimoire.infra.bench.learning_env import (
+from bench.event_tail import EventTail
+from bench.learning_env import (
     RUN_SPACING_MS,
     SUCCESS_QUALITY,
     T0_MS,

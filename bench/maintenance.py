@@ -1,4 +1,4 @@
-"""`grimoire bench maintenance`: one due maintenance pass at 10,000 and 100,000 memories.
+"""`python -m bench maintenance`: one due maintenance pass at 10,000 and 100,000 memories.
 
 For each size the agent's store is grown (`bench_corpus`, the write path's own
 planner) to the size minus the timed windows of new memories; a catch-up pass
@@ -27,11 +27,11 @@ from typing import Any
 
 import orjson
 
+from bench.corpus import CorpusLoader
 from grimoire.agents.maintenance.compaction_task import CompactionRunner
 from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import MemorySink
-from grimoire.infra.bench.corpus import CorpusLoader
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.runtime import Runtime

@@ -1,4 +1,4 @@
-"""The generated world of `grimoire bench learning`: pure, seeded, no I/O.
+"""The generated world of `python -m bench learning`: pure, seeded, no I/O.
 
 Agents meet recurring situations (a disk filling up, an RPC endpoint timing out, …);
 each situation has a few candidate actions whose success probabilities are hidden

@@ -1,4 +1,4 @@
-"""`grimoire bench ingest`: the real pipeline (tansu + Redis + worker) under a generated
+"""`python -m bench ingest`: the real pipeline (tansu + Redis + worker) under a generated
 stream, against the bare model embedding the same texts in the same run.
 
 Two profiles. `memory`: tansu on its memory engine, Redis without a data file, tenant
@@ -26,8 +26,8 @@ import numpy as np
 from redis.asyncio import Redis
 from tqdm import tqdm
 
-from grimoire.infra.bench.cpu_sample import EMBED_LANES, cpu_report, find_service_pids, sample_cpu
-from grimoire.infra.bench.event_stream import BenchEvent, generate
+from bench.cpu_sample import EMBED_LANES, cpu_report, find_service_pids, sample_cpu
+from bench.event_stream import BenchEvent, generate
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker

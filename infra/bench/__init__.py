@@ -1,1 +1,0 @@
-"""grimoire.infra.bench"""
