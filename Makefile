@@ -90,31 +90,31 @@ bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults ben
 
 bench-ingest: setup ## the real write path on 20,000 generated events (repetitive and all-distinct)
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench ingest --events $${EVENTS:-20000} | tee bench-results/ingest.json
+	$(PY) -m bench ingest --events $${EVENTS:-20000} | tee bench-results/ingest.json
 
 bench-recall: setup ## recall latency (in process and over Kafka) at 10,000 and 100,000 memories
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench recall | tee bench-results/recall.json
+	$(PY) -m bench recall | tee bench-results/recall.json
 
 bench-maintenance: setup ## one due maintenance pass (decay, curator, compaction) at 10,000 and 100,000 memories
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench maintenance | tee bench-results/maintenance.json
+	$(PY) -m bench maintenance | tee bench-results/maintenance.json
 
 bench-faults: setup ## every input kind on the durable stack; SIGKILLs of ingest and recall workers, Redis and the broker; 10,000 hostile messages; against a clean run
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench faults --events $${EVENTS:-20000} | tee bench-results/faults.json
+	$(PY) -m bench faults --events $${EVENTS:-20000} | tee bench-results/faults.json
 
 bench-learning: setup ## agents learning from run outcomes: success-first recall against the same recalls without learning (RUNS per agent)
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench learning --runs $${RUNS:-60} | tee bench-results/learning.json
+	$(PY) -m bench learning --runs $${RUNS:-60} | tee bench-results/learning.json
 
 bench-fleet: setup ## AGENTS (1,000) on the 12 s block cadence: lag, recall, maintenance share, the largest fleet under one block (FLEET_ARGS)
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench fleet --agents $${AGENTS:-1000} $(FLEET_ARGS) | tee bench-results/fleet.log | tail -1 > bench-results/fleet.json; cat bench-results/fleet.json
+	$(PY) -m bench fleet --agents $${AGENTS:-1000} $(FLEET_ARGS) | tee bench-results/fleet.log | tail -1 > bench-results/fleet.json; cat bench-results/fleet.json
 
 bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline (LOCOMO_ARGS="--data F --conversations a,b")
 	mkdir -p bench-results
-	$(PY) -m grimoire.infra.cli bench locomo $(LOCOMO_ARGS) | tee bench-results/locomo.json
+	$(PY) -m bench locomo $(LOCOMO_ARGS) | tee bench-results/locomo.json
 
 services-up: setup ## start local tansu + Redis (GRIMOIRE_LOCAL_KAFKA_PORT/REDIS_PORT)
 	$(PY) -m grimoire.infra.local.services up

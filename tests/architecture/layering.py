@@ -4,8 +4,9 @@ The layers are ``infra`` -> ``agents`` -> ``tables``/``topics`` -> ``streams``: 
 means "may import". ``streams`` is the pure core (stdlib, numpy, orjson only), so it
 must never pull in an I/O library; ``topics`` is the light client side, so it must
 not drag in faust, Redis or the embedding stack; nothing outside ``infra`` may import
-``infra``; and benchmark/evaluation code (``grimoire.infra.bench``) is reachable only
-from itself and the CLI, so the make targets can run it while the library cannot.
+``infra``; and no product module -- the layers above and the root ``__init__.py`` --
+imports the benchmarks and evaluation code, which live outside the installed package
+in the top-level ``bench/`` folder (run as ``python -m bench`` by the make targets).
 
 Everything here is a pure function over a source tree on disk. The checker reads the
 files with :mod:`ast` instead of importing them, so it sees every import a module
@@ -31,8 +32,10 @@ TABLES: Final = "grimoire.tables"
 TOPICS: Final = "grimoire.topics"
 AGENTS: Final = "grimoire.agents"
 INFRA: Final = "grimoire.infra"
-BENCH: Final = "grimoire.infra.bench"
-CLI: Final = "grimoire.infra.cli"
+#: The benchmarks' top-level package (``bench/`` at the repository root, not installed),
+#: and the name it would have through the editable install's ``grimoire`` -> ``.`` mapping.
+BENCH: Final = "bench"
+BENCH_UNDER_ROOT: Final = f"{ROOT_PACKAGE}.{BENCH}"
 
 #: Folder (relative to the project root) -> the package it installs as. Mirrors
 #: ``[tool.setuptools] package-dir`` in pyproject.toml; the tests check they agree.
@@ -115,9 +118,12 @@ class SourceModule:
 def module_name_for(relative: Path, package_dirs: Mapping[str, str]) -> str | None:
     """Map a path relative to the project root to its installed module name.
 
-    Returns ``None`` for files outside the mapped folders (tests, scripts), which
-    are not part of the installed package and so are not layered.
+    The root ``__init__.py`` is the ``grimoire`` package itself. Returns ``None`` for
+    files outside the mapped folders (tests, scripts, ``bench/``), which are not part
+    of the installed package and so are not layered.
     """
+    if relative == Path("__init__.py"):
+        return ROOT_PACKAGE
     parts = relative.with_suffix("").parts
     if not parts or parts[0] not in package_dirs:
         return None
@@ -130,7 +136,11 @@ def module_name_for(relative: Path, package_dirs: Mapping[str, str]) -> str | No
 def iter_source_modules(
     root: Path, package_dirs: Mapping[str, str] = DEFAULT_PACKAGE_DIRS
 ) -> Iterator[SourceModule]:
-    """Yield every ``.py`` file under the mapped folders, in a stable order."""
+    """Yield the root ``__init__.py`` and every ``.py`` file under the mapped folders,
+    in a stable order."""
+    root_init = root / "__init__.py"
+    if root_init.is_file():
+        yield SourceModule(root_init, ROOT_PACKAGE, True)
     for folder in sorted(package_dirs):
         base = root / folder
         if not base.is_dir():
@@ -234,10 +244,13 @@ def collect_imports(
                     continue
             else:
                 target = node.module or ""
+            # A name that is a benchmark module counts as one even though the tree's
+            # scan does not know it (``from grimoire import bench``).
             submodules = [
                 f"{target}.{alias.name}"
                 for alias in node.names
-                if alias.name != "*" and f"{target}.{alias.name}" in known
+                if alias.name != "*"
+                and (f"{target}.{alias.name}" in known or is_bench(f"{target}.{alias.name}"))
             ]
             if submodules:
                 for submodule in submodules:
@@ -261,6 +274,11 @@ def collect_imports(
 def _within(module: str, package: str) -> bool:
     """Whether ``module`` is ``package`` or one of its sub-modules."""
     return module == package or module.startswith(package + ".")
+
+
+def is_bench(module: str) -> bool:
+    """Whether ``module`` names the benchmarks, in any spelling that would import them."""
+    return _within(module, BENCH) or _within(module, BENCH_UNDER_ROOT)
 
 
 def _top_level(module: str) -> str:
@@ -291,6 +309,14 @@ def rule_violations(ref: ImportRef) -> list[str]:
     if imported.startswith("."):
         return ["relative import climbs above the top-level package"]
     layer = _layer_of(importer)
+    if layer is None and importer != ROOT_PACKAGE:
+        return reasons
+    if is_bench(imported):
+        reasons.append(
+            "no product module may import the benchmarks (bench/ lives outside the "
+            "installed package)"
+        )
+        return reasons
     if layer is None:
         return reasons
 
@@ -305,11 +331,6 @@ def rule_violations(ref: ImportRef) -> list[str]:
             else:
                 allowed = ", ".join(sorted(ALLOWED_LAYERS[layer]))
                 reasons.append(f"{layer} may import only {allowed}")
-        if _within(imported, BENCH) and not _within(importer, BENCH) and not _within(importer, CLI):
-            reasons.append(
-                "benchmark/evaluation code (grimoire.infra.bench) may be imported only "
-                "by itself and grimoire.infra.cli"
-            )
         return reasons
 
     top = _top_level(imported)

@@ -84,3 +84,37 @@ def package_problems(
         if any(name == p or name.startswith(p + ".") for p in mapped_packages):
             problems.append(f"{name}: listed in [tool.setuptools] packages but not on disk")
     return problems
+
+
+def package_dir_table(pyproject: Mapping[str, object]) -> dict[str, str]:
+    """``{package: folder}`` of ``[tool.setuptools] package-dir``, the root entry included."""
+    package_dir = _setuptools_table(pyproject).get("package-dir")
+    if not isinstance(package_dir, dict):
+        raise ValueError("[tool.setuptools] has no package-dir table")
+    return {str(package): str(folder) for package, folder in package_dir.items()}
+
+
+def package_folder(package: str, package_dir: Mapping[str, str]) -> Path:
+    """The folder setuptools reads ``package`` from: the longest mapped prefix, then the
+    rest of the dotted name as sub-folders (a package with no mapped prefix sits under
+    the root, as setuptools' ``""`` default)."""
+    parts = package.split(".")
+    for cut in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:cut])
+        if prefix in package_dir:
+            return Path(package_dir[prefix], *parts[cut:])
+    return Path(package_dir.get("", "."), *parts)
+
+
+def wheel_modules(root: Path, pyproject: Mapping[str, object]) -> dict[str, Path]:
+    """``{module: source file relative to root}`` for every module a wheel built from the
+    explicit package list holds: each listed package's ``.py`` files, not its sub-folders
+    (setuptools takes only listed packages; an unlisted folder stays out)."""
+    package_dir = package_dir_table(pyproject)
+    modules: dict[str, Path] = {}
+    for package in listed_packages(pyproject):
+        folder = package_folder(package, package_dir)
+        for path in sorted((root / folder).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            modules[name] = path.relative_to(root)
+    return modules

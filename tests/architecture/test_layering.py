@@ -61,9 +61,12 @@ def test_package_dirs_match_pyproject() -> None:
 def test_real_tree_has_no_layering_violations() -> None:
     """``streams`` stays pure, lower layers never import higher ones, bench stays out."""
     package_dirs = packaging.package_dirs_from_pyproject(_pyproject())
+    modules = {m.module for m in layering.iter_source_modules(PROJECT_ROOT, package_dirs)}
+    assert layering.ROOT_PACKAGE in modules, "the root __init__.py is a product module too"
+    assert not any(layering.is_bench(module) for module in modules)
     refs = layering.collect_tree_imports(PROJECT_ROOT, package_dirs)
     # Guard against a checker that scans nothing (wrong root, wrong mapping).
-    assert {ref.importer.split(".")[1] for ref in refs} == {
+    assert {ref.importer.split(".")[1] for ref in refs if "." in ref.importer} == {
         "streams",
         "tables",
         "topics",
@@ -150,15 +153,19 @@ def test_clean_fake_tree_reports_nothing(tmp_path: Path) -> None:
                 """,
             "infra/settings.py": "",
             "infra/cli.py": """
-                def bench() -> None:
-                    from grimoire.infra.bench import recall
+                import argparse
+
+                from grimoire.infra import app, settings
                 """,
-            "infra/bench/recall.py": """
-                from grimoire.infra.bench import corpus
-                from . import corpus as again
+            "__init__.py": """
+                from grimoire.streams import model
+                """,
+            # The benchmarks are not a product layer: they may import anything.
+            "bench/recall.py": """
+                from bench import corpus
                 from grimoire.infra.app import torch
                 """,
-            "infra/bench/corpus.py": "",
+            "bench/corpus.py": "",
         },
     )
     refs = layering.collect_tree_imports(tmp_path)
@@ -344,37 +351,54 @@ def test_agents_importing_infra_inside_a_function_is_reported(tmp_path: Path) ->
     }
 
 
-def test_bench_is_importable_only_from_bench_and_the_cli(tmp_path: Path) -> None:
+def test_no_product_module_imports_bench(tmp_path: Path) -> None:
+    """Every spelling that would load ``bench/``, from every layer and the root package."""
     _write_tree(
         tmp_path,
         {
-            "agents/handler.py": "from grimoire.infra.bench import recall\n",
-            "infra/app.py": "import grimoire.infra.bench.recall\n",
-            "infra/cli.py": "from grimoire.infra.bench import recall\n",
-            "infra/bench/recall.py": "from . import corpus\n",
-            "infra/bench/corpus.py": "",
+            "__init__.py": "from . import bench\n",
+            "streams/model.py": """
+                import importlib
+
+
+                def late() -> object:
+                    return importlib.import_module("bench.recall")
+                """,
+            "tables/store.py": "from ..bench import corpus\n",
+            "topics/client.py": "import grimoire.bench.recall\n",
+            "agents/handler.py": "import bench.recall\n",
+            "infra/app.py": "from grimoire import bench\n",
+            "infra/cli.py": """
+                def run() -> None:
+                    from bench import recall
+                """,
+            "bench/recall.py": "from bench import corpus\nfrom grimoire.infra import app\n",
+            "bench/corpus.py": "",
         },
     )
     violations = layering.check_tree(tmp_path)
-    bench_rule = [v for v in violations if "grimoire.infra.bench" in v.rule]
-    assert _found(bench_rule) == {
+    assert _found(violations) == {
+        (tmp_path / "__init__.py", 1, "grimoire", "grimoire.bench"),
         (
-            tmp_path / "agents/handler.py",
-            1,
-            "grimoire.agents.handler",
-            "grimoire.infra.bench.recall",
+            tmp_path / "streams/model.py",
+            _line_of(tmp_path, "streams/model.py", "bench.recall"),
+            "grimoire.streams.model",
+            "bench.recall",
         ),
-        (tmp_path / "infra/app.py", 1, "grimoire.infra.app", "grimoire.infra.bench.recall"),
-    }
-    # The agents import also breaks the plain layering rule; nothing else is reported.
-    assert _found([v for v in violations if v not in bench_rule]) == {
+        (tmp_path / "tables/store.py", 1, "grimoire.tables.store", "grimoire.bench.corpus"),
+        (tmp_path / "topics/client.py", 1, "grimoire.topics.client", "grimoire.bench.recall"),
+        (tmp_path / "agents/handler.py", 1, "grimoire.agents.handler", "bench.recall"),
+        (tmp_path / "infra/app.py", 1, "grimoire.infra.app", "grimoire.bench"),
         (
-            tmp_path / "agents/handler.py",
-            1,
-            "grimoire.agents.handler",
-            "grimoire.infra.bench.recall",
+            tmp_path / "infra/cli.py",
+            _line_of(tmp_path, "infra/cli.py", "from bench"),
+            "grimoire.infra.cli",
+            "bench.recall",
         ),
     }
+    # One reason each, the bench rule's; bench/ itself is not checked.
+    assert len(violations) == 7
+    assert all("no product module may import the benchmarks" in v.rule for v in violations)
 
 
 def test_relative_import_above_the_top_level_is_reported(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grimoire.infra.bench.fleet import FleetOptions, run_trial
-from grimoire.infra.bench.fleet_plan import FleetShape, schedule
+from bench.fleet import FleetOptions, run_trial
+from bench.fleet_plan import FleetShape, schedule
 from grimoire.infra.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grimoire.infra.bench.learning import LEARNING_ON, LearningOptions, run_learning
+from bench.learning import LEARNING_ON, LearningOptions, run_learning
 from grimoire.infra.settings import Settings
 
 pytestmark = pytest.mark.integration

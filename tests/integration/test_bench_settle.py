@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.bench.recall import settle_search_index
+from bench.recall import settle_search_index
 
 pytestmark = pytest.mark.integration
 

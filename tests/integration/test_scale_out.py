@@ -6,7 +6,7 @@ own, with 6 partitions: the same events go to both, in the same order, at a stea
 pace. 24 agents cover every partition (checked); each agent's events are of one kind
 (repetitive heartbeat episodes, which merge and aggregate; tool events; transcript
 lines, some of two blocks), so each agent's inputs are in one order on one topic and
-both journals hold them in that order (`grimoire.infra.bench.faults.valid_events`,
+both journals hold them in that order (`bench.faults.valid_events`,
 the stream `make bench-faults` runs).
 
 - **scaled**: worker 1 alone; worker 2 joins (the group rebalances to two members),
@@ -65,7 +65,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 from redis.asyncio import Redis
 
-from grimoire.infra.bench.faults import (
+from bench.faults import (
     ValidEvent,
     account_valid,
     comparable_digest,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grimoire.infra.bench.cpu_sample import (
+from bench.cpu_sample import (
     EMBED_LANES,
     EMBED_QUERY,
     EVENT_LOOP,

@@ -9,7 +9,7 @@ from itertools import pairwise
 
 import pytest
 
-from grimoire.infra.bench.faults import (
+from bench.faults import (
     DEAD_LETTER,
     DECISION,
     FUZZ_KINDS,

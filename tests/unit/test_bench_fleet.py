@@ -1,4 +1,4 @@
-"""The pure parts of `bench fleet` (infra/bench/fleet_plan.py): the schedule, and how
+"""The pure parts of `python -m bench fleet` (bench/fleet_plan.py): the schedule, and how
 lag, percentiles, maintenance share, bytes per memory, CPU and the search's next
 size are computed."""
 
@@ -9,8 +9,8 @@ import itertools
 import orjson
 import pytest
 
-from grimoire.infra.bench.corpus import corpus_events
-from grimoire.infra.bench.fleet_plan import (
+from bench.corpus import corpus_events
+from bench.fleet_plan import (
     FleetShape,
     agent_offset_s,
     agent_tick,

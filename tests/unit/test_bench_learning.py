@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from grimoire.infra.bench.learning import learned_weights, learning_source
-from grimoire.infra.bench.learning_env import (
+from bench.learning import learned_weights, learning_source
+from bench.learning_env import (
     Run,
     ScoredRecall,
     build_environment,

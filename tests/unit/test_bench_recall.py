@@ -7,14 +7,14 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from grimoire.infra.bench.corpus import (
+from bench.corpus import (
     DERIVED_SIMILARITY,
     corpus_events,
     derive_vector,
     pool_pick,
     recall_queries,
 )
-from grimoire.infra.bench.recall import Latency
+from bench.recall import Latency
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
 from tests.support.vectors import random_unit

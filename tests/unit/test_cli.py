@@ -3,23 +3,11 @@ commands (digest, audit verify) parse their arguments and answer."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import pytest
 
 from grimoire.infra import cli
 from grimoire.infra.settings import Settings
-
-
-def test_bench_locomo_names_a_missing_data_file_instead_of_a_traceback(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    missing = tmp_path / "nowhere" / "locomo.json"
-    assert cli.main(["bench", "locomo", "--data", str(missing)]) == 2
-    err = capsys.readouterr().err
-    assert f"no LoCoMo file at {missing}" in err
-    assert "--data FILE" in err
 
 
 def test_digest_takes_several_agents_and_prints_one_line_each(

@@ -1,4 +1,4 @@
-"""grimoire.infra.bench.locomo_data, retrieval_metrics and bm25: parsing, scoring, baseline."""
+"""bench.locomo_data, retrieval_metrics and bm25: parsing, scoring, baseline."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from grimoire.infra.bench.bm25 import BM25, tokenize
-from grimoire.infra.bench.locomo_data import load_conversations, parse_evidence, parse_session_date
-from grimoire.infra.bench.retrieval_metrics import Judged, ndcg_at_k, recall_at_k, score
+from bench.bm25 import BM25, tokenize
+from bench.locomo_data import load_conversations, parse_evidence, parse_session_date
+from bench.retrieval_metrics import Judged, ndcg_at_k, recall_at_k, score
 
 TINY = [
     {
