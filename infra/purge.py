@@ -1,4 +1,4 @@
-"""The staging purge: what forgetting needs of the broker (SPEC §10, "Forgetting").
+"""The staging purge: what forgetting needs of the broker (docs/design.md §10, "Forgetting").
 
 Forgetting an agent erases its state and destroys its journal keys, but its
 plaintext also sits on topics the deployment controls. Every

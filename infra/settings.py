@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     # How much the bulk model lanes (ingest, the curator, compaction) yield the CPU:
     # a Linux nice value for their threads (0 = as everything else). A recall's query
     # embedding, the event loop, the broker and Redis then run first when the cores
-    # are full, and the bulk lanes take what is left (README "Worker roles").
+    # are full, and the bulk lanes take what is left (docs/capacity.md "Worker roles").
     embed_lane_nice: int = Field(10, ge=0, le=19)
     embed_cache_size: int = Field(50_000, ge=0)
     eidolon_state_weight: float = Field(0.25, ge=0, lt=1)
@@ -132,7 +132,7 @@ class Settings(BaseSettings):
     relevance_context_share: float = Field(0.3, ge=0)
     relevance_context_anchors: int = Field(10, ge=0)
     relevance_pool_depth: int = Field(40, ge=1)
-    # SPEC §5 step 3 weights of the priors, and how far they scale relevance
+    # docs/design.md §5 step 3 weights of the priors, and how far they scale relevance
     # (streams/recall/rerank.py); every factor is in [0, 1].
     rerank_prior_share: float = Field(0.30, ge=0, le=1)
     rerank_w_effective_confidence: float = Field(0.25, ge=0)
@@ -171,7 +171,7 @@ class Settings(BaseSettings):
     # yield the cores to recalls first and catch up in the slack.
     worker_nice: int = Field(0, ge=0, le=19)
 
-    # Block-cadence maintenance (SPEC §6); periods count the agent's ticks.
+    # Block-cadence maintenance (docs/design.md §6); periods count the agent's ticks.
     maintenance_enabled: bool = True
     maintenance_curator_every_ticks: int = Field(50, ge=1)
     maintenance_compaction_every_ticks: int = Field(200, ge=1)
@@ -179,13 +179,13 @@ class Settings(BaseSettings):
     maintenance_throttle_lag: int = Field(5_000, ge=1)
     maintenance_pause_lag: int = Field(50_000, ge=1)
     # Decay entries per pass (per tick): the rest stay due in the schedule, oldest
-    # first, so a pass costs the same at any store size (README, Maintenance).
+    # first, so a pass costs the same at any store size (docs/maintenance.md).
     maintenance_decay_pass_limit: int = Field(64, ge=1)
     maintenance_compaction_budget: int = Field(16, ge=1)  # clusters per pass
     maintenance_compaction_min_age_h: float = Field(168.0, ge=0)  # younger memories stay
     maintenance_lease_s: float = Field(120.0, gt=0)
 
-    # Tuned for tansu (see README "Faust on tansu"); defaults suit Apache Kafka too.
+    # Tuned for tansu (docs/local-services.md "Faust on tansu"); defaults suit Apache Kafka too.
     # How long an empty fetch may wait. Lower answers recalls sooner when idle but
     # makes the broker and consumer poll harder: on 2 cores 20 ms cost ~7 % of
     # ingest throughput against 50 ms, for ~10 ms of recall latency.

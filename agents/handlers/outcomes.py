@@ -4,7 +4,7 @@ An outcome may name a memory whose event is later in the journal: that part of t
 outcome is held for the memory and applied when the write path writes it (see
 IngestHandler), so what an outcome does never depends on which arrived first.
 
-A run's outcome (`run_ended` with a quality) is learned from (SPEC §7): the run's
+A run's outcome (`run_ended` with a quality) is learned from (docs/design.md §7): the run's
 hyperedge members are credited or blamed by role, what the run recalled is
 credited (and strengthened on a success), the run's action → outcome edges move
 in the causal graph, and the agent's rerank weights take one Hedge step
@@ -50,7 +50,7 @@ class OutcomeHandler:
     sink: EventSink
     topics: TopicNames
     limits: InputLimits = field(default_factory=InputLimits)
-    # Learning from runs (None: a run's outcome only closes it, as before SPEC §7).
+    # Learning from runs (None: a run's outcome only closes it, as before docs/design.md §7).
     learning: LearningStore | None = field(default=None, kw_only=True)
     configs: ConfigStore | None = field(default=None, kw_only=True)
     run_policy: RunPolicy = field(default=DEFAULT_RUN_POLICY, kw_only=True)

@@ -1,4 +1,4 @@
-"""Crash-safe compaction (SPEC §6): a persisted plan driven through idempotent,
+"""Crash-safe compaction (docs/design.md §6): a persisted plan driven through idempotent,
 resumable phases, over any `CompactionStore`.
 
   planned            the plan and a pending pointer are stored; nothing else changed

@@ -1,5 +1,5 @@
 """GET /v1/agents/{agent}/causal/{memory_id}: the memory's causal neighbours, up to
-`hops` edges away (SPEC §7's k-hop neighbours over the causal graph), following
+`hops` edges away (docs/design.md §7's k-hop neighbours over the causal graph), following
 cause → effect (`effects`), effect → cause (`causes`) or both.
 
 The walk is `grimoire.streams.learn.causal.k_hop` over the agent's edges in the

@@ -1,4 +1,4 @@
-"""The cognitive quality metrics of SPEC §8 (seed 001, "Cognitive Quality
+"""The cognitive quality metrics of docs/design.md §8 (seed 001, "Cognitive Quality
 Metrics"), with the healthy ranges the seed gives, as the stats route, `grimoire
 stats` and the metrics scrape report them.
 

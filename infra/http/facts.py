@@ -1,4 +1,4 @@
-"""The agent's bi-temporal facts over HTTP (SPEC §7).
+"""The agent's bi-temporal facts over HTTP (docs/design.md §7).
 
 * `GET /v1/agents/{agent}/facts?valid_at=N` (versions holding at block N, as known
   now) or `?known_at=T` (what the agent knew at event time T ms; with `valid_at`

@@ -5,7 +5,7 @@ Two kinds of series:
 - **Read from Redis at scrape time** (`StoreCollector`), so every API process
   reports the same deployment-wide numbers whichever one is scraped: ingest and
   embedding counters, decisions by action, authentication refusals, dead letters
-  by reason, per-agent cognitive metrics (SPEC §8) with their healthy ranges,
+  by reason, per-agent cognitive metrics (docs/design.md §8) with their healthy ranges,
   recent maintenance durations, and the journal lag when a probe is given. A
   reading is kept `http_metrics_cache_s` seconds, so close scrapes share it.
 - **Observed by this process** (`HttpMetrics`): recall latency per stage as the
@@ -348,15 +348,15 @@ def _decision_families(by_agent: dict[str, dict[str, float]]) -> Iterable[Metric
 
 
 _COGNITIVE_SERIES: Final = {
-    "admission_rate": ("grimoire_admission_rate", "Stored / candidates (SPEC §8)."),
+    "admission_rate": ("grimoire_admission_rate", "Stored / candidates (docs/design.md §8)."),
     "average_quality": (
         "grimoire_average_quality",
-        "Mean quality of live memories written in the window (SPEC §8).",
+        "Mean quality of live memories written in the window (docs/design.md §8).",
     ),
     "grimoire_size": ("grimoire_memories_live", "Live (active) memories: the grimoire size."),
     "retrieval_hit_rate": (
         "grimoire_retrieval_hit_rate",
-        "Share of recalled memories a positive outcome also named (SPEC §8).",
+        "Share of recalled memories a positive outcome also named (docs/design.md §8).",
     ),
 }
 

@@ -42,7 +42,7 @@ class AgentConfig:
     time_window_ms: int | None = None  # recall only what happened this long before `as_of`
     layers: tuple[str, ...] | None = None  # recall only these layers (None: all)
     lane_weights: tuple[tuple[str, float], ...] | None = None  # fusion weights by lane
-    # Learning (SPEC §7): a run's outcome credits and blames its memories and moves
+    # Learning (docs/design.md §7): a run's outcome credits and blames its memories and moves
     # the causal graph; learned weights replace the static rerank weights once the
     # agent has learned any; causal scoring adds the causal utility factor.
     learn_from_outcomes: bool = True

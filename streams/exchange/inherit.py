@@ -1,4 +1,4 @@
-"""A successor inheriting its predecessor's knowledge (SPEC §7, "inherited knowledge").
+"""A successor inheriting its predecessor's knowledge (docs/design.md §7, "inherited knowledge").
 
 A successor takes on what another agent learned under conditions it never lived
 through: the knowledge arrives marked as someone else's (`provenance` =

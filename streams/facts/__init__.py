@@ -1,1 +1,1 @@
-"""grimoire.streams.facts: bi-temporal facts (SPEC §7), their timeline and queries."""
+"""grimoire.streams.facts: bi-temporal facts (docs/design.md §7), their timeline and queries."""

@@ -1,4 +1,4 @@
-"""The causal graph (SPEC §7): cause → effect edges between an agent's memories.
+"""The causal graph (docs/design.md §7): cause → effect edges between an agent's memories.
 
 An edge says "when the agent did `cause`, `effect` followed", weighted by the
 evidence: `weight` is the mean signal of what followed (in [-1, 1]: +1 a full

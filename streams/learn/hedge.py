@@ -1,4 +1,4 @@
-"""Learned retrieval weights (SPEC §7): exponential weights (Hedge) over the rerank
+"""Learned retrieval weights (docs/design.md §7): exponential weights (Hedge) over the rerank
 factors, per agent.
 
 Each rerank factor is an expert that votes for the memories it scores high. When

@@ -1,4 +1,4 @@
-"""Outcome events (SPEC §7, the minimal part the curator needs): what a tick's
+"""Outcome events (docs/design.md §7, the minimal part the curator needs): what a tick's
 result does to the memories that were used in it.
 
 positive → strength +1, confidence +0.1; negative → confidence -0.15; both reset

@@ -1,4 +1,4 @@
-"""What a run's outcome teaches (SPEC §7): credit and blame by role.
+"""What a run's outcome teaches (docs/design.md §7): credit and blame by role.
 
 A run is a hyperedge: the memories written under one `run_id`, each with its role
 (trigger, context, action, outcome). When the run ends with a quality `q` in
@@ -6,7 +6,7 @@ A run is a hyperedge: the memories written under one `run_id`, each with its rol
 scaled by its role: the action is what the agent chose, so it carries the
 result; the trigger only says when it happened. Blame is larger than credit
 (loss aversion: a memory that led to a failure should fall faster than one that
-led to a success rises), which is the SPEC's asymmetric confidence.
+led to a success rises), which is the asymmetric confidence of docs/design.md §7.
 
 A member's run record (validated / contradicted) counts the runs it was part
 of, which is what recall's outcome bias reads. What the run recalled before
@@ -61,7 +61,7 @@ RECALLED: Final = "recalled"
 
 RUN_EDGE_PREFIX: Final = "run:"
 
-# The agent's stats counters behind the retrieval hit rate (SPEC §8, seed 001: the
+# The agent's stats counters behind the retrieval hit rate (docs/design.md §8, seed 001: the
 # share of recalled items later followed by a positive outcome): memories the
 # ended runs recalled, and those of them a successful run credited.
 RUN_RECALLED: Final = "run_recalled"

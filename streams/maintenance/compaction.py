@@ -1,4 +1,4 @@
-"""Compaction planning (SPEC §6): which old, rarely used memories fold into which
+"""Compaction planning (docs/design.md §6): which old, rarely used memories fold into which
 summaries. Pure: candidates, key degrees and the event time come in as values,
 the plan goes out as a value, so replaying a maintenance command plans the same.
 
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 DAY_MS: Final = 86_400_000
 WINDOW_MS: Final = {"day": DAY_MS, "week": 7 * DAY_MS}
-# Signals (SPEC §6 / seed triggers) under which compaction must not add deletes.
+# Signals (docs/design.md §6 / seed triggers) under which compaction must not add deletes.
 DEFAULT_PAUSE_TAGS: Final = ("ops/outbox-critical", "ops/pressure-discord-flood")
 NEVER_COMPACTED: Final = frozenset({Kind.AGGREGATE.value})
 

@@ -1,4 +1,4 @@
-"""What a compaction summary keeps of its cluster (SPEC §6 Compaction): extractive
+"""What a compaction summary keeps of its cluster (docs/design.md §6 Compaction): extractive
 text, rolled-up tags and nexus keys, and an id derived from the sources alone.
 
 Everything here is a pure function of the cluster, so re-planning the same

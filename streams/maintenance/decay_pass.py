@@ -2,7 +2,7 @@
 
 Effective confidence is computed on read (`decay.py`), so a pass has nothing to
 do for a memory until its value leaves the band it was last seen in. The band
-edges are few (SPEC §6's curator acts at 0.4 / 0.1 and the floor is 0.05), and
+edges are few (docs/design.md §6's curator acts at 0.4 / 0.1 and the floor is 0.05), and
 since `confidence · 2^(-Δt / (half_life · strength))` is monotone in Δt, the
 moment of the next band change has a closed form. A time-indexed structure keyed
 by that moment lets a pass touch only the memories whose state can change.
@@ -108,7 +108,7 @@ class DecayUpdate:
 
 @dataclass(frozen=True, slots=True)
 class DecayReport:
-    """SPEC §6 `GrimoireDecay`: averages over the entries the pass touched."""
+    """docs/design.md §6 `GrimoireDecay`: averages over the entries the pass touched."""
 
     entries_decayed: int
     avg_before: float

@@ -1,4 +1,4 @@
-"""What block-cadence maintenance is due for one agent (SPEC §6), decided from ticks.
+"""What block-cadence maintenance is due for one agent (docs/design.md §6), decided from ticks.
 
 The timer that triggers maintenance fires on wall-clock time, so *when* a command
 arrives is not reproducible; *what it does* must be. Every decision here is a

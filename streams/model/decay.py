@@ -1,4 +1,4 @@
-"""Ebbinghaus decay with strength (SPEC §6 "Decay"), computed on read.
+"""Ebbinghaus decay with strength (docs/design.md §6 "Decay"), computed on read.
 
 `retention = 2^(-Δt / (half_life · strength))` and
 `effective_confidence = max(floor, confidence · retention)`, with Δt the event
@@ -69,7 +69,7 @@ def _class_defaults() -> MappingProxyType[str, float]:
 
 @dataclass(frozen=True, slots=True)
 class DecayPolicy:
-    """Half-lives (ms) and modifiers; the defaults are SPEC §6's.
+    """Half-lives (ms) and modifiers; the defaults are docs/design.md §6's.
 
     `default_half_life_ms` covers a kind missing from `by_kind` (e.g. a kind
     added later) so decay never fails on read.
@@ -91,7 +91,7 @@ DEFAULT_DECAY_POLICY: Final = DecayPolicy()
 def parse_decay_class(value: DecayClass | str | None) -> DecayClass | None:
     """Read a stored decay class; "" / None mean "use the kind's half-life".
 
-    Hyphens are accepted ("regime-conditional" is how the SPEC prose spells it).
+    Hyphens are accepted ("regime-conditional" is how docs/design.md §6 spells it).
     An unknown class raises rather than silently decaying at the wrong rate.
     """
     if value is None or isinstance(value, DecayClass):

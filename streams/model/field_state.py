@@ -1,6 +1,6 @@
 """Per-agent field state: what the agent is focused on and how it feels, in event time.
 
-The state conditions the eidolon lane (SPEC §4.3), carries the freshness watermark
+The state conditions the eidolon lane (docs/design.md §4.3), carries the freshness watermark
 recall computes recency against, and gives the walk its field bonus later. It is
 advanced by pure functions over events, so a replay rebuilds the same state.
 """

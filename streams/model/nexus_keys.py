@@ -1,4 +1,4 @@
-"""Typed nexus keys (SPEC §4 step 2): the deterministic edges of the memory graph.
+"""Typed nexus keys (docs/design.md §4 step 2): the deterministic edges of the memory graph.
 
 A key is `<type>:<value>` with no whitespace in it. Conventions:
 
@@ -47,7 +47,7 @@ KeyType = Literal[
 
 @dataclass(frozen=True, slots=True)
 class KeyWeights:
-    """Gravity of each key type in walks and truncation (SPEC §4.2 defaults)."""
+    """Gravity of each key type in walks and truncation (docs/design.md §4.2 defaults)."""
 
     err: float = 3.0
     path: float = 2.5

@@ -1,4 +1,4 @@
-"""The memory record shared by every stage (SPEC §3), as frozen values."""
+"""The memory record shared by every stage (docs/design.md §3), as frozen values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Anti-rumination (SPEC §5 step 3): once every `every_ticks` ticks, a recall
+"""Anti-rumination (docs/design.md §5 step 3): once every `every_ticks` ticks, a recall
 carries memories of the opposite emotional valence to the agent's mood.
 
 Mood-congruent recall feeds itself: an anxious agent recalls anxious memories,

@@ -1,4 +1,4 @@
-"""Recall (SPEC §5): seed lanes → daimoi walk → RRF pool → relevance → rerank
+"""Recall (docs/design.md §5): seed lanes → daimoi walk → RRF pool → relevance → rerank
 → MMR → pack.
 
 The flow is pure orchestration over a `RecallSource`: the storage, the query

@@ -70,7 +70,7 @@ NO_FILTERS = RecallFilters()
 
 @dataclass(frozen=True, slots=True)
 class RecallBudgets:
-    """Count and token budgets (SPEC §5 defaults)."""
+    """Count and token budgets (docs/design.md §5 defaults)."""
 
     canonical_k: int = 20
     eidolon_k: int = 30

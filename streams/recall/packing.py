@@ -1,4 +1,4 @@
-"""Diversify and pack recall results (SPEC §5 step 4).
+"""Diversify and pack recall results (docs/design.md §5 step 4).
 
 MMR trades relevance against redundancy; `pack` then fits a token budget with
 lazy reconstruction: every item carries id, kind, scores and gist, and only the

@@ -116,7 +116,7 @@ class RecallRecord:
     def effective_confidence(
         self, now_ms: int, policy: DecayPolicy = DEFAULT_DECAY_POLICY
     ) -> float:
-        """Confidence decayed to `now_ms` (SPEC §6), from the last access or, never
+        """Confidence decayed to `now_ms` (docs/design.md §6), from the last access or, never
         accessed, from the event time: what recall ranks on and the decay pass
         schedules against."""
         return effective_confidence(
@@ -197,5 +197,5 @@ class RecallSource(GraphView, Protocol):
         ...
 
     async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
-        """Usage accounting for memories included in a reply (SPEC §5 step 5)."""
+        """Usage accounting for memories included in a reply (docs/design.md §5 step 5)."""
         ...

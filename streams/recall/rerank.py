@@ -1,4 +1,4 @@
-"""Multi-factor rerank of pooled candidates (SPEC §5 step 3).
+"""Multi-factor rerank of pooled candidates (docs/design.md §5 step 3).
 
     prior = (0.25·effective_confidence + 0.20·quality + 0.15·recency
              + 0.10·regime_match [+ w_affect·affect] [+ w_outcome·outcome]
@@ -12,10 +12,10 @@ acts twice: as a prior the learned weights can grow, and as the learned outcome
 bias, a premium like the bloodstain boost: with `outcome_bias` 0.5 a memory of
 one successful run scores 1.17x, of one failed run 0.83x, within [0.5, 1.5]
 however long the record; a memory with no record is unchanged. A prior alone
-could not keep the SPEC §7 promise (successful runs above failed ones): priors
+could not keep the docs/design.md §7 promise (successful runs above failed ones): priors
 scale relevance by at most `prior_share`, so a slightly better-worded memory
 of a failed run would still win.
-`causal_utility` is SPEC §5's `alpha*sim + beta*causal_uplift - gamma*latency` mapped onto
+`causal_utility` is docs/design.md §5's `alpha*sim + beta*causal_uplift - gamma*latency` mapped onto
 [0, 1] (its least possible value to 0, its greatest to 1), with `sim` the
 normalised relevance, `causal_uplift` from the causal graph
 (`grimoire.streams.learn.causal`) and `latency` a tool call's latency as
@@ -24,21 +24,22 @@ weights (`grimoire.streams.learn.hedge`) set every weight above, `prior_share`
 included.
 
 `relevance` is the evidence that a memory answers the query (`relevance.py`:
-lexical and semantic scores plus session context; SPEC §5 step 3 calls it rrf),
+lexical and semantic scores plus session context; in docs/design.md §5 step 3 it
+stands where the fused score, rrf, stood),
 divided by the best in the list. Every factor is in [0, 1].
 
-The SPEC's additive form (0.30·rrf + the priors) lets a confident, recent,
+The first plan's additive form (0.30·rrf + the priors) lets a confident, recent,
 on-regime memory that barely matches the query outrank the one that answers
 it: the priors hold 70 % of the score and vary as much across a shortlist as
-relevance does. Here the priors keep their SPEC proportions but scale a
+relevance does. Here the priors keep their proportions but scale a
 memory's relevance by at most `prior_share` (0.30), so they order memories
 that are about equally relevant and never promote an unrelated one. Measured
-on LoCoMo (`make bench-locomo`, R@5 over categories 1-4): additive SPEC weights
+on LoCoMo (`make bench-locomo`, R@5 over categories 1-4): additive weights
 0.49, additive 0.6/0.4 0.58, relevance alone 0.609, this form 0.608.
 
 Each result keeps its factor breakdown so `explain` can show why it ranked where
 it did. Ordering is (-score, memory_id): the same request on the same state gives
-the same list (SPEC §5 step 5).
+the same list (docs/design.md §5 step 5).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ DEFAULT_RECENCY_HALF_LIFE_MS: Final = 7 * DAY_MS
 
 # Which record survives when several share a normalized_hash: a summary stands in
 # for the sources it replaced and an aggregate carries their repeat count, so
-# both say more than any single copy (SPEC §5 step 1 "prefer summaries/aggregates").
+# both say more than any single copy (docs/design.md §5 step 1 "prefer summaries/aggregates").
 _KIND_PREFERENCE: Final = {Kind.SUMMARY.value: 0, Kind.AGGREGATE.value: 1}
 _OTHER_KIND: Final = 2
 

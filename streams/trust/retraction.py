@@ -1,4 +1,4 @@
-"""The retraction cascade as a pure plan (SPEC §10 "Retraction").
+"""The retraction cascade as a pure plan (docs/design.md §10 "Retraction").
 
 Retracting a source (an input event, or a memory) retracts what was derived from
 it. What derives from what is the derivation index, a set of edges

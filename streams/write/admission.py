@@ -1,4 +1,4 @@
-"""The admission gate (SPEC §4 step 4): A-MAC five-factor scoring of a memory candidate.
+"""The admission gate (docs/design.md §4 step 4): A-MAC five-factor scoring of a memory candidate.
 
 composite = 0.25·future_utility + 0.25·factual_confidence + 0.20·novelty
           + 0.15·recency + 0.15·type_prior                      (weights: defaults)

@@ -1,4 +1,4 @@
-"""Quality and importance of a memory at creation time (SPEC §4 step 5).
+"""Quality and importance of a memory at creation time (docs/design.md §4 step 5).
 
 total = 0.25·specificity + 0.25·actionability + 0.20·novelty + 0.15·verifiability
       + 0.15·consistency - 0.1·(number of distinct red flags), clamped to [0, 1]

@@ -88,7 +88,7 @@ def stored_memory(doc: dict[str, Any]) -> StoredMemory:
 
 
 def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
-    """The full SPEC §3 record as a flat hash (absent optionals are omitted)."""
+    """The full docs/design.md §3 record as a flat hash (absent optionals are omitted)."""
     cand = record.candidate
     prov = cand.provenance
     fields: dict[str, Any] = {

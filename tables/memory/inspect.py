@@ -1,6 +1,6 @@
 """Reads for inspection (the HTTP API, `grimoire stats`, the metrics scrape): one
 memory with every stored field, its nexus-key neighbourhood, episodes and their
-members with roles, and the readings behind the cognitive metrics of SPEC §8.
+members with roles, and the readings behind the cognitive metrics of docs/design.md §8.
 
 Nothing here writes, and nothing here is on a hot path. Every read is
 scoped by agent id: a memory hash records its owner, and one owned by another
@@ -422,13 +422,13 @@ async def _count(redis: Redis, prefix: str, agent_id: str, where: FilterExpressi
 
 async def live_count(redis: Redis, prefix: str, agent_id: str) -> int:
     """Memories recall may return (not deleted, quarantined or archived): the
-    "active entry count" of SPEC §8."""
+    "active entry count" of docs/design.md §8."""
     return await _count(redis, prefix, agent_id, live_filter(agent_id))
 
 
 @dataclass(frozen=True, slots=True)
 class CognitiveReading:
-    """What the cognitive metrics of SPEC §8 are computed from, for one agent.
+    """What the cognitive metrics of docs/design.md §8 are computed from, for one agent.
 
     The window is event time ending at the agent's watermark (never the wall
     clock: an agent replayed or paused reads the same)."""

@@ -261,8 +261,8 @@ class RedisMemoryStore:
         differences = schema_differences(schema, attributes)
         if differences:
             # Never rebuilt silently: dropping the index (not the hashes) and letting
-            # the worker create it again is the operator's call (README "Upgrading
-            # a store"); until then the old index may answer for the wrong tenant.
+            # the worker create it again is the operator's call (docs/cluster.md
+            # "Upgrading a store"); until then the old index may answer for the wrong tenant.
             raise SchemaMismatch(
                 f"index {name} differs from memory_index.yaml: " + "; ".join(differences)
             )

@@ -47,6 +47,7 @@ async def claim_store_format(redis: object, prefix: str, mine: str = STORE_FORMA
             f"prefix {prefix!r} holds a store of format {claimed} (keys without per-agent "
             f"hash tags), this worker reads and writes format {mine}: stop the workers and "
             f"replay the journal into the new layout, in place with `grimoire replay --wipe` "
-            f"or beside it with `grimoire replay --into-prefix NEW` (README: Upgrading a store)"
+            f"or beside it with `grimoire replay --into-prefix NEW` "
+            f"(docs/cluster.md: Upgrading a store)"
         )
     return claimed

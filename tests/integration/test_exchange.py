@@ -1,5 +1,5 @@
 """Export and import through the real broker, workers and Redis (issue "Export /
-import", SPEC §7).
+import", docs/design.md §7).
 
 Two workers of their own, on two prefixes (maintenance off, so nothing but the
 inputs moves the state):

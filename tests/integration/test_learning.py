@@ -1,8 +1,9 @@
-"""Learning from outcomes (SPEC §7), end to end through the real broker, worker and
-Redis.
+"""Learning from outcomes (docs/design.md §7), end to end through the real broker, worker
+and Redis.
 
-1. The SPEC's MUST: after mixed successful and failed runs, recall for a similar
-   query ranks the memories of the successful runs above those of the failed ones.
+1. The requirement of docs/design.md §7: after mixed successful and failed runs,
+   recall for a similar query ranks the memories of the successful runs above those
+   of the failed ones.
    A twin agent with learning switched off gets the same events and shows the
    order is learned: without learning, failed runs' memories are mixed in.
 2. Credit by role, strength only for what was recalled and then followed by a

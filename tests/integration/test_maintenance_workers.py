@@ -1,5 +1,5 @@
 """Two workers in one consumer group, real broker and Redis: each agent's maintenance
-runs on exactly one worker per due tick (SPEC §6, issue 5 must-show 2), and only
+runs on exactly one worker per due tick (docs/design.md §6, issue 5 must-show 2), and only
 the ticks with something due run at all."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ No broker here: the clients are built (aiokafka checks the combination when it i
 constructed) and what they were given is read back. The local broker (tansu 0.6.0)
 cannot take part: it has no SASL/PLAIN, its SCRAM users can only be created by an
 authenticated client (impossible on its in-memory storage), and its `--cert` flag
-leaves the listener in plaintext (README, "Kafka security").
+leaves the listener in plaintext (docs/configuration.md, "Kafka and Redis security").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ExpeL-style distillation inputs (SPEC §6 "Curator"): episodes grouped into
+"""ExpeL-style distillation inputs (docs/design.md §6 "Curator"): episodes grouped into
 recurring clusters, and the pluggable step that turns a cluster into text.
 
 A cluster is "the same situation seen again": same tool, same top nexus keys,

@@ -1,4 +1,4 @@
-"""One curator cycle as a pure plan (SPEC §6 "Curator"): distil, vote, promote,
+"""One curator cycle as a pure plan (docs/design.md §6 "Curator"): distil, vote, promote,
 demote, prune, review quarantine.
 
 Rules, in order:

@@ -1,4 +1,4 @@
-"""PLAYBOOK.md: an agent's promoted heuristics as a markdown document (SPEC §6).
+"""PLAYBOOK.md: an agent's promoted heuristics as a markdown document (docs/design.md §6).
 
 The document is a pure function of the entries: no timestamps, sections and
 lines in a fixed order, so regenerating it after a replay yields the same bytes

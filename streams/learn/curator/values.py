@@ -91,7 +91,7 @@ class QuarantinedView:
 
 @dataclass(frozen=True, slots=True)
 class CuratorPolicy:
-    """Thresholds of SPEC §6; all compare the *effective* (decayed) confidence."""
+    """Thresholds of docs/design.md §6; all compare the *effective* (decayed) confidence."""
 
     min_cluster: int = 3
     top_keys: int = 2  # situation keys per signature
@@ -179,7 +179,7 @@ class CuratorReport:
     avg_confidence_after: float = 0.0
 
     def event_json(self) -> bytes:
-        """The `CuratorCycleComplete` event body (SPEC §6)."""
+        """The `CuratorCycleComplete` event body (docs/design.md §6)."""
         return orjson.dumps(
             {
                 "type": CURATOR_CYCLE_COMPLETE,

@@ -1,4 +1,4 @@
-"""Daimoi (SPEC §5 step 2): deterministic, budgeted walks over nexus keys.
+"""Daimoi (docs/design.md §5 step 2): deterministic, budgeted walks over nexus keys.
 
 Seeds from the vector/BM25 lanes are expanded into their structural neighbourhood:
 a walker ranks a memory's keys, fetches the newest memories sharing the top keys,
@@ -111,7 +111,7 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class WalkBudget:
-    """Count budgets of one walk (SPEC §5 step 2 defaults)."""
+    """Count budgets of one walk (docs/design.md §5 step 2 defaults)."""
 
     num_walkers: int = 8
     max_hops: int = 2

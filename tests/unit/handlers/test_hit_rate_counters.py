@@ -1,4 +1,4 @@
-"""The retrieval hit rate (SPEC §8, seed 001: the share of recalled items later
+"""The retrieval hit rate (docs/design.md §8, seed 001: the share of recalled items later
 followed by a positive outcome), counted where a run's credits are applied.
 
 Through the outcome handler over the in-memory stores (the run's memories written

@@ -294,7 +294,7 @@ async def test_same_event_twice_in_one_batch_is_decided_once() -> None:
 
 async def test_batch_boundaries_do_not_change_what_is_stored() -> None:
     """Two events share an event id (so one memory id) but differ in text: the first
-    copy wins whether they arrive in one batch or two (SPEC §1, replays)."""
+    copy wins whether they arrive in one batch or two (docs/design.md §1, replays)."""
     first = episode("agent-1", "first wording here", TS, "ev-dup")
     second = episode("agent-1", "second wording here", TS, "ev-dup")
 
