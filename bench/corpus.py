@@ -45,8 +45,8 @@ from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector,
 from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate
 from grimoire.streams.write.admission import Action as AdmissionAction
-from grimoire.streams.write.admission import AdmissionPolicy, Neighbour
-from grimoire.streams.write.plan import Outcome, PlanItem, StoredNeighbour, plan_batch
+from grimoire.streams.write.admission import AdmissionPolicy, NearMemory
+from grimoire.streams.write.plan import PlanItem, StoredNeighbour, WriteOutcome, plan_batch
 from grimoire.tables.memory.store import MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -592,17 +592,17 @@ class CorpusLoader:
         if same is not None:
             # The text's own stored copy: the real KNN finds it at similarity 1.
             return StoredNeighbour(
-                Neighbour(same.memory_id, 1.0, same.confidence, same.text), same.kind
+                NearMemory(same.memory_id, 1.0, same.confidence, same.text), same.kind
             )
         latest = self._latest.get(item.template)
         if latest is None:
             return None
         similarity = float(canonical @ latest.vector)
-        neighbour = Neighbour(latest.memory_id, similarity, latest.confidence, latest.text)
+        neighbour = NearMemory(latest.memory_id, similarity, latest.confidence, latest.text)
         return StoredNeighbour(neighbour, latest.kind)
 
     def _remember(
-        self, items: Sequence[_Item], plan: Sequence[PlanItem], outcomes: Sequence[Outcome]
+        self, items: Sequence[_Item], plan: Sequence[PlanItem], outcomes: Sequence[WriteOutcome]
     ) -> None:
         for item, planned, outcome in zip(items, plan, outcomes, strict=True):
             action = outcome.decision.action

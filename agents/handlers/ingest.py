@@ -14,8 +14,7 @@ from grimoire.agents.handlers.dead_letters import dead_letter
 from grimoire.agents.ports import Embedder, EmbedUsage, EventSink, InputMessage, embed_with_usage
 from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
-from grimoire.streams.learn.outcomes import Outcome as OutcomeEvent
-from grimoire.streams.learn.outcomes import OutcomeKind
+from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.learn.runs import (
     DEFAULT_RUN_POLICY,
     RUN_EDGE_PREFIX,
@@ -34,9 +33,9 @@ from grimoire.streams.model.records import EventType, MemoryCandidate, MemoryRec
 from grimoire.streams.write.admission import Action, AdmissionPolicy
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import (
-    Outcome,
     PlanItem,
     StoredNeighbour,
+    WriteOutcome,
     aggregate_id,
     plan_batch,
 )
@@ -388,7 +387,7 @@ class IngestHandler:
                 )
                 part = await learning.outcome_part(LearningWrite(agent_id, edges=plan.edges))
                 # Once per (run outcome, late group): a member is written only once.
-                marker = OutcomeEvent(
+                marker = Outcome(
                     outcome_id=f"{run.outcome_id}+{min(late)}",
                     agent_id=agent_id,
                     ts_ms=run.ts_ms,
@@ -494,7 +493,7 @@ def _field_update(cand: MemoryCandidate) -> FieldUpdate:
     )
 
 
-def _event(result: Outcome) -> bytes:
+def _event(result: WriteOutcome) -> bytes:
     cand, decision = result.candidate, result.decision
     return MemoryEventV1(
         type=_EVENT_TYPES[decision.action],

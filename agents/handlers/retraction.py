@@ -27,12 +27,12 @@ from grimoire.streams.learn.curator.playbook import render_playbook
 from grimoire.streams.model.records import Kind
 from grimoire.streams.trust.retraction import (
     DEFAULT_RETRACTION_POLICY,
+    DerivationRole,
     DerivationView,
     Edge,
-    Op,
+    RetractionOp,
     RetractionPlan,
     RetractionPolicy,
-    Role,
     Step,
     plan_retraction,
 )
@@ -71,12 +71,12 @@ class RetractionReport:
     dropped_edges: int = 0
     playbook_regenerated: bool = False
 
-    def ids(self, op: Op) -> tuple[str, ...]:
+    def ids(self, op: RetractionOp) -> tuple[str, ...]:
         return tuple(step.memory_id for step in self.steps if step.op is op)
 
     @property
     def retracted(self) -> tuple[str, ...]:
-        return self.ids(Op.RETRACT)
+        return self.ids(RetractionOp.RETRACT)
 
     @property
     def memory_ids(self) -> tuple[str, ...]:
@@ -85,16 +85,16 @@ class RetractionReport:
 
     def details(self) -> dict[str, object]:
         """The retraction as a whole, for a witness record: ids and counts, no text."""
-        rebuilt = [step for step in self.steps if step.op is Op.REBUILD]
+        rebuilt = [step for step in self.steps if step.op is RetractionOp.REBUILD]
         aggregate = Kind.AGGREGATE.value
         return {
             "source_event_id": self.source_id,
-            "retracted": list(self.ids(Op.RETRACT)),
-            "aggregate_shares": list(self.ids(Op.REDUCE)),
+            "retracted": list(self.ids(RetractionOp.RETRACT)),
+            "aggregate_shares": list(self.ids(RetractionOp.REDUCE)),
             "summaries_rebuilt": [s.memory_id for s in rebuilt if s.kind != aggregate],
             "aggregates_rebuilt": [s.memory_id for s in rebuilt if s.kind == aggregate],
-            "insights_demoted": list(self.ids(Op.DEMOTE)),
-            "reinforcements": list(self.ids(Op.UNREINFORCE)),
+            "insights_demoted": list(self.ids(RetractionOp.DEMOTE)),
+            "reinforcements": list(self.ids(RetractionOp.UNREINFORCE)),
             "edges_dropped": self.dropped_edges,
             "playbook_regenerated": self.playbook_regenerated,
         }
@@ -172,21 +172,21 @@ class RetractionHandler:
         # The summaries' sources and the aggregates' origins too: a rebuild reads
         # the ones left. (Other sources are input events, or memories the plan
         # only needs the ids of.)
-        readable = (Role.COMPACTED, Role.ORIGIN)
+        readable = (DerivationRole.COMPACTED, DerivationRole.ORIGIN)
         kept = {edge.source_id for edge in edges if edge.role in readable}
         nodes = await self.store.nodes(agent_id, sorted({source_id, *affected, *kept}))
         summaries = {i for i in affected if i in nodes and nodes[i].kind == Kind.SUMMARY.value}
         keys: set[str] = set()
         for edge in edges:
             source = nodes.get(edge.source_id)
-            if edge.derived_id in summaries and edge.role is Role.COMPACTED and source:
+            if edge.derived_id in summaries and edge.role is DerivationRole.COMPACTED and source:
                 keys.update(source.content.keys if source.content else ())
         degrees = await self.store.degrees(agent_id, sorted(keys))
         return DerivationView(tuple(sorted(edges)), nodes, degrees)
 
     async def _vectors(self, plan: RetractionPlan) -> dict[str, bytes]:
         """One embedding call for every summary the retraction rebuilds."""
-        rebuilt = [step for step in plan.of(Op.REBUILD) if step.summary is not None]
+        rebuilt = [step for step in plan.of(RetractionOp.REBUILD) if step.summary is not None]
         if not rebuilt:
             return {}
         texts = [step.summary.text for step in rebuilt if step.summary is not None]
@@ -206,9 +206,9 @@ class RetractionHandler:
             return None
         entries = {entry.memory_id: entry for entry in await self.curator.entries(agent_id)}
         for step in plan.steps:
-            if step.op is Op.RETRACT:
+            if step.op is RetractionOp.RETRACT:
                 entries.pop(step.memory_id, None)
-            elif step.op is Op.DEMOTE and step.entry is not None:
+            elif step.op is RetractionOp.DEMOTE and step.entry is not None:
                 entries[step.memory_id] = step.entry
         policy = self.policy.curator
         shown = [

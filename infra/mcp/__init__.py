@@ -4,7 +4,7 @@ A client of the HTTP API (`api.py`), never of Redis or Kafka: the API checks the
 so the MCP process holds no more authority than the key it was started with.
 """
 
-from grimoire.infra.mcp.api import ApiError, GrimoireApi, RecallQuery
+from grimoire.infra.mcp.api import GrimoireApi, HttpApiError, RecallCall
 from grimoire.infra.mcp.server import (
     DESTRUCTIVE_TOOLS,
     READ_WRITE_TOOLS,
@@ -16,10 +16,10 @@ from grimoire.infra.mcp.server import (
 __all__ = [
     "DESTRUCTIVE_TOOLS",
     "READ_WRITE_TOOLS",
-    "ApiError",
     "GrimoireApi",
+    "HttpApiError",
     "McpOptions",
-    "RecallQuery",
+    "RecallCall",
     "build_server",
     "run_server",
 ]

@@ -21,7 +21,7 @@ import orjson
 
 from grimoire.topics.options import RecallBudgets, RecallFilters, RecallMode
 
-__all__ = ["ApiError", "EventKind", "GrimoireApi", "RecallQuery"]
+__all__ = ["EventKind", "GrimoireApi", "HttpApiError", "RecallCall"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 EventKind = Literal["episode", "transcript"]
 
 
-class ApiError(Exception):
+class HttpApiError(Exception):
     """The API refused or failed a call (or could not be reached: `status` 0)."""
 
     def __init__(self, status: int, code: str, detail: str, *, method: str, path: str) -> None:
@@ -48,7 +48,7 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RecallQuery:
+class RecallCall:
     """The body of a recall or search call (what `RecallRequestV1` carries besides the
     routing fields the API fills in)."""
 
@@ -159,13 +159,13 @@ class GrimoireApi:
             )
         except httpx.HTTPError as failure:
             # Connection refused, timeouts, a broken stream: the tool says so plainly.
-            raise ApiError(
+            raise HttpApiError(
                 0, "unreachable", f"{type(failure).__name__}: {failure}", method=method, path=path
             ) from failure
         if response.status_code >= 400:
             code, detail = _error_of(response)
             logger.info("API %s %s -> %d %s", method, path, response.status_code, code)
-            raise ApiError(response.status_code, code, detail, method=method, path=path)
+            raise HttpApiError(response.status_code, code, detail, method=method, path=path)
         return response
 
     @staticmethod
@@ -175,7 +175,7 @@ class GrimoireApi:
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError as bad:
-            raise ApiError(
+            raise HttpApiError(
                 response.status_code,
                 "bad_response",
                 f"the API's answer is not JSON: {response.text[:200]!r}",
@@ -209,12 +209,12 @@ class GrimoireApi:
         body = {"kind": kind, **fields}
         return await self._accepted("POST", self._agent_path(agent_id, "events"), body)
 
-    async def recall(self, agent_id: str, query: RecallQuery) -> dict[str, Any]:
+    async def recall(self, agent_id: str, query: RecallCall) -> dict[str, Any]:
         """`POST .../recall`: the RecallResultV1 JSON (usage counted by the worker)."""
         path = self._agent_path(agent_id, "recall")
         return self._object(await self._call("POST", path, json=query.to_body()))
 
-    async def search(self, agent_id: str, query: RecallQuery) -> dict[str, Any]:
+    async def search(self, agent_id: str, query: RecallCall) -> dict[str, Any]:
         """`POST .../search`: the same answer, counting nothing (inspection)."""
         path = self._agent_path(agent_id, "search")
         return self._object(await self._call("POST", path, json=query.to_body()))
@@ -275,7 +275,7 @@ class GrimoireApi:
     def _object(self, response: httpx.Response) -> dict[str, Any]:
         answer = self._json(response)
         if not isinstance(answer, dict):
-            raise ApiError(
+            raise HttpApiError(
                 response.status_code,
                 "bad_response",
                 f"expected a JSON object, got {type(answer).__name__}",

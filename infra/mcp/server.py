@@ -23,7 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from grimoire.infra.mcp.api import ApiError, EventKind, GrimoireApi, RecallQuery
+from grimoire.infra.mcp.api import EventKind, GrimoireApi, HttpApiError, RecallCall
 from grimoire.topics.options import RecallBudgets, RecallFilters, RecallMode
 
 __all__ = [
@@ -220,7 +220,7 @@ class _Tools:
         fields = {name: value for name, value in fields.items() if value is not None}
         try:
             answer = await self._api(ctx).publish(agent_id, event, fields)
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return _json_text({"agent": agent_id, "kind": event, **answer})
 
@@ -229,7 +229,7 @@ class _Tools:
         ctx: Context,
         route: Literal["recall", "search"],
         agent: str | None,
-        query: RecallQuery,
+        query: RecallCall,
     ) -> str:
         agent_id = self._agent(agent)
         api = self._api(ctx)
@@ -238,7 +238,7 @@ class _Tools:
                 answer = await api.recall(agent_id, query)
             else:
                 answer = await api.search(agent_id, query)
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return _json_text(answer)
 
@@ -363,7 +363,7 @@ class _Tools:
         agent_id = self._agent(agent)
         try:
             return _json_text(await self._api(ctx).memory(agent_id, memory_id))
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
 
     async def causal_neighbours(
@@ -390,7 +390,7 @@ class _Tools:
         agent_id = self._agent(agent)
         try:
             answer = await self._api(ctx).causal(agent_id, memory_id, hops, direction)
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return _json_text(answer)
 
@@ -439,7 +439,7 @@ class _Tools:
                     subject=subject,
                     predicate=predicate,
                 )
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return _json_text(answer)
 
@@ -449,7 +449,7 @@ class _Tools:
         agent_id = self._agent(agent)
         try:
             playbook: str = await self._api(ctx).playbook(agent_id)
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return playbook
 
@@ -467,7 +467,7 @@ class _Tools:
         agent_id = self._agent(agent)
         try:
             answer = await self._api(ctx).retract(agent_id, source_event_id)
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return _json_text({"agent": agent_id, "retract": source_event_id, **answer})
 
@@ -489,7 +489,7 @@ class _Tools:
             )
         try:
             answer = await self._api(ctx).forget(agent_id)
-        except (ApiError, ValueError) as failure:
+        except (HttpApiError, ValueError) as failure:
             raise ToolError(str(failure)) from failure
         return _json_text({"agent": agent_id, "forget": True, **answer})
 
@@ -503,14 +503,14 @@ def _query(
     mode: RecallMode | None,
     explain: bool | None,
     expand_episodes: bool | None,
-) -> RecallQuery:
+) -> RecallCall:
     """The typed query; the options' own checks (known kinds, since <= until, ...) become
     tool errors here instead of a round trip."""
     # An empty list is no filter; an empty string is left for the options to refuse.
     present_filters = {k: v for k, v in filters.items() if v is not None and v != []}
     present_budgets = {k: v for k, v in budgets.items() if v is not None}
     try:
-        return RecallQuery(
+        return RecallCall(
             query=query,
             k=k,
             filters=RecallFilters(**present_filters) if present_filters else None,

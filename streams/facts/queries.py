@@ -24,7 +24,7 @@ from grimoire.streams.facts.values import Fact, entity_name
 
 __all__ = [
     "MAX_HOPS",
-    "Neighbour",
+    "ReachedEntity",
     "as_known_at",
     "entity_links",
     "fact_order",
@@ -62,7 +62,7 @@ def as_known_at(facts: Iterable[Fact], ts_ms: int, block: int | None = None) -> 
 
 
 @dataclass(frozen=True, slots=True)
-class Neighbour:
+class ReachedEntity:
     """An entity `hops` links away, and the facts that reach it from the layer
     before (sorted ids)."""
 
@@ -79,7 +79,7 @@ def _linking(fact: Fact, at_block: int | None) -> bool:
 
 def neighbours(
     facts: Iterable[Fact], entity: str, *, hops: int = 1, at_block: int | None = None
-) -> list[Neighbour]:
+) -> list[ReachedEntity]:
     """Breadth first from `entity` (normalised here), sorted by (hops, entity);
     the start itself is not listed."""
     if hops < 0 or hops > MAX_HOPS:
@@ -93,7 +93,7 @@ def neighbours(
             adjacent.setdefault(b, {}).setdefault(a, set()).add(fact.fact_id)
     seen = {start}
     frontier = [start]
-    found: list[Neighbour] = []
+    found: list[ReachedEntity] = []
     for hop in range(1, hops + 1):
         reached: dict[str, set[str]] = {}
         for here in frontier:
@@ -101,7 +101,7 @@ def neighbours(
                 if there not in seen:
                     reached.setdefault(there, set()).update(via)
         layer = sorted(reached)
-        found.extend(Neighbour(e, hop, tuple(sorted(reached[e]))) for e in layer)
+        found.extend(ReachedEntity(e, hop, tuple(sorted(reached[e]))) for e in layer)
         seen.update(layer)
         frontier = layer
         if not frontier:

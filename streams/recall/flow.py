@@ -37,7 +37,7 @@ from grimoire.streams.recall.rerank import (
     DEFAULT_RECENCY_HALF_LIFE_MS,
     DEFAULT_RERANK_WEIGHTS,
     Candidate,
-    Factors,
+    RerankFactors,
     RerankWeights,
     Scored,
     rerank,
@@ -387,7 +387,7 @@ def _pack_input(
     )
 
 
-def _learnable(factors: Factors) -> tuple[tuple[str, float], ...]:
+def _learnable(factors: RerankFactors) -> tuple[tuple[str, float], ...]:
     values = factors.as_dict()
     return tuple((name, round(values[name], 9)) for name in LEARNED_FACTORS)
 

@@ -117,7 +117,7 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Factors:
+class RerankFactors:
     """Per-factor values in [0, 1] (before weighting) plus the applied boost."""
 
     relevance: float
@@ -152,7 +152,7 @@ class Factors:
 class Scored:
     candidate: Candidate
     score: float
-    factors: Factors
+    factors: RerankFactors
 
     @property
     def memory_id(self) -> str:
@@ -222,7 +222,7 @@ def _score(
     recency_half_life_ms: float,
 ) -> Scored:
     relevance = _unit(candidate.relevance / max_relevance) if max_relevance > 0 else 0.0
-    factors = Factors(
+    factors = RerankFactors(
         # Dividing by the list's best makes the top hit 1.0, on the same scale
         # as the other factors.
         relevance=relevance,

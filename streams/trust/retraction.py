@@ -84,14 +84,14 @@ __all__ = [
     "DEFAULT_RETRACTION_POLICY",
     "SHARE_ROLES",
     "SUSTAINING_ROLES",
+    "DerivationRole",
     "DerivationView",
     "DerivedNode",
     "Edge",
-    "Op",
     "RebuiltSummary",
+    "RetractionOp",
     "RetractionPlan",
     "RetractionPolicy",
-    "Role",
     "Step",
     "SummaryShape",
     "demoted",
@@ -103,7 +103,7 @@ logger = logging.getLogger(__name__)
 _CURATED: Final = frozenset(kind.value for kind in CURATED_KINDS)
 
 
-class Role(StrEnum):
+class DerivationRole(StrEnum):
     """Why a derived memory depends on a source (see the module docstring)."""
 
     RECORD = "record"
@@ -115,10 +115,16 @@ class Role(StrEnum):
 
 
 SUSTAINING_ROLES: Final = frozenset(
-    {Role.RECORD, Role.FOLD, Role.ORIGIN, Role.COMPACTED, Role.EVIDENCE}
+    {
+        DerivationRole.RECORD,
+        DerivationRole.FOLD,
+        DerivationRole.ORIGIN,
+        DerivationRole.COMPACTED,
+        DerivationRole.EVIDENCE,
+    }
 )
 # Roles whose weight counts shares (a writer adds to it); the others are set-like.
-SHARE_ROLES: Final = frozenset({Role.FOLD, Role.REINFORCE})
+SHARE_ROLES: Final = frozenset({DerivationRole.FOLD, DerivationRole.REINFORCE})
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -127,7 +133,7 @@ class Edge:
 
     derived_id: str
     source_id: str
-    role: Role
+    role: DerivationRole
     weight: int = 1
 
 
@@ -185,7 +191,7 @@ class RetractionPolicy:
 DEFAULT_RETRACTION_POLICY: Final = RetractionPolicy()
 
 
-class Op(StrEnum):
+class RetractionOp(StrEnum):
     """A step's operation, as the witness records it. `REBUILD` re-derives a
     summary or an aggregate (the step's `kind` says which); its value predates
     aggregates and stays, as witnessed records and the stores key on it."""
@@ -218,7 +224,7 @@ class Step:
     in the agent's term counts (written by the ingest path), so a retraction
     takes it out of them."""
 
-    op: Op
+    op: RetractionOp
     memory_id: str
     kind: str
     lost: tuple[str, ...] = ()
@@ -247,7 +253,7 @@ class Step:
         if self.summary is not None:
             found["source_ids"] = list(self.summary.source_ids)
             found["ts"] = self.summary.ts_ms
-        if self.op is Op.DEMOTE and self.entry is not None:
+        if self.op is RetractionOp.DEMOTE and self.entry is not None:
             found["confidence"] = self.entry.confidence
             found["status"] = self.entry.status.value
         return found
@@ -266,9 +272,12 @@ class RetractionPlan:
     @property
     def curated_changed(self) -> bool:
         """A curated entry was demoted or retracted: PLAYBOOK.md is regenerated."""
-        return any(step.curated and step.op in (Op.RETRACT, Op.DEMOTE) for step in self.steps)
+        return any(
+            step.curated and step.op in (RetractionOp.RETRACT, RetractionOp.DEMOTE)
+            for step in self.steps
+        )
 
-    def of(self, op: Op) -> tuple[Step, ...]:
+    def of(self, op: RetractionOp) -> tuple[Step, ...]:
         return tuple(step for step in self.steps if step.op is op)
 
 
@@ -367,7 +376,9 @@ class _Cascade:
         sustaining = [e for e in edges if e.role in SUSTAINING_ROLES]
         lost = [e for e in sustaining if e.source_id in self.gone]
         kept = [e for e in sustaining if e.source_id not in self.gone]
-        reinforcements = [e for e in edges if e.role is Role.REINFORCE and e.source_id in self.gone]
+        reinforcements = [
+            e for e in edges if e.role is DerivationRole.REINFORCE and e.source_id in self.gone
+        ]
         changed = [e for e in kept if e.source_id in self.rebuilt]
         self.dropped.update(e for e in edges if e.source_id in self.gone)
         node = self.view.nodes.get(memory_id)
@@ -386,7 +397,7 @@ class _Cascade:
             weight = sum(e.weight for e in reinforcements)
             self.steps.append(
                 Step(
-                    Op.UNREINFORCE,
+                    RetractionOp.UNREINFORCE,
                     memory_id,
                     node.kind,
                     lost=_ids(reinforcements),
@@ -399,12 +410,12 @@ class _Cascade:
         self.dropped.update(edges)
         self.steps.append(
             Step(
-                Op.RETRACT,
+                RetractionOp.RETRACT,
                 node.memory_id,
                 node.kind,
                 lost=_ids(lost),
                 entry=node.entry,
-                uncount_terms=any(e.role is Role.RECORD for e in lost),
+                uncount_terms=any(e.role is DerivationRole.RECORD for e in lost),
             )
         )
 
@@ -438,7 +449,9 @@ class _Cascade:
                 self.policy.curator,
             )
             self.steps.append(
-                Step(Op.DEMOTE, node.memory_id, node.kind, lost_ids, kept_ids, entry=entry)
+                Step(
+                    RetractionOp.DEMOTE, node.memory_id, node.kind, lost_ids, kept_ids, entry=entry
+                )
             )
         # Any other memory that keeps a sustaining source stands as it is.
         return True
@@ -451,7 +464,9 @@ class _Cascade:
         kept_ids: tuple[str, ...],
     ) -> None:
         self.steps.append(
-            Step(Op.REBUILD, node.memory_id, node.kind, lost_ids, kept_ids, summary=rebuilt)
+            Step(
+                RetractionOp.REBUILD, node.memory_id, node.kind, lost_ids, kept_ids, summary=rebuilt
+            )
         )
         # What derives from it (a summary of it) reads its new content.
         self.rebuilt[node.memory_id] = SummarySource(
@@ -478,7 +493,9 @@ class _Cascade:
             shares = sum(e.weight for e in lost)
             count = max(node.count - shares, sum(e.weight for e in kept), 1)
             self.steps.append(
-                Step(Op.REDUCE, node.memory_id, node.kind, lost_ids, kept_ids, count=count)
+                Step(
+                    RetractionOp.REDUCE, node.memory_id, node.kind, lost_ids, kept_ids, count=count
+                )
             )
         if member is not None:
             rebuilt = RebuiltSummary(
@@ -500,9 +517,9 @@ class _Cascade:
         if not seed:
             return None
         edges = self.incoming.get(node.memory_id, [])
-        if any(e.role is Role.FOLD and e.source_id == seed for e in edges):
+        if any(e.role is DerivationRole.FOLD and e.source_id == seed for e in edges):
             return seed
-        origins = sorted(e.source_id for e in edges if e.role is Role.ORIGIN)
+        origins = sorted(e.source_id for e in edges if e.role is DerivationRole.ORIGIN)
         return origins[0] if origins else None
 
     def _readable_member(self, kept: Sequence[Edge]) -> SummarySource | None:
@@ -523,7 +540,7 @@ class _Cascade:
     ) -> RebuiltSummary | None:
         sources = []
         for edge in kept:
-            if edge.role is not Role.COMPACTED:
+            if edge.role is not DerivationRole.COMPACTED:
                 continue
             content = self.rebuilt.get(edge.source_id)
             if content is None:
@@ -583,11 +600,13 @@ def plan_retraction(
         cascade.dropped.update(incoming.get(source_id, []))
         cascade.steps.append(
             Step(
-                Op.RETRACT,
+                RetractionOp.RETRACT,
                 source_id,
                 root.kind,
                 entry=root.entry,
-                uncount_terms=any(e.role is Role.RECORD for e in incoming.get(source_id, [])),
+                uncount_terms=any(
+                    e.role is DerivationRole.RECORD for e in incoming.get(source_id, [])
+                ),
             )
         )
     for memory_id in _dependency_order(_affected(source_id, outgoing), incoming):

@@ -227,7 +227,7 @@ DEFAULT_POLICY = AdmissionPolicy()
 
 
 @dataclass(frozen=True, slots=True)
-class Neighbour:
+class NearMemory:
     """The nearest stored memory, as the vector search returned it."""
 
     memory_id: str
@@ -261,7 +261,7 @@ class AdmissionCandidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Factors:
+class AdmissionFactors:
     """The five A-MAC factors, each in [0, 1]."""
 
     future_utility: float
@@ -295,7 +295,7 @@ class AdmissionDecision:
     action: Action
     reason: str
     composite: float
-    factors: Factors
+    factors: AdmissionFactors
     confidence: float
     off_topic: bool
     target_id: str | None = None
@@ -364,8 +364,8 @@ def is_phatic(text: str) -> bool:
 
 def estimate_factual_confidence(
     c: AdmissionCandidate,
-    nearest: Neighbour | None,
-    contradicted: Neighbour | None,
+    nearest: NearMemory | None,
+    contradicted: NearMemory | None,
     policy: AdmissionPolicy,
 ) -> float:
     """Cross-reference against the store, in [0, 1].
@@ -401,7 +401,7 @@ def _polarity_flips(text: str, other: str) -> int:
     return flips
 
 
-def detect_contradiction(text: str, neighbour: Neighbour, policy: AdmissionPolicy) -> bool:
+def detect_contradiction(text: str, neighbour: NearMemory, policy: AdmissionPolicy) -> bool:
     """A deterministic heuristic: about the same thing, with the opposite polarity.
 
     True when similarity >= 0.8 and the polarity flips an odd number of times:
@@ -415,7 +415,7 @@ def detect_contradiction(text: str, neighbour: Neighbour, policy: AdmissionPolic
     return _polarity_flips(text, neighbour.text) % 2 == 1
 
 
-def novelty(nearest: Neighbour | None) -> float:
+def novelty(nearest: NearMemory | None) -> float:
     """1 - cosine similarity to the nearest memory, in [0, 1]; an empty store gives 1.0."""
     if nearest is None:
         return 1.0
@@ -433,7 +433,7 @@ def recency(ts_ms: int, now_ms: int, half_life_ms: int) -> float:
 def decide(
     c: AdmissionCandidate,
     *,
-    nearest: Neighbour | None,
+    nearest: NearMemory | None,
     now_ms: int,
     policy: AdmissionPolicy = DEFAULT_POLICY,
     utility: float | None = None,
@@ -445,7 +445,7 @@ def decide(
     contradicted = None
     if nearest is not None and detect_contradiction(c.text, nearest, policy):
         contradicted = nearest
-    factors = Factors(
+    factors = AdmissionFactors(
         future_utility=_factor(utility) if utility is not None else estimate_future_utility(c),
         factual_confidence=estimate_factual_confidence(c, nearest, contradicted, policy),
         # A contradiction adds the one thing the store lacks, the opposite claim,

@@ -23,7 +23,7 @@ from grimoire.streams.write.admission import (
     AdmissionCandidate,
     AdmissionDecision,
     AdmissionPolicy,
-    Neighbour,
+    NearMemory,
     decide,
 )
 from grimoire.streams.write.changes import (
@@ -40,7 +40,7 @@ Vector = npt.NDArray[np.float32]
 
 @dataclass(frozen=True, slots=True)
 class StoredNeighbour:
-    neighbour: Neighbour
+    neighbour: NearMemory
     kind: str
 
 
@@ -57,7 +57,7 @@ class PlanItem:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class WriteOutcome:
     candidate: MemoryCandidate
     decision: AdmissionDecision
     quality: QualityScore | None
@@ -106,7 +106,7 @@ def neighbour_similarity(candidate: Vector, neighbour: Vector) -> float:
     return float(np.dot(candidate, neighbour))
 
 
-def closer(similarity: float, memory_id: str, than: Neighbour | None) -> bool:
+def closer(similarity: float, memory_id: str, than: NearMemory | None) -> bool:
     """The one order in which neighbours are ranked, in the store and in a batch
     alike: the higher cosine, then the smaller memory id. Identical texts give
     identical vectors, and a tie broken any other way would depend on where the
@@ -118,13 +118,13 @@ def closer(similarity: float, memory_id: str, than: Neighbour | None) -> bool:
     return memory_id < than.memory_id
 
 
-def _nearest(item: PlanItem, admitted: Sequence[_Admitted]) -> tuple[Neighbour | None, str]:
+def _nearest(item: PlanItem, admitted: Sequence[_Admitted]) -> tuple[NearMemory | None, str]:
     best = item.stored.neighbour if item.stored else None
     kind = item.stored.kind if item.stored else ""
     for earlier in admitted:
         similarity = neighbour_similarity(item.canonical, earlier.vector)
         if closer(similarity, earlier.candidate_id, best):
-            best = Neighbour(earlier.candidate_id, similarity, earlier.confidence, earlier.text)
+            best = NearMemory(earlier.candidate_id, similarity, earlier.confidence, earlier.text)
             kind = earlier.kind
     return best, kind
 
@@ -145,13 +145,13 @@ def plan_batch(
     fields: Mapping[str, FieldState],
     *,
     policy: AdmissionPolicy | None = None,
-) -> tuple[WriteBatch, list[Outcome]]:
+) -> tuple[WriteBatch, list[WriteOutcome]]:
     policy = policy or AdmissionPolicy()
     records: list[MemoryRecord] = []
     folds: list[AggregateFold] = []
     reinforcements: list[Reinforcement] = []
     decisions: list[Decision] = []
-    outcomes: list[Outcome] = []
+    outcomes: list[WriteOutcome] = []
     admitted: dict[str, list[_Admitted]] = {}
     created: set[str] = set()  # aggregates this batch creates
     tallies: dict[str, _AgentTally] = {}
@@ -231,7 +231,7 @@ def plan_batch(
                     source_event_id=cand.provenance.source_event_id,
                 )
             )
-        outcomes.append(Outcome(cand, decision, quality, written))
+        outcomes.append(WriteOutcome(cand, decision, quality, written))
 
     latest_fields = tuple(fields[agent] for agent in sorted(fields))
     stats = tuple(StatsDelta(agent, tally.entries()) for agent, tally in sorted(tallies.items()))

@@ -22,7 +22,7 @@ from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.recall.ports import RecallSource
-from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
 from grimoire.tables.codec.hash_values import text_of
@@ -356,7 +356,7 @@ class RedisMemoryStore:
                 memory_id = text_of(doc["memory_id"])
                 if closer(similarity, memory_id, best.neighbour if best else None):
                     best = StoredNeighbour(
-                        Neighbour(
+                        NearMemory(
                             memory_id=memory_id,
                             similarity=similarity,
                             confidence=float(text_of(doc["confidence"] or b"0.5")),

@@ -23,11 +23,11 @@ from weakref import WeakKeyDictionary
 
 from grimoire.streams.trust.retraction import (
     SHARE_ROLES,
+    DerivationRole,
     DerivedNode,
     Edge,
-    Op,
+    RetractionOp,
     RetractionPlan,
-    Role,
     Step,
 )
 from grimoire.tables.codec.curator_state import bookkeeping_from_json, bookkeeping_json
@@ -52,7 +52,7 @@ __all__ = ["EdgeIndex", "InMemoryDerivationStore", "edge_index"]
 
 logger = logging.getLogger(__name__)
 
-_Side = dict[tuple[str, str], dict[tuple[Role, str], int]]
+_Side = dict[tuple[str, str], dict[tuple[DerivationRole, str], int]]
 
 
 class EdgeIndex:
@@ -188,25 +188,25 @@ class InMemoryDerivationStore:
             step.memory_id: rebuilt_summary_fields(
                 step.summary, vectors[step.memory_id], self._dims
             )
-            for step in plan.of(Op.REBUILD)
+            for step in plan.of(RetractionOp.REBUILD)
             if step.summary is not None
         }
         for step in plan.steps:
             doc = self.memory.stored_hash(step.memory_id)
             if doc is None or stored_text(doc.get("agent_id")) != agent_id:
                 continue
-            if step.op is Op.RETRACT:
+            if step.op is RetractionOp.RETRACT:
                 self._retract(agent_id, step, at_ms)
-            elif step.op is Op.REDUCE and step.count is not None:
+            elif step.op is RetractionOp.REDUCE and step.count is not None:
                 self.memory.put_fields(step.memory_id, {"count": step.count})
-            elif step.op is Op.UNREINFORCE and step.reinforced_count is not None:
+            elif step.op is RetractionOp.UNREINFORCE and step.reinforced_count is not None:
                 self.memory.put_fields(step.memory_id, {"reinforced_count": step.reinforced_count})
-            elif step.op is Op.REBUILD and step.summary is not None:
+            elif step.op is RetractionOp.REBUILD and step.summary is not None:
                 old_keys = set(stored_list(doc.get("nexus_keys")))
                 self.memory.put_fields(step.memory_id, rebuilt[step.memory_id])
                 self._unlink(agent_id, step.memory_id, old_keys - set(step.summary.keys))
                 self.memory.link(agent_id, step.memory_id, step.summary.ts_ms, step.summary.keys)
-            elif step.op is Op.DEMOTE and step.entry is not None:
+            elif step.op is RetractionOp.DEMOTE and step.entry is not None:
                 self.memory.put_fields(step.memory_id, changed_curated_fields(step.entry, None))
                 self._books(agent_id)[step.memory_id] = bookkeeping_json(step.entry)
                 curator_indexes(self.memory).changed(agent_id, (step.memory_id,))

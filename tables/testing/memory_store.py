@@ -19,7 +19,7 @@ from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.ports import RecallSource
-from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
 from grimoire.tables.codec.held_outcome import held_for
@@ -113,7 +113,7 @@ class InMemoryMemoryStore:
                 memory_id = _text(doc["memory_id"])
                 if closer(similarity, memory_id, best.neighbour if best else None):
                     best = StoredNeighbour(
-                        Neighbour(
+                        NearMemory(
                             memory_id=memory_id,
                             similarity=similarity,
                             confidence=float(_text(doc.get("confidence", "0.5"))),

@@ -37,11 +37,11 @@ from grimoire.streams.learn.curator.values import CuratedEntry, CuratorPlan
 from grimoire.streams.maintenance.compaction import ClusterPlan
 from grimoire.streams.trust.retraction import (
     SHARE_ROLES,
+    DerivationRole,
     DerivedNode,
     Edge,
-    Op,
+    RetractionOp,
     RetractionPlan,
-    Role,
     Step,
 )
 from grimoire.streams.write.changes import Reinforcement, WriteBatch
@@ -106,18 +106,25 @@ def batch_edges(batch: WriteBatch) -> list[tuple[str, Edge]]:
         cand = record.candidate
         if cand.provenance.event_type in MAINTENANCE_EVENT_TYPES:
             continue
-        edges.append((cand.agent_id, Edge(cand.id, cand.provenance.source_event_id, Role.RECORD)))
+        edges.append(
+            (cand.agent_id, Edge(cand.id, cand.provenance.source_event_id, DerivationRole.RECORD))
+        )
     for fold in batch.folds:
         event = fold.seed.candidate.provenance.source_event_id
-        edges.append((fold.agent_id, Edge(fold.aggregate_id, event, Role.FOLD)))
+        edges.append((fold.agent_id, Edge(fold.aggregate_id, event, DerivationRole.FOLD)))
         if fold.target_id != fold.aggregate_id:
             # The fold script counts the group's original once, when it creates
             # the aggregate; a set edge counts it once however often it is written.
-            edges.append((fold.agent_id, Edge(fold.aggregate_id, fold.target_id, Role.ORIGIN)))
+            edges.append(
+                (fold.agent_id, Edge(fold.aggregate_id, fold.target_id, DerivationRole.ORIGIN))
+            )
     for reinforcement in batch.reinforcements:
         source = _reinforcing_source(reinforcement)
         edges.append(
-            (reinforcement.agent_id, Edge(reinforcement.target_id, source, Role.REINFORCE))
+            (
+                reinforcement.agent_id,
+                Edge(reinforcement.target_id, source, DerivationRole.REINFORCE),
+            )
         )
     return edges
 
@@ -125,7 +132,7 @@ def batch_edges(batch: WriteBatch) -> list[tuple[str, Edge]]:
 def summary_edges(clusters: Iterable[ClusterPlan]) -> list[Edge]:
     """Each summary from each memory of its cluster."""
     return [
-        Edge(cluster.summary_id, source_id, Role.COMPACTED)
+        Edge(cluster.summary_id, source_id, DerivationRole.COMPACTED)
         for cluster in clusters
         for source_id in cluster.source_ids
     ]
@@ -138,24 +145,24 @@ def curated_edges(plan: CuratorPlan, before: Iterable[CuratedEntry] = ()) -> lis
     the same weight changes nothing but costs two writes each."""
     had = {entry.memory_id: set(entry.source_ids) for entry in before}
     return [
-        Edge(change.entry.memory_id, source_id, Role.EVIDENCE)
+        Edge(change.entry.memory_id, source_id, DerivationRole.EVIDENCE)
         for change in plan.changes
         for source_id in change.entry.source_ids
         if change.new or source_id not in had.get(change.entry.memory_id, ())
     ]
 
 
-def edge_field(role: Role, memory_or_source_id: str) -> str:
+def edge_field(role: DerivationRole, memory_or_source_id: str) -> str:
     return f"{role.value}|{memory_or_source_id}"
 
 
-def parse_edge_field(raw: Any) -> tuple[Role, str] | None:
+def parse_edge_field(raw: Any) -> tuple[DerivationRole, str] | None:
     """A field written by `edge_field`; None for one this version does not know."""
     role, sep, other = text_of(raw).partition("|")
     if not sep:
         return None
     try:
-        return Role(role), other
+        return DerivationRole(role), other
     except ValueError:
         return None
 
@@ -241,7 +248,9 @@ class DerivationStore(Protocol):
 
 
 def missing_summary_vectors(plan: RetractionPlan, vectors: Mapping[str, bytes]) -> list[str]:
-    return [step.memory_id for step in plan.of(Op.REBUILD) if step.memory_id not in vectors]
+    return [
+        step.memory_id for step in plan.of(RetractionOp.REBUILD) if step.memory_id not in vectors
+    ]
 
 
 class RedisDerivationStore:
@@ -337,7 +346,7 @@ class RedisDerivationStore:
             step.memory_id: rebuilt_summary_fields(
                 step.summary, vectors[step.memory_id], self._dims
             )
-            for step in plan.of(Op.REBUILD)
+            for step in plan.of(RetractionOp.REBUILD)
             if step.summary is not None
         }
         stored = await self._unlink_fields(
@@ -350,20 +359,20 @@ class RedisDerivationStore:
                 if before is None or stored_text(before["agent_id"]) != agent_id:
                     continue  # gone, or another agent's: never written here
                 memory = keys.memory(agent_id, step.memory_id)
-                if step.op is Op.RETRACT:
+                if step.op is RetractionOp.RETRACT:
                     self._queue_retract(pipe, agent_id, step, before, at_ms)
-                elif step.op is Op.REDUCE and step.count is not None:
+                elif step.op is RetractionOp.REDUCE and step.count is not None:
                     pipe.hset(memory, "count", step.count)
-                elif step.op is Op.UNREINFORCE and step.reinforced_count is not None:
+                elif step.op is RetractionOp.UNREINFORCE and step.reinforced_count is not None:
                     pipe.hset(memory, "reinforced_count", step.reinforced_count)
-                elif step.op is Op.REBUILD and step.summary is not None:
+                elif step.op is RetractionOp.REBUILD and step.summary is not None:
                     old_keys = set(stored_list(before["nexus_keys"]))
                     pipe.hset(memory, mapping=rebuilt[step.memory_id])
                     for key in sorted(old_keys - set(step.summary.keys)):
                         pipe.zrem(keys.nexus(agent_id, key), step.memory_id)
                     for key in step.summary.keys:
                         pipe.zadd(keys.nexus(agent_id, key), {step.memory_id: step.summary.ts_ms})
-                elif step.op is Op.DEMOTE and step.entry is not None:
+                elif step.op is RetractionOp.DEMOTE and step.entry is not None:
                     pipe.hset(memory, mapping=changed_curated_fields(step.entry, None))
                     pipe.hset(
                         keys.curator_entries(agent_id),

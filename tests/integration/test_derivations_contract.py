@@ -50,11 +50,11 @@ from grimoire.streams.model.records import (
 from grimoire.streams.model.records import Role as HyperRole
 from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.trust.retraction import (
+    DerivationRole,
     Edge,
-    Op,
     RebuiltSummary,
+    RetractionOp,
     RetractionPlan,
-    Role,
     Step,
     SummaryShape,
 )
@@ -279,31 +279,33 @@ async def test_the_write_path_records_records_folds_and_origins(h: Harness) -> N
     await h.write(target, other, folds=[fold(target, group, "ev-2", NOW + 1)])
     await h.write(folds=[fold(target, group, "ev-3", NOW + 2)])
     assert await h.derivations.derived_from(A, ["ev-1", "ev-2"]) == sorted(
-        [Edge(group, "ev-2", Role.FOLD), Edge(target.id, "ev-1", Role.RECORD)]
+        [Edge(group, "ev-2", DerivationRole.FOLD), Edge(target.id, "ev-1", DerivationRole.RECORD)]
     )
     assert await h.derivations.sources_of(A, [group]) == sorted(
         [
-            Edge(group, "ev-2", Role.FOLD),
-            Edge(group, "ev-3", Role.FOLD),
-            Edge(group, target.id, Role.ORIGIN),  # written twice, counted once
+            Edge(group, "ev-2", DerivationRole.FOLD),
+            Edge(group, "ev-3", DerivationRole.FOLD),
+            Edge(group, target.id, DerivationRole.ORIGIN),  # written twice, counted once
         ]
     )
-    assert await h.derivations.derived_from(B, ["ev-1"]) == [Edge(other.id, "ev-1", Role.RECORD)]
+    assert await h.derivations.derived_from(B, ["ev-1"]) == [
+        Edge(other.id, "ev-1", DerivationRole.RECORD)
+    ]
     assert await h.derivations.derived_from(B, ["ev-2"]) == []
 
 
 async def test_share_roles_add_up_and_the_others_are_set(h: Harness) -> None:
-    edges = [Edge("m", "ev", Role.FOLD), Edge("m", "ev", Role.REINFORCE, 2)]
-    edges += [Edge("m", "ev", Role.RECORD), Edge("s", "m", Role.COMPACTED)]
+    edges = [Edge("m", "ev", DerivationRole.FOLD), Edge("m", "ev", DerivationRole.REINFORCE, 2)]
+    edges += [Edge("m", "ev", DerivationRole.RECORD), Edge("s", "m", DerivationRole.COMPACTED)]
     await h.derivations.add(A, edges)
     await h.derivations.add(A, edges)
     assert await h.derivations.sources_of(A, ["m", "s"]) == [
-        Edge("m", "ev", Role.FOLD, 2),
-        Edge("m", "ev", Role.RECORD, 1),
-        Edge("m", "ev", Role.REINFORCE, 4),
-        Edge("s", "m", Role.COMPACTED, 1),
+        Edge("m", "ev", DerivationRole.FOLD, 2),
+        Edge("m", "ev", DerivationRole.RECORD, 1),
+        Edge("m", "ev", DerivationRole.REINFORCE, 4),
+        Edge("s", "m", DerivationRole.COMPACTED, 1),
     ]
-    assert await h.derivations.derived_from(A, ["m"]) == [Edge("s", "m", Role.COMPACTED)]
+    assert await h.derivations.derived_from(A, ["m"]) == [Edge("s", "m", DerivationRole.COMPACTED)]
     assert await h.derivations.sources_of(B, ["m"]) == []
 
 
@@ -315,15 +317,15 @@ async def test_compaction_and_the_curator_record_their_sources(h: Harness) -> No
     await h.write(*sources)
     summary = await h.compact()
     assert await h.derivations.sources_of(A, [summary]) == sorted(
-        Edge(summary, s.id, Role.COMPACTED) for s in sources
+        Edge(summary, s.id, DerivationRole.COMPACTED) for s in sources
     )
     assert await h.derivations.derived_from(A, [sources[0].id]) == [
-        Edge(summary, sources[0].id, Role.COMPACTED)
+        Edge(summary, sources[0].id, DerivationRole.COMPACTED)
     ]
     await h.curate(entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, ("e1", "e2")))
     assert await h.derivations.sources_of(A, ["insight-1"]) == [
-        Edge("insight-1", "e1", Role.EVIDENCE),
-        Edge("insight-1", "e2", Role.EVIDENCE),
+        Edge("insight-1", "e1", DerivationRole.EVIDENCE),
+        Edge("insight-1", "e2", DerivationRole.EVIDENCE),
     ]
 
 
@@ -375,11 +377,11 @@ async def test_a_retraction_writes_every_step(h: Harness) -> None:
     # ev-1's fold created the aggregate (its seed): the aggregate is rebuilt on
     # its origin's text.
     assert [(s.op, s.memory_id) for s in report.steps] == [
-        (Op.RETRACT, gone.id),
-        (Op.REBUILD, summary),
-        (Op.REDUCE, group),
-        (Op.REBUILD, group),
-        (Op.DEMOTE, "insight-1"),
+        (RetractionOp.RETRACT, gone.id),
+        (RetractionOp.REBUILD, summary),
+        (RetractionOp.REDUCE, group),
+        (RetractionOp.REBUILD, group),
+        (RetractionOp.DEMOTE, "insight-1"),
     ]
 
     doc = await h.doc(gone.id)
@@ -407,19 +409,24 @@ async def test_a_retraction_without_its_summary_vector_writes_nothing(h: Harness
     summary = RebuiltSummary("text", T0, (), (), (), ())
     plan = RetractionPlan(
         "ev-1",
-        (Step(Op.RETRACT, target.id, "episode"), Step(Op.REBUILD, "s", "summary", summary=summary)),
-        (Edge(target.id, "ev-1", Role.RECORD),),
+        (
+            Step(RetractionOp.RETRACT, target.id, "episode"),
+            Step(RetractionOp.REBUILD, "s", "summary", summary=summary),
+        ),
+        (Edge(target.id, "ev-1", DerivationRole.RECORD),),
     )
     with pytest.raises(ValueError, match="lacks vectors"):
         await h.derivations.apply(A, plan, {}, at_ms=NOW)
     assert await h.doc(target.id) == before
-    assert await h.derivations.derived_from(A, ["ev-1"]) == [Edge(target.id, "ev-1", Role.RECORD)]
+    assert await h.derivations.derived_from(A, ["ev-1"]) == [
+        Edge(target.id, "ev-1", DerivationRole.RECORD)
+    ]
 
 
 async def test_a_retraction_never_writes_another_agents_memory(h: Harness) -> None:
     theirs = record(B, "ev-1", "rpc timed out", T0, keys=("tool:rpc",))
     await h.write(theirs)
-    plan = RetractionPlan("ev-1", (Step(Op.RETRACT, theirs.id, "episode"),), ())
+    plan = RetractionPlan("ev-1", (Step(RetractionOp.RETRACT, theirs.id, "episode"),), ())
     await h.derivations.apply(A, plan, {}, at_ms=NOW)
     assert (await h.doc(theirs.id))["deleted"] == "0"
     assert theirs.id in await h.nexus(B, "tool:rpc")

@@ -49,7 +49,7 @@ from grimoire.streams.model.records import (
     Provenance,
 )
 from grimoire.streams.model.text import normalized_hash
-from grimoire.streams.trust.retraction import Op
+from grimoire.streams.trust.retraction import RetractionOp
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import aggregate_id
 from grimoire.tables.codec.hash_values import text_of
@@ -253,14 +253,17 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
 
     # -- the aggregate: a folded share, its seed's share (its text), then its origin ---
     report = await world.retraction.retract(A, "agg-2", at_ms=NOW)
-    assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group)]
+    assert [(s.op, s.memory_id) for s in report.steps] == [(RetractionOp.REDUCE, group)]
     assert (await world.doc(group))["count"] == "2"
     assert world.witness.ops() == [("retract.aggregate_share", (group,))]
 
     # agg-1's fold created the aggregate with its text: the aggregate stands on its
     # origin's text from now on.
     report = await world.retraction.retract(A, "agg-1", at_ms=NOW)
-    assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group), (Op.REBUILD, group)]
+    assert [(s.op, s.memory_id) for s in report.steps] == [
+        (RetractionOp.REDUCE, group),
+        (RetractionOp.REBUILD, group),
+    ]
     assert (await world.doc(group))["count"] == "1"
     assert world.witness.ops() == [
         ("retract.aggregate_share", (group,)),
@@ -274,8 +277,8 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
     # -- the summary: rebuilt from two sources, then retracted --------------------------
     report = await world.retraction.retract(A, "c-1", at_ms=NOW)
     assert [(s.op, s.memory_id) for s in report.steps] == [
-        (Op.RETRACT, sources[0]),
-        (Op.REBUILD, summary),
+        (RetractionOp.RETRACT, sources[0]),
+        (RetractionOp.REBUILD, summary),
     ]
     rebuilt = await world.doc(summary)
     assert rebuilt["text"].startswith("Summary of 2 memories on err:oom")
@@ -303,8 +306,8 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
     # -- the insight: demoted, then retracted with its heuristic ------------------------
     report = await world.retraction.retract(A, "ep-1", at_ms=NOW)
     assert [(s.op, s.memory_id) for s in report.steps] == [
-        (Op.RETRACT, episodes[0]),
-        (Op.DEMOTE, insight),
+        (RetractionOp.RETRACT, episodes[0]),
+        (RetractionOp.DEMOTE, insight),
     ]
     (demoted,) = [e for e in await world.curator.entries(A) if e.memory_id == insight]
     assert demoted.confidence == pytest.approx(0.4) and demoted.status is EntryStatus.DEMOTED

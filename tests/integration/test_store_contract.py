@@ -37,7 +37,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.recall.options import RecallFilters
 from grimoire.streams.recall.ports import Anchor
-from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import (
     AggregateFold,
     Decision,
@@ -417,7 +417,7 @@ async def test_nearest_is_the_closest_live_memory_of_the_agent(h: Harness) -> No
     )
     assert second.neighbour.similarity == pytest.approx(1.0, abs=1e-6)
     assert second == StoredNeighbour(
-        Neighbour(insight.id, second.neighbour.similarity, 0.5, "an insight of agent b"),
+        NearMemory(insight.id, second.neighbour.similarity, 0.5, "an insight of agent b"),
         "insight",
     )
     assert fourth.neighbour.memory_id == R2.id

@@ -10,7 +10,7 @@ from grimoire.streams.write.admission import (
     AdmissionCandidate,
     AdmissionPolicy,
     AdmissionWeights,
-    Neighbour,
+    NearMemory,
     decide,
     detect_contradiction,
     estimate_factual_confidence,
@@ -32,8 +32,8 @@ def cand(text: str = "the pool was rebalanced today", **kw: object) -> Admission
     return AdmissionCandidate(**fields)  # type: ignore[arg-type]
 
 
-def nb(similarity: float, confidence: float = 0.5, text: str = "", mid: str = "m1") -> Neighbour:
-    return Neighbour(memory_id=mid, similarity=similarity, confidence=confidence, text=text)
+def nb(similarity: float, confidence: float = 0.5, text: str = "", mid: str = "m1") -> NearMemory:
+    return NearMemory(memory_id=mid, similarity=similarity, confidence=confidence, text=text)
 
 
 # --- defaults ------------------------------------------------------------------------------

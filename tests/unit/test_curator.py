@@ -17,9 +17,9 @@ from grimoire.streams.learn.curator.distill import (
 from grimoire.streams.learn.curator.plan import curated_id, plan_cycle
 from grimoire.streams.learn.curator.values import (
     CuratedEntry,
+    CuratorOp,
     CuratorPlan,
     EntryStatus,
-    Op,
     QuarantineAction,
     QuarantinedView,
 )
@@ -105,7 +105,7 @@ def test_upvote_adds_exactly_point_one_and_promotes(insight: CuratedEntry) -> No
     assert after.status is EntryStatus.ACTIVE
     assert (after.validated_count, after.contradicted_count) == (5, 1)
     # 5 supporting episodes on an active insight: a heuristic is derived too.
-    assert [op.op for op in plan.operations] == [Op.UPVOTE, Op.PROMOTE, Op.ADD]
+    assert [op.op for op in plan.operations] == [CuratorOp.UPVOTE, CuratorOp.PROMOTE, CuratorOp.ADD]
     assert plan.report.promoted == 1 and plan.report.upvoted == 1 and plan.report.proposed == 1
 
 
@@ -131,7 +131,7 @@ def test_contradicting_majority_edits_the_insight(insight: CuratedEntry) -> None
     assert after.polarity is Polarity.FAILS and "tends to fail" in after.text
     assert (after.validated_count, after.contradicted_count) == (4, 3)
     assert after.memory_id == insight.memory_id
-    assert [op.op for op in plan.operations] == [Op.DOWNVOTE, Op.EDIT]
+    assert [op.op for op in plan.operations] == [CuratorOp.DOWNVOTE, CuratorOp.EDIT]
 
 
 def test_heuristic_is_derived_then_promoted_then_demoted() -> None:

@@ -17,11 +17,11 @@ from grimoire.streams.maintenance.compaction_summary import (
 )
 from grimoire.streams.model.records import Kind
 from grimoire.streams.trust.retraction import (
+    DerivationRole,
     DerivationView,
     DerivedNode,
     Edge,
-    Op,
-    Role,
+    RetractionOp,
     SummaryShape,
     demoted,
     plan_retraction,
@@ -60,7 +60,7 @@ def insight(memory_id: str, sources: tuple[str, ...], **fields: object) -> Deriv
 
 def records(*pairs: tuple[str, str]) -> list[Edge]:
     """memory <- event edges."""
-    return [Edge(memory, event, Role.RECORD) for memory, event in pairs]
+    return [Edge(memory, event, DerivationRole.RECORD) for memory, event in pairs]
 
 
 def view(
@@ -72,9 +72,14 @@ def view(
 def test_a_memory_goes_with_its_source_event() -> None:
     plan = plan_retraction("ev-1", view(records(("m1", "ev-1")), episode("m1", 1)))
     (step,) = plan.steps
-    assert (step.op, step.memory_id, step.lost, step.kept) == (Op.RETRACT, "m1", ("ev-1",), ())
+    assert (step.op, step.memory_id, step.lost, step.kept) == (
+        RetractionOp.RETRACT,
+        "m1",
+        ("ev-1",),
+        (),
+    )
     assert step.uncount_terms  # the write path counted its terms
-    assert plan.dropped == (Edge("m1", "ev-1", Role.RECORD),)
+    assert plan.dropped == (Edge("m1", "ev-1", DerivationRole.RECORD),)
     assert not plan.curated_changed
 
 
@@ -88,36 +93,44 @@ def test_every_part_of_an_event_goes() -> None:
     plan = plan_retraction(
         "ev-1", view(edges, episode("m1", 1), episode("m2", 2), episode("m3", 3))
     )
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "m1"), (Op.RETRACT, "m2")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.RETRACT, "m2"),
+    ]
 
 
 AGGREGATE = DerivedNode("agg", Kind.AGGREGATE.value, count=3)
 AGG_EDGES = [
     *records(("t", "ev-t")),
-    Edge("agg", "t", Role.ORIGIN),
-    Edge("agg", "ev-1", Role.FOLD),
-    Edge("agg", "ev-2", Role.FOLD),
+    Edge("agg", "t", DerivationRole.ORIGIN),
+    Edge("agg", "ev-1", DerivationRole.FOLD),
+    Edge("agg", "ev-2", DerivationRole.FOLD),
 ]
 
 
 def test_an_aggregate_loses_one_share_per_folded_event() -> None:
     plan = plan_retraction("ev-1", view(AGG_EDGES, episode("t", 0), AGGREGATE))
     (step,) = plan.steps
-    assert (step.op, step.count, step.lost, step.kept) == (Op.REDUCE, 2, ("ev-1",), ("ev-2", "t"))
-    assert plan.dropped == (Edge("agg", "ev-1", Role.FOLD),)
+    assert (step.op, step.count, step.lost, step.kept) == (
+        RetractionOp.REDUCE,
+        2,
+        ("ev-1",),
+        ("ev-2", "t"),
+    )
+    assert plan.dropped == (Edge("agg", "ev-1", DerivationRole.FOLD),)
 
 
 def test_a_fold_of_two_parts_takes_two_shares() -> None:
-    edges = [*AGG_EDGES[:2], Edge("agg", "ev-1", Role.FOLD, 2)]
+    edges = [*AGG_EDGES[:2], Edge("agg", "ev-1", DerivationRole.FOLD, 2)]
     plan = plan_retraction("ev-1", view(edges, episode("t", 0), replace(AGGREGATE, count=3)))
-    assert [(s.op, s.count) for s in plan.steps] == [(Op.REDUCE, 1)]
+    assert [(s.op, s.count) for s in plan.steps] == [(RetractionOp.REDUCE, 1)]
 
 
 def test_retracting_the_group_original_takes_its_share() -> None:
     plan = plan_retraction("ev-t", view(AGG_EDGES, episode("t", 0), AGGREGATE))
     assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [
-        (Op.RETRACT, "t", None),
-        (Op.REDUCE, "agg", 2),
+        (RetractionOp.RETRACT, "t", None),
+        (RetractionOp.REDUCE, "agg", 2),
     ]
 
 
@@ -128,26 +141,29 @@ def test_an_aggregate_without_shares_is_retracted() -> None:
         plan = plan_retraction(event, state)
         state = view([e for e in state.edges if e not in plan.dropped], *nodes)
     plan = plan_retraction("ev-t", state)
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "t"), (Op.RETRACT, "agg")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "t"),
+        (RetractionOp.RETRACT, "agg"),
+    ]
     assert set(plan.dropped) == set(state.edges)
 
 
 def test_a_reinforcement_lowers_the_counter_only() -> None:
-    edges = [*records(("m1", "ev-1")), Edge("m1", "ev-2", Role.REINFORCE)]
+    edges = [*records(("m1", "ev-1")), Edge("m1", "ev-2", DerivationRole.REINFORCE)]
     node = replace(episode("m1", 1), reinforced_count=3)
     plan = plan_retraction("ev-2", view(edges, node))
     (step,) = plan.steps
-    assert (step.op, step.reinforced_count, step.lost) == (Op.UNREINFORCE, 2, ("ev-2",))
+    assert (step.op, step.reinforced_count, step.lost) == (RetractionOp.UNREINFORCE, 2, ("ev-2",))
     # ...and the memory's own retraction takes the reinforcement edge with it.
     plan = plan_retraction("ev-1", view(edges, node))
-    assert [s.op for s in plan.steps] == [Op.RETRACT]
+    assert [s.op for s in plan.steps] == [RetractionOp.RETRACT]
     assert set(plan.dropped) == set(edges)
 
 
 def _summary_world() -> tuple[list[Edge], list[DerivedNode]]:
     sources = [episode(f"m{n}", n, keys=(CENTRE, f"path:/srv/{n}")) for n in (1, 2, 3)]
     edges = records(("m1", "ev-1"), ("m2", "ev-2"), ("m3", "ev-3"))
-    edges += [Edge("s", f"m{n}", Role.COMPACTED) for n in (1, 2, 3)]
+    edges += [Edge("s", f"m{n}", DerivationRole.COMPACTED) for n in (1, 2, 3)]
     return edges, [*sources, summary("s")]
 
 
@@ -156,8 +172,8 @@ def test_a_summary_is_rebuilt_from_the_sources_left() -> None:
     degrees = {CENTRE: 3, "path:/srv/2": 1, "path:/srv/3": 1}
     plan = plan_retraction("ev-1", view(edges, *nodes, degrees=degrees))
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.RETRACT, "m1"),
-        (Op.REBUILD, "s"),
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.REBUILD, "s"),
     ]
     rebuilt = plan.steps[1].summary
     assert rebuilt is not None
@@ -178,31 +194,37 @@ def test_a_summary_left_without_sources_is_retracted() -> None:
         plan = plan_retraction(event, state)
         state = view([e for e in state.edges if e not in plan.dropped], *nodes)
     plan = plan_retraction("ev-3", state)
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "m3"), (Op.RETRACT, "s")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "m3"),
+        (RetractionOp.RETRACT, "s"),
+    ]
     assert not plan.steps[1].uncount_terms  # compaction never counted it
 
 
 def test_a_summary_whose_sources_all_share_the_event_goes_at_once() -> None:
     """Both sources come from one event: the summary is decided after both."""
     edges = records(("m1", "ev-1"), ("m2", "ev-1"))
-    edges += [Edge("s", "m1", Role.COMPACTED), Edge("s", "m2", Role.COMPACTED)]
+    edges += [Edge("s", "m1", DerivationRole.COMPACTED), Edge("s", "m2", DerivationRole.COMPACTED)]
     plan = plan_retraction("ev-1", view(edges, episode("m1", 1), episode("m2", 2), summary("s")))
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.RETRACT, "m1"),
-        (Op.RETRACT, "m2"),
-        (Op.RETRACT, "s"),
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.RETRACT, "m2"),
+        (RetractionOp.RETRACT, "s"),
     ]
 
 
 def test_a_summary_of_a_rebuilt_summary_is_rebuilt_too() -> None:
     edges, nodes = _summary_world()
-    edges += [Edge("s2", "s", Role.COMPACTED), Edge("s2", "other", Role.COMPACTED)]
+    edges += [
+        Edge("s2", "s", DerivationRole.COMPACTED),
+        Edge("s2", "other", DerivationRole.COMPACTED),
+    ]
     other = replace(summary("other"), content=SummarySource("other", "Summary other", T0, ()))
     plan = plan_retraction("ev-1", view(edges, *nodes, other, summary("s2", level=2)))
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.RETRACT, "m1"),
-        (Op.REBUILD, "s"),
-        (Op.REBUILD, "s2"),
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.REBUILD, "s"),
+        (RetractionOp.REBUILD, "s2"),
     ]
     first, second = plan.steps[1].summary, plan.steps[2].summary
     assert first is not None and second is not None
@@ -212,10 +234,13 @@ def test_a_summary_of_a_rebuilt_summary_is_rebuilt_too() -> None:
 
 def test_an_insight_losing_part_of_its_evidence_is_demoted() -> None:
     edges = records(("e1", "ev-1"), ("e2", "ev-2"))
-    edges += [Edge("i", "e1", Role.EVIDENCE), Edge("i", "e2", Role.EVIDENCE)]
+    edges += [Edge("i", "e1", DerivationRole.EVIDENCE), Edge("i", "e2", DerivationRole.EVIDENCE)]
     nodes = (episode("e1", 1), episode("e2", 2), insight("i", ("e1", "e2")))
     plan = plan_retraction("ev-1", view(edges, *nodes))
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "e1"), (Op.DEMOTE, "i")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "e1"),
+        (RetractionOp.DEMOTE, "i"),
+    ]
     entry = plan.steps[1].entry
     assert entry is not None
     assert entry.confidence == pytest.approx(0.4)  # 0.8 x 1 of 2
@@ -227,14 +252,14 @@ def test_an_insight_losing_part_of_its_evidence_is_demoted() -> None:
 
 def test_an_insight_without_evidence_goes_and_takes_its_heuristic() -> None:
     edges = records(("e1", "ev-1"))
-    edges += [Edge("i", "e1", Role.EVIDENCE), Edge("h", "i", Role.EVIDENCE)]
+    edges += [Edge("i", "e1", DerivationRole.EVIDENCE), Edge("h", "i", DerivationRole.EVIDENCE)]
     heuristic = replace(insight("h", ("i",)), kind=Kind.HEURISTIC.value)
     nodes = (episode("e1", 1), insight("i", ("e1",)), heuristic)
     plan = plan_retraction("ev-1", view(edges, *nodes))
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.RETRACT, "e1"),
-        (Op.RETRACT, "i"),
-        (Op.RETRACT, "h"),
+        (RetractionOp.RETRACT, "e1"),
+        (RetractionOp.RETRACT, "i"),
+        (RetractionOp.RETRACT, "h"),
     ]
     assert plan.curated_changed
     assert plan.steps[2].curated and not plan.steps[0].curated
@@ -242,8 +267,8 @@ def test_an_insight_without_evidence_goes_and_takes_its_heuristic() -> None:
 
 def test_a_demoted_insight_leaves_its_heuristic_alone() -> None:
     edges = records(("e1", "ev-1"), ("e2", "ev-2"))
-    edges += [Edge("i", "e1", Role.EVIDENCE), Edge("i", "e2", Role.EVIDENCE)]
-    edges += [Edge("h", "i", Role.EVIDENCE)]
+    edges += [Edge("i", "e1", DerivationRole.EVIDENCE), Edge("i", "e2", DerivationRole.EVIDENCE)]
+    edges += [Edge("h", "i", DerivationRole.EVIDENCE)]
     nodes = (episode("e1", 1), episode("e2", 2), insight("i", ("e1", "e2")), insight("h", ("i",)))
     plan = plan_retraction("ev-1", view(edges, *nodes))
     assert [s.memory_id for s in plan.steps] == ["e1", "i"]
@@ -268,8 +293,11 @@ def test_the_demotion_rule() -> None:
 def test_a_memory_named_as_the_source_goes_with_what_derives_from_it() -> None:
     edges, nodes = _summary_world()
     plan = plan_retraction("m2", view(edges, *nodes))
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "m2"), (Op.REBUILD, "s")]
-    assert Edge("m2", "ev-2", Role.RECORD) in plan.dropped
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "m2"),
+        (RetractionOp.REBUILD, "s"),
+    ]
+    assert Edge("m2", "ev-2", DerivationRole.RECORD) in plan.dropped
 
 
 def test_a_memory_retracted_already_changes_nothing_again() -> None:
@@ -288,9 +316,9 @@ def test_a_summary_source_that_is_gone_is_left_out_of_the_rebuild() -> None:
 
 def test_the_plan_depends_on_the_graph_not_on_its_order() -> None:
     edges, nodes = _summary_world()
-    edges += [Edge("i", "m1", Role.EVIDENCE), Edge("i", "m2", Role.EVIDENCE)]
+    edges += [Edge("i", "m1", DerivationRole.EVIDENCE), Edge("i", "m2", DerivationRole.EVIDENCE)]
     nodes += [insight("i", ("m1", "m2")), AGGREGATE]
-    edges += [Edge("agg", "ev-1", Role.FOLD), Edge("agg", "ev-2", Role.FOLD)]
+    edges += [Edge("agg", "ev-1", DerivationRole.FOLD), Edge("agg", "ev-2", DerivationRole.FOLD)]
     plans = set()
     for seed in range(5):
         shuffled_edges, shuffled_nodes = list(edges), list(nodes)
@@ -299,18 +327,18 @@ def test_the_plan_depends_on_the_graph_not_on_its_order() -> None:
         plans.add(plan_retraction("ev-1", view(shuffled_edges, *shuffled_nodes)))
     (plan,) = plans
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.REDUCE, "agg"),
-        (Op.RETRACT, "m1"),
-        (Op.DEMOTE, "i"),
-        (Op.REBUILD, "s"),
+        (RetractionOp.REDUCE, "agg"),
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.DEMOTE, "i"),
+        (RetractionOp.REBUILD, "s"),
     ]
 
 
 def test_a_cycle_in_the_index_still_plans_in_a_fixed_order() -> None:
     edges = [
         *records(("a", "ev-1")),
-        Edge("a", "b", Role.COMPACTED),
-        Edge("b", "a", Role.COMPACTED),
+        Edge("a", "b", DerivationRole.COMPACTED),
+        Edge("b", "a", DerivationRole.COMPACTED),
     ]
     plan = plan_retraction("ev-1", view(edges, summary("a"), summary("b")))
     assert [s.memory_id for s in plan.steps] == sorted(s.memory_id for s in plan.steps)

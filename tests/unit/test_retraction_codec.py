@@ -9,7 +9,7 @@ import pytest
 from grimoire.streams.learn.curator.values import EntryStatus
 from grimoire.streams.maintenance.compaction import DAY_MS
 from grimoire.streams.maintenance.compaction_summary import SummarySource
-from grimoire.streams.trust.retraction import RebuiltSummary, Role, SummaryShape
+from grimoire.streams.trust.retraction import DerivationRole, RebuiltSummary, SummaryShape
 from grimoire.tables.codec.curator_state import bookkeeping_from_json
 from grimoire.tables.codec.memory_hash import (
     candidate_of,
@@ -115,6 +115,6 @@ def test_a_rebuilt_summary_is_written_with_its_vector_in_both_lanes() -> None:
 
 
 def test_edge_fields_name_the_role_first() -> None:
-    assert edge_field(Role.FOLD, "ev|1") == "fold|ev|1"
-    assert parse_edge_field(b"fold|ev|1") == (Role.FOLD, "ev|1")
+    assert edge_field(DerivationRole.FOLD, "ev|1") == "fold|ev|1"
+    assert parse_edge_field(b"fold|ev|1") == (DerivationRole.FOLD, "ev|1")
     assert parse_edge_field("unknown|x") is None and parse_edge_field("nobar") is None

@@ -47,7 +47,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.records import Role as HyperRole
 from grimoire.streams.model.text import normalized_hash
-from grimoire.streams.trust.retraction import Edge, Op, Role
+from grimoire.streams.trust.retraction import DerivationRole, Edge, RetractionOp
 from grimoire.streams.write.changes import AggregateFold, Reinforcement, WriteBatch
 from grimoire.streams.write.plan import aggregate_id
 from grimoire.tables.codec.hash_values import text_of
@@ -151,10 +151,10 @@ async def test_the_write_path_records_what_each_memory_derives_from() -> None:
     first, group = await aggregated(world)
     assert edge_index(world.store).edges(A) == sorted(
         [
-            Edge(first, "agg-0", Role.RECORD),
-            Edge(group, "agg-1", Role.FOLD),
-            Edge(group, "agg-2", Role.FOLD),
-            Edge(group, first, Role.ORIGIN),
+            Edge(first, "agg-0", DerivationRole.RECORD),
+            Edge(group, "agg-1", DerivationRole.FOLD),
+            Edge(group, "agg-2", DerivationRole.FOLD),
+            Edge(group, first, DerivationRole.ORIGIN),
         ]
     )
 
@@ -164,7 +164,7 @@ async def test_retracting_a_folded_event_takes_its_share_of_the_aggregate() -> N
     first, group = await aggregated(world)
     # agg-2, not agg-1: the aggregate's text is agg-1's (its seed), see below.
     report = await world.retraction.retract(A, "agg-2", at_ms=NOW)
-    assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group)]
+    assert [(s.op, s.memory_id) for s in report.steps] == [(RetractionOp.REDUCE, group)]
     assert world.doc(group)["count"] == "2"
     assert world.witness.ops() == [("retract.aggregate_share", (group,))]
     found = await world.recalled(A, REPEAT)  # one copy of a repeated text
@@ -235,11 +235,13 @@ def test_a_reinforcement_and_an_origin_edge_from_a_batch() -> None:
         ),
     )
     edges = batch_edges(batch)
-    assert (A, Edge("agg", "e-2", Role.FOLD)) in edges
-    assert (A, Edge("agg", "target", Role.ORIGIN)) in edges
-    assert [edge for _, edge in edges if edge.role is Role.REINFORCE] == [
-        Edge("target", "e-3", Role.REINFORCE),  # the event: a retraction naming it finds it
-        Edge("other", "by-hand", Role.REINFORCE),
+    assert (A, Edge("agg", "e-2", DerivationRole.FOLD)) in edges
+    assert (A, Edge("agg", "target", DerivationRole.ORIGIN)) in edges
+    assert [edge for _, edge in edges if edge.role is DerivationRole.REINFORCE] == [
+        Edge(
+            "target", "e-3", DerivationRole.REINFORCE
+        ),  # the event: a retraction naming it finds it
+        Edge("other", "by-hand", DerivationRole.REINFORCE),
     ]
 
 
@@ -256,11 +258,13 @@ async def test_retracting_a_reinforcing_event_takes_its_reinforcement_back() -> 
     assert [e["action"] for e in world.events()] == ["admit", "merge", "merge"]
     target = mid(A, "r-0", NOW)
     assert world.doc(target)["reinforced_count"] == "2"
-    assert await world.derivations.derived_from(A, ["r-1"]) == [Edge(target, "r-1", Role.REINFORCE)]
+    assert await world.derivations.derived_from(A, ["r-1"]) == [
+        Edge(target, "r-1", DerivationRole.REINFORCE)
+    ]
 
     report = await world.retraction.retract(A, "r-1", at_ms=NOW + 9)
     assert [(s.op, s.memory_id, s.reinforced_count) for s in report.steps] == [
-        (Op.UNREINFORCE, target, 1)
+        (RetractionOp.UNREINFORCE, target, 1)
     ]
     assert report.details()["reinforcements"] == [target]
     assert world.doc(target)["reinforced_count"] == "1"
@@ -269,8 +273,8 @@ async def test_retracting_a_reinforcing_event_takes_its_reinforcement_back() -> 
     assert world.doc(target)["last_seen"] == str(NOW + 2)
     assert world.witness.ops() == [("retract.reinforcement", (target,))]
     assert edge_index(world.store).edges(A) == [
-        Edge(target, "r-0", Role.RECORD),
-        Edge(target, "r-2", Role.REINFORCE),
+        Edge(target, "r-0", DerivationRole.RECORD),
+        Edge(target, "r-2", DerivationRole.REINFORCE),
     ]
     again = await world.retraction.retract(A, "r-1", at_ms=NOW + 9)
     assert again.steps == () and world.doc(target)["reinforced_count"] == "1"
@@ -306,7 +310,10 @@ async def test_retracting_an_aggregate_s_seed_takes_its_text_too() -> None:
     world.fake.texts.clear()
 
     report = await world.retraction.retract(A, "s-1", at_ms=NOW + 9)
-    assert [(s.op, s.memory_id) for s in report.steps] == [(Op.REDUCE, group), (Op.REBUILD, group)]
+    assert [(s.op, s.memory_id) for s in report.steps] == [
+        (RetractionOp.REDUCE, group),
+        (RetractionOp.REBUILD, group),
+    ]
     assert report.details()["aggregates_rebuilt"] == [group]
     assert report.details()["summaries_rebuilt"] == []
     after, source = world.doc(group), world.doc(origin)
@@ -371,7 +378,7 @@ async def test_compaction_records_each_summary_source() -> None:
     sources, summary = await compacted(world)
     assert world.doc(summary)["deleted"] == "0"
     assert sorted(await world.derivations.sources_of(A, [summary])) == [
-        Edge(summary, source, Role.COMPACTED) for source in sorted(sources)
+        Edge(summary, source, DerivationRole.COMPACTED) for source in sorted(sources)
     ]
 
 
@@ -384,8 +391,8 @@ async def test_a_summary_is_rebuilt_without_the_retracted_source_then_retracted(
 
     report = await world.retraction.retract(A, "c-1", at_ms=NOW)
     assert [(s.op, s.memory_id) for s in report.steps] == [
-        (Op.RETRACT, sources[0]),
-        (Op.REBUILD, summary),
+        (RetractionOp.RETRACT, sources[0]),
+        (RetractionOp.REBUILD, summary),
     ]
     after = world.doc(summary)
     assert after["text"].startswith("Summary of 2 memories on err:oom")
@@ -457,8 +464,8 @@ async def test_the_curator_records_each_entry_s_evidence() -> None:
     world = World()
     episodes, insight, heuristic = await curated(world)
     assert await world.derivations.sources_of(A, [insight, heuristic]) == [
-        Edge(heuristic, insight, Role.EVIDENCE),
-        *(Edge(insight, e, Role.EVIDENCE) for e in sorted(episodes)),
+        Edge(heuristic, insight, DerivationRole.EVIDENCE),
+        *(Edge(insight, e, DerivationRole.EVIDENCE) for e in sorted(episodes)),
     ]
 
 
@@ -468,8 +475,8 @@ async def test_an_insight_is_demoted_then_retracted_with_its_heuristic() -> None
 
     report = await world.retraction.retract(A, "ep-1", at_ms=NOW)
     assert [(s.op, s.memory_id) for s in report.steps] == [
-        (Op.RETRACT, episodes[0]),
-        (Op.DEMOTE, insight),
+        (RetractionOp.RETRACT, episodes[0]),
+        (RetractionOp.DEMOTE, insight),
     ]
     (demoted,) = [e for e in await world.curator.entries(A) if e.memory_id == insight]
     assert demoted.confidence == pytest.approx(0.4)

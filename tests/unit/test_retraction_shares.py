@@ -10,12 +10,12 @@ from grimoire.streams.maintenance.compaction import DAY_MS
 from grimoire.streams.maintenance.compaction_summary import SummarySource
 from grimoire.streams.model.records import Kind
 from grimoire.streams.trust.retraction import (
+    DerivationRole,
     DerivationView,
     DerivedNode,
     Edge,
-    Op,
     RebuiltSummary,
-    Role,
+    RetractionOp,
     SummaryShape,
     plan_retraction,
 )
@@ -45,26 +45,32 @@ def without(
 
 def test_an_event_reinforcing_twice_takes_both_shares_back() -> None:
     """Two parts of one event merged into the same memory: one edge of weight 2."""
-    edges = [Edge("m1", "ev-1", Role.RECORD), Edge("m1", "ev-2", Role.REINFORCE, 2)]
+    edges = [
+        Edge("m1", "ev-1", DerivationRole.RECORD),
+        Edge("m1", "ev-2", DerivationRole.REINFORCE, 2),
+    ]
     node = replace(memory("m1", "disk full", T0), reinforced_count=3)
     plan = plan_retraction("ev-2", view(edges, node))
     (step,) = plan.steps
-    assert (step.op, step.memory_id, step.reinforced_count) == (Op.UNREINFORCE, "m1", 1)
+    assert (step.op, step.memory_id, step.reinforced_count) == (RetractionOp.UNREINFORCE, "m1", 1)
     assert step.details() == {
         "kind": "episode",
         "lost": ["ev-2"],
         "kept": [],
         "reinforced_count": 1,
     }
-    assert plan.dropped == (Edge("m1", "ev-2", Role.REINFORCE, 2),)
+    assert plan.dropped == (Edge("m1", "ev-2", DerivationRole.REINFORCE, 2),)
 
 
 def test_a_reinforcement_never_keeps_a_memory_alive() -> None:
     """The memory's own event goes: the reinforcing one left does not sustain it."""
-    edges = [Edge("m1", "ev-1", Role.RECORD), Edge("m1", "ev-2", Role.REINFORCE)]
+    edges = [
+        Edge("m1", "ev-1", DerivationRole.RECORD),
+        Edge("m1", "ev-2", DerivationRole.REINFORCE),
+    ]
     node = replace(memory("m1", "disk full", T0), reinforced_count=1)
     plan = plan_retraction("ev-1", view(edges, node))
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "m1")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [(RetractionOp.RETRACT, "m1")]
     assert set(plan.dropped) == set(edges)
 
 
@@ -72,17 +78,20 @@ def test_a_memory_retracted_by_the_cascade_is_not_unreinforced_as_well() -> None
     """A summary whose one readable source goes is retracted; the reinforcement by
     the same event goes with it, with no counter step for a retracted memory."""
     edges = [
-        Edge("m1", "ev-1", Role.RECORD),
-        Edge("s", "m1", Role.COMPACTED),
-        Edge("s", "gone", Role.COMPACTED),  # a source whose hash is gone
-        Edge("s", "ev-1", Role.REINFORCE),
+        Edge("m1", "ev-1", DerivationRole.RECORD),
+        Edge("s", "m1", DerivationRole.COMPACTED),
+        Edge("s", "gone", DerivationRole.COMPACTED),  # a source whose hash is gone
+        Edge("s", "ev-1", DerivationRole.REINFORCE),
     ]
     shape = SummaryShape("key:m1", T0, 1)
     summary = replace(
         memory("s", "Summary s", T0 + 1, kind=Kind.SUMMARY), summary=shape, reinforced_count=1
     )
     plan = plan_retraction("ev-1", view(edges, memory("m1", "disk full", T0), summary))
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "m1"), (Op.RETRACT, "s")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.RETRACT, "s"),
+    ]
 
 
 # ---- an aggregate's text and its seed -------------------------------------------------
@@ -99,10 +108,10 @@ AGGREGATE = DerivedNode(
     source_event_id="ev-1",
 )
 EDGES = [
-    Edge("t", "ev-t", Role.RECORD),
-    Edge("agg", "t", Role.ORIGIN),
-    Edge("agg", "ev-1", Role.FOLD),
-    Edge("agg", "ev-2", Role.FOLD),
+    Edge("t", "ev-t", DerivationRole.RECORD),
+    Edge("agg", "t", DerivationRole.ORIGIN),
+    Edge("agg", "ev-1", DerivationRole.FOLD),
+    Edge("agg", "ev-2", DerivationRole.FOLD),
 ]
 FROM_ORIGIN = RebuiltSummary(
     text=ORIGIN_TEXT,
@@ -116,7 +125,10 @@ FROM_ORIGIN = RebuiltSummary(
 
 def test_retracting_the_seed_takes_its_share_and_its_text() -> None:
     plan = plan_retraction("ev-1", view(EDGES, ORIGIN, AGGREGATE))
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.REDUCE, "agg"), (Op.REBUILD, "agg")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.REDUCE, "agg"),
+        (RetractionOp.REBUILD, "agg"),
+    ]
     reduce, rebuild = plan.steps
     assert (reduce.count, reduce.lost, reduce.kept) == (2, ("ev-1",), ("ev-2", "t"))
     assert rebuild.summary == FROM_ORIGIN  # the origin's text, keys, tags and time
@@ -127,19 +139,19 @@ def test_retracting_the_seed_takes_its_share_and_its_text() -> None:
         "source_ids": ["t"],
         "ts": T0,
     }
-    assert plan.dropped == (Edge("agg", "ev-1", Role.FOLD),)
+    assert plan.dropped == (Edge("agg", "ev-1", DerivationRole.FOLD),)
 
 
 def test_retracting_another_fold_leaves_the_seed_s_text() -> None:
     plan = plan_retraction("ev-2", view(EDGES, ORIGIN, AGGREGATE))
-    assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [(Op.REDUCE, "agg", 2)]
+    assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [(RetractionOp.REDUCE, "agg", 2)]
 
 
 def test_retracting_the_origin_leaves_the_seed_s_text() -> None:
     plan = plan_retraction("ev-t", view(EDGES, ORIGIN, AGGREGATE))
     assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [
-        (Op.RETRACT, "t", None),
-        (Op.REDUCE, "agg", 2),
+        (RetractionOp.RETRACT, "t", None),
+        (RetractionOp.REDUCE, "agg", 2),
     ]
 
 
@@ -152,21 +164,32 @@ def test_the_seed_gone_with_no_readable_member_left_retracts_the_aggregate() -> 
     )
     plan = plan_retraction("ev-1", state)
     (step,) = plan.steps
-    assert (step.op, step.memory_id, step.lost, step.kept) == (Op.RETRACT, "agg", ("ev-1",), ())
+    assert (step.op, step.memory_id, step.lost, step.kept) == (
+        RetractionOp.RETRACT,
+        "agg",
+        ("ev-1",),
+        (),
+    )
     assert not step.uncount_terms  # the write path never counted an aggregate's terms
-    assert set(plan.dropped) == {Edge("agg", "ev-1", Role.FOLD), Edge("agg", "ev-2", Role.FOLD)}
+    assert set(plan.dropped) == {
+        Edge("agg", "ev-1", DerivationRole.FOLD),
+        Edge("agg", "ev-2", DerivationRole.FOLD),
+    }
 
 
 def test_the_seed_and_the_origin_of_one_event_go_together() -> None:
     """One event both wrote the origin and seeded the aggregate (two of its parts)."""
     edges = [
-        Edge("t", "ev-1", Role.RECORD),
-        Edge("agg", "t", Role.ORIGIN),
-        Edge("agg", "ev-1", Role.FOLD),
-        Edge("agg", "ev-2", Role.FOLD),
+        Edge("t", "ev-1", DerivationRole.RECORD),
+        Edge("agg", "t", DerivationRole.ORIGIN),
+        Edge("agg", "ev-1", DerivationRole.FOLD),
+        Edge("agg", "ev-2", DerivationRole.FOLD),
     ]
     plan = plan_retraction("ev-1", view(edges, ORIGIN, AGGREGATE))
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "t"), (Op.RETRACT, "agg")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "t"),
+        (RetractionOp.RETRACT, "agg"),
+    ]
 
 
 def test_once_rebuilt_the_aggregate_stands_on_its_origin() -> None:
@@ -180,11 +203,14 @@ def test_once_rebuilt_the_aggregate_stands_on_its_origin() -> None:
     state = without(state, first.dropped, rebuilt)
     # The origin's event goes: the text it gave goes too, though ev-2's share is left.
     plan = plan_retraction("ev-t", state)
-    assert [(s.op, s.memory_id) for s in plan.steps] == [(Op.RETRACT, "t"), (Op.RETRACT, "agg")]
+    assert [(s.op, s.memory_id) for s in plan.steps] == [
+        (RetractionOp.RETRACT, "t"),
+        (RetractionOp.RETRACT, "agg"),
+    ]
     assert plan.steps[1].lost == ("t",)
     # ...while another fold's retraction only takes its share.
     plan = plan_retraction("ev-2", state)
-    assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [(Op.REDUCE, "agg", 1)]
+    assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [(RetractionOp.REDUCE, "agg", 1)]
 
 
 def test_an_aggregate_standing_on_a_rebuilt_origin_is_rebuilt_with_it() -> None:
@@ -199,18 +225,18 @@ def test_an_aggregate_standing_on_a_rebuilt_origin_is_rebuilt_with_it() -> None:
         AGGREGATE, content=SummarySource("agg", "Summary of 2 memories", T0 + 5, ("key:t",))
     )
     edges = [
-        Edge("m1", "ev-m1", Role.RECORD),
-        Edge("m2", "ev-m2", Role.RECORD),
-        Edge("t", "m1", Role.COMPACTED),
-        Edge("t", "m2", Role.COMPACTED),
-        Edge("agg", "t", Role.ORIGIN),
-        Edge("agg", "ev-2", Role.FOLD),  # the seed's fold (ev-1) is gone
+        Edge("m1", "ev-m1", DerivationRole.RECORD),
+        Edge("m2", "ev-m2", DerivationRole.RECORD),
+        Edge("t", "m1", DerivationRole.COMPACTED),
+        Edge("t", "m2", DerivationRole.COMPACTED),
+        Edge("agg", "t", DerivationRole.ORIGIN),
+        Edge("agg", "ev-2", DerivationRole.FOLD),  # the seed's fold (ev-1) is gone
     ]
     plan = plan_retraction("ev-m1", view(edges, *sources, summary, shown))
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.RETRACT, "m1"),
-        (Op.REBUILD, "t"),
-        (Op.REBUILD, "agg"),
+        (RetractionOp.RETRACT, "m1"),
+        (RetractionOp.REBUILD, "t"),
+        (RetractionOp.REBUILD, "agg"),
     ]
     summary_step, aggregate_step = plan.steps[1], plan.steps[2]
     assert summary_step.summary is not None and aggregate_step.summary is not None
@@ -222,17 +248,17 @@ def test_an_aggregate_standing_on_a_rebuilt_origin_is_rebuilt_with_it() -> None:
 def test_a_summary_of_the_aggregate_is_rebuilt_from_its_new_text() -> None:
     edges = [
         *EDGES,
-        Edge("s", "agg", Role.COMPACTED),
-        Edge("s", "m9", Role.COMPACTED),
+        Edge("s", "agg", DerivationRole.COMPACTED),
+        Edge("s", "m9", DerivationRole.COMPACTED),
     ]
     other = memory("m9", "rpc endpoint on node nine timed out", T0 + 9)
     shape = SummaryShape("key:seed", T0, 1)
     summary = replace(memory("s", "Summary s", T0 + 10, kind=Kind.SUMMARY), summary=shape)
     plan = plan_retraction("ev-1", view(edges, ORIGIN, AGGREGATE, other, summary))
     assert [(s.op, s.memory_id) for s in plan.steps] == [
-        (Op.REDUCE, "agg"),
-        (Op.REBUILD, "agg"),
-        (Op.REBUILD, "s"),
+        (RetractionOp.REDUCE, "agg"),
+        (RetractionOp.REBUILD, "agg"),
+        (RetractionOp.REBUILD, "s"),
     ]
     rebuilt = plan.steps[2].summary
     assert rebuilt is not None
@@ -243,4 +269,4 @@ def test_an_aggregate_read_without_its_seed_keeps_its_text() -> None:
     """A store that does not name the seed: no fold can be told to be it."""
     unknown = replace(AGGREGATE, source_event_id="")
     plan = plan_retraction("ev-1", view(EDGES, ORIGIN, unknown))
-    assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [(Op.REDUCE, "agg", 2)]
+    assert [(s.op, s.memory_id, s.count) for s in plan.steps] == [(RetractionOp.REDUCE, "agg", 2)]

@@ -16,7 +16,7 @@ import pytest
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import HyperedgeRef, Kind, MemoryCandidate, Role
-from grimoire.streams.write.admission import Neighbour
+from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import Decision, Reinforcement, StatsDelta
 from grimoire.streams.write.plan import PlanItem, StoredNeighbour, aggregate_id, plan_batch
 from tests.support.builders import memory_candidate
@@ -71,7 +71,7 @@ def stored(
     kind: str = "episode",
     text: str = "something else entirely",
 ) -> StoredNeighbour:
-    return StoredNeighbour(Neighbour(memory, similarity, confidence, text), kind)
+    return StoredNeighbour(NearMemory(memory, similarity, confidence, text), kind)
 
 
 def fields(*agents: str, watermark: int = TS) -> dict[str, FieldState]:

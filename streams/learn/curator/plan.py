@@ -59,13 +59,13 @@ from grimoire.streams.learn.curator.values import (
     CURATED_KINDS,
     DEFAULT_CURATOR_POLICY,
     CuratedEntry,
+    CuratorOp,
     CuratorPlan,
     CuratorPolicy,
     CuratorReport,
     CuratorSchedule,
     EntryChange,
     EntryStatus,
-    Op,
     Operation,
     QuarantineAction,
     QuarantineDecision,
@@ -107,7 +107,7 @@ class _Cycle:
     ops: list[Operation]
     looked: set[str]  # what the cycle decides on; the rest is context
 
-    def log(self, op: Op, before: CuratedEntry, after: CuratedEntry) -> None:
+    def log(self, op: CuratorOp, before: CuratedEntry, after: CuratedEntry) -> None:
         self.ops.append(
             Operation(op, after.memory_id, after.kind, before.confidence, after.confidence)
         )
@@ -147,7 +147,9 @@ class _Cycle:
         self.new_ids.add(entry.memory_id)
         self.record_ids.add(entry.memory_id)
         self.text_ids.add(entry.memory_id)
-        self.ops.append(Operation(Op.ADD, entry.memory_id, entry.kind, 0.0, entry.confidence))
+        self.ops.append(
+            Operation(CuratorOp.ADD, entry.memory_id, entry.kind, 0.0, entry.confidence)
+        )
 
     def vote(self, entry: CuratedEntry, cluster: EpisodeCluster) -> None:
         if entry.polarity is None:
@@ -171,7 +173,7 @@ class _Cycle:
             source_ids=self.sources(entry.source_ids, cluster.source_ids),
         )
         if delta:
-            self.log(Op.UPVOTE if delta > 0 else Op.DOWNVOTE, entry, after)
+            self.log(CuratorOp.UPVOTE if delta > 0 else CuratorOp.DOWNVOTE, entry, after)
         if after.contradicted_count > after.validated_count:
             after = self._edit(after, cluster)
         self.entries[entry.memory_id] = after
@@ -193,7 +195,7 @@ class _Cycle:
             contradicted_count=entry.validated_count,
         )
         self.text_ids.add(entry.memory_id)
-        self.log(Op.EDIT, entry, after)
+        self.log(CuratorOp.EDIT, entry, after)
         return after
 
     def distil(self, episodes: Sequence[EpisodeView]) -> None:
@@ -222,19 +224,19 @@ class _Cycle:
             target, threshold = EntryStatus.ACTIVE, policy.promote_insight
         if entry.status is not target and level >= threshold:
             after = replace(after, status=target)
-            self.log(Op.PROMOTE, entry, after)
+            self.log(CuratorOp.PROMOTE, entry, after)
         elif (
             entry.status in (EntryStatus.ACTIVE, EntryStatus.PLAYBOOK)
             and level < policy.demote_below
         ):
             after = replace(after, status=EntryStatus.DEMOTED)
-            self.log(Op.DEMOTE, entry, after)
+            self.log(CuratorOp.DEMOTE, entry, after)
         low = entry.consecutive_low + 1 if level < policy.prune_below else 0
         after = replace(after, consecutive_low=low)
         if low >= policy.prune_after_cycles and not policy.exempt(entry) and not entry.pinned:
             after = replace(after, status=EntryStatus.ARCHIVED)
             self.record_ids.add(entry.memory_id)
-            self.log(Op.ARCHIVE, entry, after)
+            self.log(CuratorOp.ARCHIVE, entry, after)
         return after
 
     def derive(self) -> None:
@@ -326,19 +328,19 @@ def plan_cycle(
                     text_changed=memory_id in work.text_ids,
                 )
             )
-    counts = {op: sum(1 for o in work.ops if o.op is op) for op in Op}
+    counts = {op: sum(1 for o in work.ops if o.op is op) for op in CuratorOp}
     archived_q = sum(1 for d in quarantine if d.action is QuarantineAction.ARCHIVE)
     report = CuratorReport(
         agent_id=agent_id,
         cycle=cycle,
         now_ms=now_ms,
-        pruned=counts[Op.ARCHIVE] + archived_q,
-        promoted=counts[Op.PROMOTE],
-        proposed=counts[Op.ADD],
-        demoted=counts[Op.DEMOTE],
-        upvoted=counts[Op.UPVOTE],
-        downvoted=counts[Op.DOWNVOTE],
-        edited=counts[Op.EDIT],
+        pruned=counts[CuratorOp.ARCHIVE] + archived_q,
+        promoted=counts[CuratorOp.PROMOTE],
+        proposed=counts[CuratorOp.ADD],
+        demoted=counts[CuratorOp.DEMOTE],
+        upvoted=counts[CuratorOp.UPVOTE],
+        downvoted=counts[CuratorOp.DOWNVOTE],
+        edited=counts[CuratorOp.EDIT],
         released=len(quarantine) - archived_q,
         episodes_seen=len(episodes),
         entries_seen=len(work.looked | work.new_ids),

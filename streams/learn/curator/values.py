@@ -31,7 +31,7 @@ class EntryStatus(StrEnum):
     ARCHIVED = "archived"  # pruned: kept in storage, never recalled
 
 
-class Op(StrEnum):
+class CuratorOp(StrEnum):
     ADD = "add"
     UPVOTE = "upvote"
     DOWNVOTE = "downvote"
@@ -124,7 +124,7 @@ DEFAULT_CURATOR_POLICY: Final = CuratorPolicy()
 class Operation:
     """One line of the cycle's audit log."""
 
-    op: Op
+    op: CuratorOp
     memory_id: str
     kind: Kind
     before: float

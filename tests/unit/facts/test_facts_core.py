@@ -9,7 +9,7 @@ import pytest
 
 from grimoire.streams.facts.exceptions import InvalidFact
 from grimoire.streams.facts.queries import (
-    Neighbour,
+    ReachedEntity,
     as_known_at,
     entity_links,
     neighbours,
@@ -168,7 +168,7 @@ def test_k_hop_neighbours(entity: str, hops: int, expected: list[tuple[str, int]
 def test_neighbours_follow_active_facts_or_those_valid_at_a_block() -> None:
     versions = assert_all(A, B)  # alice: acme until 20, then globex
     assert neighbours(versions.values(), "alice") == [
-        Neighbour("globex", 1, (fact_id_for(AGENT, "e2"),))
+        ReachedEntity("globex", 1, (fact_id_for(AGENT, "e2"),))
     ]
     assert [n.entity for n in neighbours(versions.values(), "alice", at_block=12)] == ["acme"]
     with pytest.raises(InvalidFact):

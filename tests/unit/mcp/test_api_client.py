@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from grimoire.infra.mcp import ApiError, GrimoireApi, RecallQuery
+from grimoire.infra.mcp import GrimoireApi, HttpApiError, RecallCall
 from grimoire.topics.options import RecallBudgets, RecallFilters
 from tests.unit.mcp.fake_api import KEY, FakeApi
 
@@ -14,8 +14,8 @@ BASE = "http://grimoire.test:8080/"
 
 
 def test_a_recall_query_sends_only_what_is_set() -> None:
-    assert RecallQuery(query="q").to_body() == {"query": "q"}
-    body = RecallQuery(
+    assert RecallCall(query="q").to_body() == {"query": "q"}
+    body = RecallCall(
         query="q",
         k=3,
         filters=RecallFilters(layers=("output", "input")),
@@ -34,7 +34,7 @@ def test_a_recall_query_sends_only_what_is_set() -> None:
         "expand_episodes": True,
     }
     # Empty sections are left out rather than sent as {}.
-    assert RecallQuery(query="q", filters=RecallFilters(), budgets=RecallBudgets()).to_body() == {
+    assert RecallCall(query="q", filters=RecallFilters(), budgets=RecallBudgets()).to_body() == {
         "query": "q"
     }
 
@@ -85,7 +85,7 @@ async def test_a_refusal_names_status_code_and_detail(
     api = FakeApi()
     api.answer("GET", "/v1/agents/golem-1/playbook", response)
     async with GrimoireApi(BASE, KEY, transport=api.transport) as client:
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(HttpApiError) as refused:
             await client.playbook("golem-1")
     assert refused.value.status == response.status_code
     assert refused.value.code == code
@@ -101,10 +101,10 @@ async def test_an_answer_that_is_not_a_json_object_is_an_error() -> None:
     api.answer("POST", "/v1/agents/golem-1/recall", httpx.Response(200, text="<html>"))
     api.answer("POST", "/v1/agents/golem-1/search", httpx.Response(200, json=[1, 2]))
     async with GrimoireApi(BASE, KEY, transport=api.transport) as client:
-        with pytest.raises(ApiError, match="not JSON"):
-            await client.recall("golem-1", RecallQuery(query="q"))
-        with pytest.raises(ApiError, match="expected a JSON object, got list"):
-            await client.search("golem-1", RecallQuery(query="q"))
+        with pytest.raises(HttpApiError, match="not JSON"):
+            await client.recall("golem-1", RecallCall(query="q"))
+        with pytest.raises(HttpApiError, match="expected a JSON object, got list"):
+            await client.search("golem-1", RecallCall(query="q"))
 
 
 async def test_a_command_without_a_body_is_accepted() -> None:
