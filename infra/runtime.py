@@ -64,6 +64,7 @@ from grimoire.tables.schema.store_format import claim_store_format
 from grimoire.tables.schema.vector_space import claim_vector_space, index_holds_documents
 from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore, RedisAuthMetrics
 from grimoire.tables.trust.derivations import RedisDerivationStore
+from grimoire.tables.trust.erasure import RedisAgentEraser
 from grimoire.tables.trust.witness_store import RedisWitnessLog, Witness
 from grimoire.topics.declarations import TopicNames
 
@@ -456,7 +457,7 @@ async def compose(
                 curator=RedisCuratorStore(redis, prefix),
                 witness=steps,
             ),
-            eraser=Forgetting(redis, prefix, keys, witness),
+            eraser=Forgetting(RedisAgentEraser(redis, prefix), keys, witness),
             sink=sink,
             topics=topics,
             limits=settings.input_limits,

@@ -12,46 +12,40 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from typing import Protocol
 
 from grimoire.tables.journal.keystore import KeyStore
-from grimoire.tables.journal.marks import RedisAppliedMarks
-from grimoire.tables.trust.erasure import erase_agent
+from grimoire.tables.trust.erasure import Erasure
 from grimoire.tables.trust.witness_store import Witness
 
-__all__ = ["Forgetting"]
+__all__ = ["AgentEraser", "Forgetting"]
 
 logger = logging.getLogger(__name__)
 
 
+class AgentEraser(Protocol):
+    async def erase(self, agent_id: str) -> Erasure:
+        """Delete everything the store holds of the agent (its state, its marks),
+        but its journal keys."""
+        ...
+
+    async def compact(self) -> None:
+        """Make what was erased (the journal keys included) leave the store's
+        files on disk as well."""
+        ...
+
+
 @dataclass
 class Forgetting:
-    redis: Redis
-    prefix: str
+    store: AgentEraser
     keys: KeyStore
     witness: Witness
 
     async def forget(self, agent_id: str) -> int:
-        erased = await erase_agent(self.redis, self.prefix, agent_id)
-        # Its applied-input marks name it (no content, but nothing of it stays).
-        await RedisAppliedMarks(self.redis, self.prefix).forget(agent_id)
+        erased = await self.store.erase(agent_id)
         destroyed = await self.keys.forget(agent_id)
         self.witness.invalidate(agent_id)
-        await self._compact_append_only_file()
+        await self.store.compact()
         logger.info("forgot %s: %d keys erased, %d journal keys destroyed",
                     agent_id, erased.keys, destroyed)  # fmt: skip
         return erased.keys + erased.members
-
-    async def _compact_append_only_file(self) -> None:
-        """Redis's append-only file keeps every write it logged, the erased agent's
-        among them, until it is rewritten: a rewrite now leaves it holding only
-        what Redis holds. Best effort: one already running, or no append-only file
-        (the memory profile), is fine."""
-        try:
-            config = await self.redis.config_get("appendonly")
-            if config.get("appendonly") in ("yes", b"yes"):
-                await self.redis.bgrewriteaof()
-        except (ResponseError, NotImplementedError) as exc:
-            logger.debug("append-only file not rewritten after a forget: %s", exc)
