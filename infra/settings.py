@@ -15,7 +15,7 @@ from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.maintenance.schedule import MaintenancePolicy
 from grimoire.streams.recall.anti_rumination import ContrarianPolicy
 from grimoire.streams.recall.flow import RankingPolicy
-from grimoire.streams.recall.options import RecallBudgets
+from grimoire.streams.recall.options import RetrievalBudgets
 from grimoire.streams.recall.relevance import RelevancePolicy
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.walk.daimoi import WalkBudget
@@ -295,7 +295,7 @@ class Settings(BaseSettings):
 
     @property
     def recall_limits(self) -> RecallLimits:
-        defaults = RecallBudgets(
+        defaults = RetrievalBudgets(
             canonical_k=self.recall_canonical_k,
             eidolon_k=self.recall_eidolon_k,
             bm25_k=self.recall_bm25_k,

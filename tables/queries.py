@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from redisvl.query.filter import FilterExpression, Num, Tag
 
-from grimoire.streams.recall.options import NO_FILTERS, RecallFilters
+from grimoire.streams.recall.options import NO_FILTERS, ProvenanceFilters
 
 
 def _needs_escape(ch: str) -> bool:
@@ -40,7 +40,7 @@ class FullTextQuery:
     agent_id: str
     terms: tuple[str, ...]
     k: int
-    filters: RecallFilters = NO_FILTERS
+    filters: ProvenanceFilters = NO_FILTERS
 
     def query_string(self) -> str:
         live = str(recall_filter(self.agent_id, self.filters))
@@ -60,7 +60,7 @@ def live_filter(agent_id: str) -> FilterExpression:
     )
 
 
-def recall_filter(agent_id: str, filters: RecallFilters = NO_FILTERS) -> FilterExpression:
+def recall_filter(agent_id: str, filters: ProvenanceFilters = NO_FILTERS) -> FilterExpression:
     """The live filter narrowed by a request's provenance filters: every lane runs
     the same expression, so the lanes and the walk agree on what may come back."""
     expression = live_filter(agent_id)
@@ -92,7 +92,7 @@ class KnnQuery:
     lane: str
     k: int
     return_fields: tuple[str, ...]
-    filters: RecallFilters = NO_FILTERS
+    filters: ProvenanceFilters = NO_FILTERS
     ef_runtime: int | None = None
     # BATCHES walks the HNSW graph and filters as it goes. RediSearch otherwise
     # picks exact brute force for our tenant + lifecycle filter, which costs

@@ -19,8 +19,8 @@ from grimoire.streams.inbound.validators import (
 from grimoire.streams.model.records import Kind, Layer
 from grimoire.streams.recall.options import (
     NO_FILTERS,
-    RecallBudgets,
-    RecallFilters,
+    ProvenanceFilters,
+    RetrievalBudgets,
     RetrievalMode,
     StateOverride,
 )
@@ -40,7 +40,7 @@ _WALK_BUDGETS = tuple(f.name for f in fields(WalkBudget))
 class RecallLimits:
     """Defaults and ceilings; a request above a ceiling is rejected, never clipped."""
 
-    defaults: RecallBudgets = field(default_factory=RecallBudgets)
+    defaults: RetrievalBudgets = field(default_factory=RetrievalBudgets)
     max_k: int = 100
     max_query_chars: int = 4_000
     max_lane_k: int = 500
@@ -66,8 +66,8 @@ class RecallQuery:
     reply_to: str
     correlation_id: str
     as_of_ms: int | None = None
-    filters: RecallFilters = NO_FILTERS
-    budgets: RecallBudgets = field(default_factory=RecallBudgets)
+    filters: ProvenanceFilters = NO_FILTERS
+    budgets: RetrievalBudgets = field(default_factory=RetrievalBudgets)
     state: StateOverride = field(default_factory=StateOverride)
     mode: RetrievalMode = RetrievalMode.AUTO
     explain: bool = False
@@ -177,7 +177,7 @@ def _choices(section: Fields, name: str, allowed: frozenset[str]) -> tuple[str, 
     return tuple(sorted(set(values)))
 
 
-def _filters(section: Fields | None) -> RecallFilters:
+def _filters(section: Fields | None) -> ProvenanceFilters:
     if section is None:
         return NO_FILTERS
     present = section.data
@@ -185,7 +185,7 @@ def _filters(section: Fields | None) -> RecallFilters:
     def bound(name: str) -> int | None:
         return section.timestamp_ms(name) if present.get(name) is not None else None
 
-    filters = RecallFilters(
+    filters = ProvenanceFilters(
         since_ms=bound("since"),
         until_ms=bound("until"),
         session_id=section.identifier("session_id"),
@@ -211,7 +211,7 @@ def _bounded(section: Fields, name: str, ceiling: int, where: str) -> int | None
     return value
 
 
-def _budgets(data: Fields, limits: RecallLimits) -> RecallBudgets:
+def _budgets(data: Fields, limits: RecallLimits) -> RetrievalBudgets:
     budgets = limits.defaults
     section = _section(data, "budgets") or Fields({}, data.limits)
     lanes = {

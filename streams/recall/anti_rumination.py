@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from grimoire.streams.model.field_state import Affect
 from grimoire.streams.recall.fusion import FusedHit
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.pool import Pooled, joined, resolved_records
 from grimoire.streams.recall.ports import RecallRecord, RecallSource
 from grimoire.streams.recall.relevance import Relevance
@@ -87,7 +87,7 @@ async def beyond_pool(
     source: RecallSource,
     fused: Sequence[FusedHit],
     seen: Iterable[str],
-    filters: RecallFilters,
+    filters: ProvenanceFilters,
     mood: Affect,
     policy: ContrarianPolicy,
     wanted: int,
@@ -116,13 +116,13 @@ async def beyond_pool(
     return found
 
 
-def _eligible(record: RecallRecord, filters: RecallFilters) -> bool:
+def _eligible(record: RecallRecord, filters: ProvenanceFilters) -> bool:
     return record.live and record.admitted_by(filters)
 
 
 async def contrarian_candidates(
     source: RecallSource,
-    filters: RecallFilters,
+    filters: ProvenanceFilters,
     mood: Affect,
     contrarian: ContrarianPolicy,
     fused: Sequence[FusedHit],

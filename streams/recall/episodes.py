@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from grimoire.streams.model.text import gist as make_gist
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.packing import estimate_tokens
 from grimoire.streams.recall.ports import RecallSource
 
@@ -39,7 +39,7 @@ async def attach_episodes(
     *,
     token_budget: int,
     max_siblings: int,
-    filters: RecallFilters,
+    filters: ProvenanceFilters,
 ) -> tuple[list[RecalledItem], int]:
     edges = sorted({edge for item in items for edge in item.record.hyperedge_ids})
     if not edges or max_siblings <= 0:

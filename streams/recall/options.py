@@ -20,7 +20,7 @@ class RetrievalMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RecallFilters:
+class ProvenanceFilters:
     """Provenance filters; each one set narrows every lane and the walk alike."""
 
     since_ms: int | None = None
@@ -65,11 +65,11 @@ class RecallFilters:
         return not (self.layers and layer not in self.layers)
 
 
-NO_FILTERS = RecallFilters()
+NO_FILTERS = ProvenanceFilters()
 
 
 @dataclass(frozen=True, slots=True)
-class RecallBudgets:
+class RetrievalBudgets:
     """Count and token budgets (docs/design.md §5 defaults)."""
 
     canonical_k: int = 20

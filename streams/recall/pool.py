@@ -17,7 +17,7 @@ from typing import Final
 
 from grimoire.streams.model.nexus_keys import session_key
 from grimoire.streams.recall.fusion import FusedHit
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import Anchor, RecallRecord, RecallSource, Vector
 from grimoire.streams.recall.relevance import (
     Relevance,
@@ -53,7 +53,7 @@ class Evidence:
 
 
 async def gather_pool(
-    source: RecallSource, fused: Sequence[FusedHit], filters: RecallFilters, depth: int
+    source: RecallSource, fused: Sequence[FusedHit], filters: ProvenanceFilters, depth: int
 ) -> dict[str, Pooled]:
     """Up to `depth` eligible memories in fused order: the walk may bring hundreds
     of ids, the pool only needs the best few. The lanes only return eligible
@@ -113,7 +113,7 @@ async def assess(
     source: RecallSource,
     pool: Mapping[str, Pooled],
     evidence: Evidence,
-    filters: RecallFilters,
+    filters: ProvenanceFilters,
     policy: RelevancePolicy,
 ) -> tuple[dict[str, Pooled], dict[str, Relevance]]:
     """Score the pool; the strongest memories' session neighbours join it (lane
@@ -174,7 +174,7 @@ async def _neighbours(
     source: RecallSource,
     memory_ids: Sequence[str],
     members: Mapping[str, Pooled],
-    filters: RecallFilters,
+    filters: ProvenanceFilters,
 ) -> dict[str, Pooled]:
     """Eligible neighbours by the id the session index holds for them."""
     records = await resolved_records(source, memory_ids)

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy, effective_confidence
 from grimoire.streams.model.field_state import Affect
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.walk.daimoi import KeyLinks, NodeInfo
 
 Vector = npt.NDArray[np.float32]
@@ -102,7 +102,7 @@ class RecallRecord:
     def live(self) -> bool:
         return not (self.deleted or self.quarantined or self.archived)
 
-    def admitted_by(self, filters: RecallFilters) -> bool:
+    def admitted_by(self, filters: ProvenanceFilters) -> bool:
         return filters.admits(
             ts_ms=self.ts_ms,
             session_id=self.session_id,
@@ -173,11 +173,11 @@ class RecallSource(GraphView, Protocol):
     """One agent's memories as recall reads them. Every method takes a batch."""
 
     async def knn(
-        self, lane: str, vector: Vector, k: int, filters: RecallFilters
+        self, lane: str, vector: Vector, k: int, filters: ProvenanceFilters
     ) -> list[LaneHit]: ...
 
     async def full_text(
-        self, terms: Sequence[str], k: int, filters: RecallFilters
+        self, terms: Sequence[str], k: int, filters: ProvenanceFilters
     ) -> list[LaneHit]: ...
 
     async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:

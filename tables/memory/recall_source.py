@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from grimoire.streams.recall import bm25
 from grimoire.streams.recall.bm25 import DEFAULT_BM25, Bm25Parameters, CorpusStats
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector
 from grimoire.streams.recall.walk.daimoi import NodeInfo
 from grimoire.tables.codec.fact import decode_links
@@ -98,7 +98,9 @@ class RedisRecallSource:
 
     # ---- lanes ----------------------------------------------------------------------
 
-    async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
+    async def knn(
+        self, lane: str, vector: Vector, k: int, filters: ProvenanceFilters
+    ) -> list[LaneHit]:
         # Only the distance, which the query computes: the memory id is in the key
         # (a cluster master loads no field of another slot's document).
         query = KnnQuery(
@@ -123,7 +125,7 @@ class RedisRecallSource:
         return hits
 
     async def full_text(
-        self, terms: Sequence[str], k: int, filters: RecallFilters
+        self, terms: Sequence[str], k: int, filters: ProvenanceFilters
     ) -> list[LaneHit]:
         """BM25 as the sum of per-term scores: a pipelined query per term finds
         the memories, a second pipeline scores them (two round trips).
@@ -208,7 +210,7 @@ class RedisRecallSource:
         return self._corpus
 
     def _searched_terms(
-        self, terms: Sequence[str], filters: RecallFilters, corpus: CorpusStats
+        self, terms: Sequence[str], filters: ProvenanceFilters, corpus: CorpusStats
     ) -> tuple[str, ...]:
         """The terms the lane searches: all but the common ones (see
         `KnnPolicy`), and at least the rarest one. A provenance filter narrows
@@ -229,7 +231,7 @@ class RedisRecallSource:
             return totals
         corpus = await self._corpus_of(terms)
         for memory_id, term_score in await self._scored_in(
-            [(term, ids) for term in dict.fromkeys(terms)], RecallFilters(), corpus
+            [(term, ids) for term in dict.fromkeys(terms)], ProvenanceFilters(), corpus
         ):
             totals[memory_id] = totals.get(memory_id, 0.0) + term_score
         return totals
@@ -237,7 +239,7 @@ class RedisRecallSource:
     async def _scored_in(
         self,
         jobs: Sequence[tuple[str, Sequence[str]]],
-        filters: RecallFilters,
+        filters: ProvenanceFilters,
         corpus: CorpusStats,
     ) -> list[tuple[str, float]]:
         """BM25 of single terms on given documents, one pipelined query per term."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from grimoire.streams.model.text import search_terms
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import (
     Anchor,
     LaneHit,
@@ -44,7 +44,7 @@ class InMemoryRecallSource:
         return await self._facts.links(self._agent, keys)
 
     def _candidates(
-        self, filters: RecallFilters
+        self, filters: ProvenanceFilters
     ) -> list[tuple[RecallRecord, Mapping[str, object]]]:
         found = []
         for doc in self._store.hashes():
@@ -53,7 +53,9 @@ class InMemoryRecallSource:
                 found.append((record, doc))
         return found
 
-    async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
+    async def knn(
+        self, lane: str, vector: Vector, k: int, filters: ProvenanceFilters
+    ) -> list[LaneHit]:
         query = np.asarray(vector, dtype=np.float64)
         hits = []
         for record, doc in self._candidates(filters):
@@ -67,7 +69,7 @@ class InMemoryRecallSource:
         return hits[:k]
 
     async def full_text(
-        self, terms: Sequence[str], k: int, filters: RecallFilters
+        self, terms: Sequence[str], k: int, filters: ProvenanceFilters
     ) -> list[LaneHit]:
         """Any term may match; the score counts the distinct query terms a text contains."""
         wanted = set(terms)

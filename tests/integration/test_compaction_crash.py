@@ -36,7 +36,7 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash, search_terms
 from grimoire.streams.recall.flow import RecallContext, run_recall
-from grimoire.streams.recall.options import RecallBudgets, RetrievalMode
+from grimoire.streams.recall.options import RetrievalBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.search_replies import scored_keys
@@ -118,7 +118,7 @@ class World:
             query=text,
             reply_to="r",
             correlation_id="c",
-            budgets=RecallBudgets(
+            budgets=RetrievalBudgets(
                 canonical_k=lane_k,
                 eidolon_k=lane_k,
                 bm25_k=lane_k,

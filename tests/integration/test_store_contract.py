@@ -35,7 +35,7 @@ from grimoire.streams.model.records import (
     Provenance,
     Role,
 )
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import Anchor
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import (
@@ -512,7 +512,7 @@ async def test_the_recall_source_scores_given_memories_and_finds_their_neighbour
     assert scores[ids[0]] > scores[ids[2]] > 0
     lane = {
         hit.memory_id: hit.score
-        for hit in await source.full_text(["disk", "full"], 10, RecallFilters())
+        for hit in await source.full_text(["disk", "full"], 10, ProvenanceFilters())
     }
     assert scores == pytest.approx(lane)  # the lane's own scorer
     assert await source.lexical([], ids) == {}

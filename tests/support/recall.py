@@ -10,7 +10,7 @@ from typing import Any
 from grimoire.streams.inbound.recall_request import RecallQuery
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.flow import RecallContext
-from grimoire.streams.recall.options import RecallBudgets, RecallFilters, RetrievalMode
+from grimoire.streams.recall.options import ProvenanceFilters, RetrievalBudgets, RetrievalMode
 from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector, adjacent_members
 from grimoire.streams.recall.walk.daimoi import NodeInfo
 
@@ -34,10 +34,12 @@ class DictSource:
         self.touched: list[tuple[str, int]] = []
         self.graph_calls = 0
 
-    def _eligible(self, filters: RecallFilters) -> list[RecallRecord]:
+    def _eligible(self, filters: ProvenanceFilters) -> list[RecallRecord]:
         return [r for r in self.by_id.values() if r.live and r.admitted_by(filters)]
 
-    async def knn(self, lane: str, vector: Vector, k: int, filters: RecallFilters) -> list[LaneHit]:
+    async def knn(
+        self, lane: str, vector: Vector, k: int, filters: ProvenanceFilters
+    ) -> list[LaneHit]:
         hits = [
             LaneHit(r.memory_id, float(vector @ r.vector))
             for r in self._eligible(filters)
@@ -46,7 +48,7 @@ class DictSource:
         return sorted(hits, key=lambda h: (-h.score, h.memory_id))[:k]
 
     async def full_text(
-        self, terms: Sequence[str], k: int, filters: RecallFilters
+        self, terms: Sequence[str], k: int, filters: ProvenanceFilters
     ) -> list[LaneHit]:
         hits = []
         for record in self._eligible(filters):
@@ -126,7 +128,7 @@ def record(memory_id: str, text: str, seed: int, **extra: Any) -> RecallRecord:
 def query(text: str = "disk full on node seven", **budgets: Any) -> RecallQuery:
     """agent-1 asking ``text`` with explain on; keywords are ``RecallBudgets`` fields, plus
     ``filters`` and ``expand_episodes``."""
-    filters = budgets.pop("filters", RecallFilters())
+    filters = budgets.pop("filters", ProvenanceFilters())
     expand = budgets.pop("expand_episodes", False)
     return RecallQuery(
         agent_id="agent-1",
@@ -134,7 +136,7 @@ def query(text: str = "disk full on node seven", **budgets: Any) -> RecallQuery:
         reply_to="r",
         correlation_id="c",
         filters=filters,
-        budgets=replace(RecallBudgets(), **budgets),
+        budgets=replace(RetrievalBudgets(), **budgets),
         expand_episodes=expand,
         explain=True,
     )

@@ -139,11 +139,13 @@ def test_mode_literal_matches_the_worker() -> None:
 
 
 def test_option_fields_mirror_the_worker() -> None:
-    worker_budgets = {f.name for f in dataclasses.fields(worker.RecallBudgets)} - {"walk"}
+    worker_budgets = {f.name for f in dataclasses.fields(worker.RetrievalBudgets)} - {"walk"}
     walk = {f.name for f in dataclasses.fields(WalkBudget)}
     assert {f.name for f in dataclasses.fields(RecallBudgets)} == worker_budgets | walk
     renamed = {"since_ms": "since", "until_ms": "until"}
-    worker_filters = {renamed.get(f.name, f.name) for f in dataclasses.fields(worker.RecallFilters)}
+    worker_filters = {
+        renamed.get(f.name, f.name) for f in dataclasses.fields(worker.ProvenanceFilters)
+    }
     assert {f.name for f in dataclasses.fields(RecallFilters)} == worker_filters
     assert {f.name for f in dataclasses.fields(RecallState)} == {
         f.name for f in dataclasses.fields(worker.StateOverride)
@@ -201,7 +203,7 @@ def test_filters_round_trip() -> None:
         kinds=["insight", "episode"],
         layers=["action"],
     )
-    assert parse(filters=filters).filters == worker.RecallFilters(
+    assert parse(filters=filters).filters == worker.ProvenanceFilters(
         since_ms=TS,
         until_ms=TS + 1_000,
         session_id="s1",
@@ -235,7 +237,7 @@ def test_budgets_round_trip() -> None:
         token_budget=300,
         full_text_items=1,
     )
-    assert parse(budgets=budgets).budgets == worker.RecallBudgets(
+    assert parse(budgets=budgets).budgets == worker.RetrievalBudgets(
         canonical_k=11,
         eidolon_k=12,
         bm25_k=13,
@@ -332,7 +334,7 @@ async def test_recall_sends_the_typed_options() -> None:
         mode="light",
     )
     (query,) = client.queries
-    assert query.filters == worker.RecallFilters(session_id="s1", kinds=("warning",))
+    assert query.filters == worker.ProvenanceFilters(session_id="s1", kinds=("warning",))
     assert (query.k, query.budgets.token_budget) == (3, 500)
     assert query.state == worker.StateOverride(regime="bear")
     assert query.mode is worker.RetrievalMode.LIGHT

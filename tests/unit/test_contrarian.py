@@ -18,7 +18,7 @@ from grimoire.streams.recall.anti_rumination import (
     window_of,
 )
 from grimoire.streams.recall.flow import RankingPolicy, RecallOutcome, run_recall
-from grimoire.streams.recall.options import RecallFilters
+from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.relevance import RelevancePolicy
 from tests.support.recall import DictSource, context, query, record, seed_vector
 
@@ -141,7 +141,7 @@ async def test_a_memory_of_the_right_valence_already_in_the_answer_counts() -> N
 
 async def test_injection_honours_the_filters_and_deletion() -> None:
     hidden = [replace(r, session_id="other") if r.memory_id == "g1" else r for r in STORE]
-    filtered = query(max_items=4, filters=RecallFilters(session_id="work"))
+    filtered = query(max_items=4, filters=ProvenanceFilters(session_id="work"))
     working = [replace(r, session_id="work") if r.memory_id != "g1" else r for r in hidden]
     assert (await recall(DictSource(working), filtered, due=True)).contrarian == ()
     deleted = [replace(r, deleted=True) if r.memory_id == "g1" else r for r in STORE]

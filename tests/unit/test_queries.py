@@ -231,10 +231,10 @@ def test_a_record_without_eidolon_writes_no_eidolon_field() -> None:
 
 
 def test_recall_filter_adds_every_provenance_filter_to_the_live_filter() -> None:
-    from grimoire.streams.recall.options import RecallFilters
+    from grimoire.streams.recall.options import ProvenanceFilters
     from grimoire.tables.queries import recall_filter
 
-    filters = RecallFilters(
+    filters = ProvenanceFilters(
         since_ms=5,
         until_ms=9,
         session_id="s.1",
@@ -250,13 +250,13 @@ def test_recall_filter_adds_every_provenance_filter_to_the_live_filter() -> None
         " @ts:[-inf 9]) @session_id:{s\\.1}) @run_id:{r}) @actor_id:{bob})"
         " @event_type:{tool*}) @kind:{episode|summary}) @layer:{input})"
     )
-    assert str(recall_filter("a", RecallFilters())) == str(live_filter("a"))
+    assert str(recall_filter("a", ProvenanceFilters())) == str(live_filter("a"))
 
 
 def test_knn_and_full_text_queries_carry_the_filters() -> None:
-    from grimoire.streams.recall.options import RecallFilters
+    from grimoire.streams.recall.options import ProvenanceFilters
 
-    only = RecallFilters(kinds=("insight",))
+    only = ProvenanceFilters(kinds=("insight",))
     knn = KnnQuery("a", "eidolon", 30, ("memory_id",), only).query_string()
     assert knn == (
         "(((((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"

@@ -10,7 +10,7 @@ import pytest
 
 from grimoire.streams.inbound.recall_request import RecallQuery
 from grimoire.streams.recall.flow import RankingPolicy, RecallOutcome, run_recall
-from grimoire.streams.recall.options import RecallFilters, RetrievalMode
+from grimoire.streams.recall.options import ProvenanceFilters, RetrievalMode
 from grimoire.streams.recall.packing import ITEM_OVERHEAD_TOKENS, estimate_tokens
 from grimoire.streams.recall.ports import RecallRecord, Vector
 from grimoire.streams.recall.relevance import RelevancePolicy
@@ -180,24 +180,24 @@ FILTER_CORPUS = [
 @pytest.mark.parametrize(
     ("filters", "expected"),
     [
-        (RecallFilters(), {"a", "b", "c", "d"}),
-        (RecallFilters(since_ms=NOW - 3_000), {"c", "d"}),
-        (RecallFilters(until_ms=NOW - 4_000), {"a", "b"}),
-        (RecallFilters(since_ms=NOW - 4_000, until_ms=NOW - 3_000), {"b", "c"}),
-        (RecallFilters(session_id="s1"), {"a", "c"}),
-        (RecallFilters(run_id="r1"), {"a", "b"}),
-        (RecallFilters(actor_id="ci"), {"a", "d"}),
-        (RecallFilters(event_type_prefix="tr"), {"c"}),
-        (RecallFilters(event_type_prefix="tool"), {"a", "d"}),
-        (RecallFilters(kinds=("insight",)), {"c"}),
-        (RecallFilters(layers=("observation",)), {"b", "d"}),
-        (RecallFilters(layers=("action", "input")), {"a", "c"}),
-        (RecallFilters(session_id="s1", actor_id="ops"), {"c"}),
-        (RecallFilters(session_id="nope"), set()),
+        (ProvenanceFilters(), {"a", "b", "c", "d"}),
+        (ProvenanceFilters(since_ms=NOW - 3_000), {"c", "d"}),
+        (ProvenanceFilters(until_ms=NOW - 4_000), {"a", "b"}),
+        (ProvenanceFilters(since_ms=NOW - 4_000, until_ms=NOW - 3_000), {"b", "c"}),
+        (ProvenanceFilters(session_id="s1"), {"a", "c"}),
+        (ProvenanceFilters(run_id="r1"), {"a", "b"}),
+        (ProvenanceFilters(actor_id="ci"), {"a", "d"}),
+        (ProvenanceFilters(event_type_prefix="tr"), {"c"}),
+        (ProvenanceFilters(event_type_prefix="tool"), {"a", "d"}),
+        (ProvenanceFilters(kinds=("insight",)), {"c"}),
+        (ProvenanceFilters(layers=("observation",)), {"b", "d"}),
+        (ProvenanceFilters(layers=("action", "input")), {"a", "c"}),
+        (ProvenanceFilters(session_id="s1", actor_id="ops"), {"c"}),
+        (ProvenanceFilters(session_id="nope"), set()),
     ],
 )
 async def test_each_provenance_filter_is_honoured(
-    filters: RecallFilters, expected: set[str]
+    filters: ProvenanceFilters, expected: set[str]
 ) -> None:
     linked = [replace(r, nexus_keys=("tag:deploy",)) for r in FILTER_CORPUS]  # the walk sees all
     outcome = await ask(DictSource(linked), query("deploy failed", filters=filters, max_items=10))
@@ -293,7 +293,7 @@ async def test_a_neighbour_outside_the_filters_or_deleted_never_joins() -> None:
         canonical_k=1,
         eidolon_k=0,
         bm25_k=1,
-        filters=RecallFilters(actor_id="y"),
+        filters=ProvenanceFilters(actor_id="y"),
     )
     outcome = await ask(
         DictSource([replace(r, actor_id="y") if r.memory_id == "t1" else r for r in records]),

@@ -15,7 +15,7 @@ from grimoire.streams.inbound.recall_request import (
     parse_recall_request,
 )
 from grimoire.streams.inbound.validators import InputLimits
-from grimoire.streams.recall.options import RecallBudgets
+from grimoire.streams.recall.options import RetrievalBudgets
 
 LIMITS = RecallLimits()
 INPUT = InputLimits()
@@ -54,7 +54,7 @@ def test_minimal_request() -> None:
 
 
 def test_default_k_comes_from_limits() -> None:
-    assert parsed(request(), RecallLimits(defaults=RecallBudgets(max_items=7))).k == 7
+    assert parsed(request(), RecallLimits(defaults=RetrievalBudgets(max_items=7))).k == 7
 
 
 @pytest.mark.parametrize("k", [1, 5, 100])
@@ -137,7 +137,7 @@ def test_rejection_keeps_agent_id() -> None:
 
 
 def test_filters_budgets_state_and_flags_are_parsed() -> None:
-    from grimoire.streams.recall.options import RecallFilters, RetrievalMode
+    from grimoire.streams.recall.options import ProvenanceFilters, RetrievalMode
 
     q = parsed(
         request(
@@ -159,7 +159,7 @@ def test_filters_budgets_state_and_flags_are_parsed() -> None:
             record_usage=False,
         )
     )
-    assert q.filters == RecallFilters(
+    assert q.filters == ProvenanceFilters(
         since_ms=1_700_000_000_000,
         until_ms=1_767_225_600_000,
         session_id="s1",

@@ -18,7 +18,7 @@ from grimoire.streams.inbound.recall_request import (
 )
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.model.records import EventType, Layer
-from grimoire.streams.recall.options import RecallBudgets
+from grimoire.streams.recall.options import RetrievalBudgets
 from grimoire.topics import schemas
 from grimoire.topics.schemas import (
     EpisodeV1,
@@ -186,14 +186,14 @@ def test_recall_request_record_is_accepted() -> None:
         reply_to="grimoire.replies.sdk-1",
         correlation_id="corr-1",
         as_of_ms=TS,
-        budgets=RecallBudgets(max_items=5),
+        budgets=RetrievalBudgets(max_items=5),
     )
 
 
 def test_minimal_recall_request_record_gets_default_k() -> None:
     record = RecallRequestV1(agent_id="a", query="q", reply_to="r", correlation_id="c")
     result = parse_recall_request(
-        record.dumps_json(), RecallLimits(defaults=RecallBudgets(max_items=4)), LIMITS
+        record.dumps_json(), RecallLimits(defaults=RetrievalBudgets(max_items=4)), LIMITS
     )
     assert isinstance(result, RecallQuery)
     assert (result.k, result.as_of_ms) == (4, None)
