@@ -13,8 +13,7 @@ from redis.asyncio import Redis
 from grimoire.infra.settings import Settings
 from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.model.text import indexed_length
-from grimoire.streams.recall.options import NO_FILTERS
-from grimoire.streams.recall.ports import RecallFilters
+from grimoire.streams.recall.options import NO_FILTERS, ProvenanceFilters
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.search_replies import term_matches
 from grimoire.tables.keyspace import Keyspace
@@ -57,15 +56,15 @@ async def test_a_cut_common_term_is_still_scored_for_pooled_documents(redis: Red
     deep = RedisMemoryStore(redis, prefix, 384, knn_policy=KnnPolicy(term_depth=100))
     banker = _record(12, TEXTS[12]).id
     terms = ("jon", "banker")
-    cut = await shallow.recall_source(AGENT).full_text(terms, 2, RecallFilters())
-    full = await deep.recall_source(AGENT).full_text(terms, 100, RecallFilters())
+    cut = await shallow.recall_source(AGENT).full_text(terms, 2, ProvenanceFilters())
+    full = await deep.recall_source(AGENT).full_text(terms, 100, ProvenanceFilters())
     by_id = {hit.memory_id: hit.score for hit in full}
     assert cut[0].memory_id == banker
     # Without the rescoring round the banker turn would carry only its "banker"
     # share: "jon" ranks it last among 13 and the per-term list stops at 2.
     assert cut[0].score == pytest.approx(by_id[banker])
-    jon_only = await deep.recall_source(AGENT).full_text(("jon",), 100, RecallFilters())
-    banker_only = await deep.recall_source(AGENT).full_text(("banker",), 100, RecallFilters())
+    jon_only = await deep.recall_source(AGENT).full_text(("jon",), 100, ProvenanceFilters())
+    banker_only = await deep.recall_source(AGENT).full_text(("banker",), 100, ProvenanceFilters())
     jon_share = {hit.memory_id: hit.score for hit in jon_only}[banker]
     assert cut[0].score == pytest.approx(jon_share + banker_only[0].score)
     for hit in cut:
@@ -101,7 +100,7 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
     assert len(both) == 12 and banker not in {hit.memory_id for hit in both}
 
     # A provenance filter narrows the postings in the index: every term searches.
-    narrowed = RecallFilters(since_ms=T0)
+    narrowed = ProvenanceFilters(since_ms=T0)
     filtered = await capped.recall_source(AGENT).full_text(("jon", "banker"), 100, narrowed)
     assert {hit.memory_id: hit.score for hit in filtered} == pytest.approx(full)
 
