@@ -24,15 +24,12 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 from grimoire.agents.ports import InputMessage
-from grimoire.infra.runtime import compose
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind
-from grimoire.tables.journal.keystore import RedisKeyStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import EpisodeV1
-from tests.support.embedders import FakeEmbedder
-from tests.support.recorded_journal import PartitionedSink, journal_of
+from tests.support.composed import PartitionedSink, compose_in_process, fold, journal_of
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
@@ -65,15 +62,7 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
     redis: Redis = create_redis(configured.redis_url, 8)
     sink = PartitionedSink()
     try:
-        composed = await compose(
-            configured,
-            prefix=prefix,
-            redis=redis,
-            keys=RedisKeyStore(redis, prefix),
-            embedder=FakeEmbedder(),
-            sink=sink,
-            worker_id="round-trips",
-        )
+        composed = await compose_in_process(configured, redis, sink, "round-trips")
         topics = TopicNames(prefix)
         # Every agent known and folded once, so the batch counted is a steady one.
         warm = [
@@ -88,8 +77,7 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
             for a in range(agents)
         ]
         await composed.handlers.sequencer.append(EntryKind.EPISODE, warm)
-        for messages in _by_partition(journal_of(sink, topics)).values():
-            await composed.handlers.applier.apply(messages)
+        await fold(composed.handlers.applier, journal_of(sink, topics))
         before = len(journal_of(sink, topics))
         batch = [
             InputMessage(
@@ -109,19 +97,11 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
         fresh = journal_of(sink, topics)[before:]
         assert len(fresh) == events
         with counted() as sent:
-            for messages in _by_partition(fresh).values():
-                await composed.handlers.applier.apply(messages)
+            await fold(composed.handlers.applier, fresh)
         return sent[0]
     finally:
         await drop_deployment(redis, prefix)
         await redis.aclose()
-
-
-def _by_partition(messages: list[InputMessage]) -> dict[int, list[InputMessage]]:
-    out: dict[int, list[InputMessage]] = {}
-    for message in messages:
-        out.setdefault(message.partition or 0, []).append(message)
-    return dict(sorted(out.items()))
 
 
 @pytest.mark.xfail(

@@ -24,14 +24,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from grimoire.agents.journal.apply import JournalApplier, WitnessPort
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.infra.runtime import compose
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind
-from grimoire.tables.journal.keystore import RedisKeyStore
 from grimoire.tables.journal.witness_due import RedisWitnessDue
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.witness_store import RedisWitnessLog
-from tests.support.embedders import FakeEmbedder
+from tests.support.composed import compose_in_process
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
@@ -80,15 +78,7 @@ async def _run(
     redis: Redis = create_redis(settings.redis_url, 4)
     sink = MemorySink()
     try:
-        composed = await compose(
-            configured,
-            prefix=prefix,
-            redis=redis,
-            keys=RedisKeyStore(redis, prefix),
-            embedder=FakeEmbedder(),
-            sink=sink,
-            worker_id="due-test",
-        )
+        composed = await compose_in_process(configured, redis, sink, "due-test")
         sequencer = composed.handlers.sequencer
         applier: JournalApplier = composed.handlers.applier
         failing = None

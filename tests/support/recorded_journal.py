@@ -19,7 +19,7 @@ import base64
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,8 @@ import orjson
 from redis.asyncio import Redis
 
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.infra.runtime import compose
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind
-from grimoire.tables.journal.keystore import RedisKeyStore
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.trust.agent_keys import agent_memory_ids
 from grimoire.tables.trust.digest import agent_digest
@@ -45,9 +43,10 @@ from grimoire.topics.schemas import (
     ToolEventV1,
     TranscriptV1,
 )
-from tests.support.embedders import FakeEmbedder
+from tests.support.composed import PartitionedSink, compose_in_process, journal_of
+from tests.support.composed import fold as fold_journal
 
-__all__ = ["AGENTS", "PartitionedSink", "RecordedJournal", "fold", "journal_of", "record"]
+__all__ = ["AGENTS", "RecordedJournal", "fold", "record"]
 
 FORMAT = "grimoire.recorded-journal/1"
 AGENTS = ("ops-alpha", "ops-beta", "ops-gamma")
@@ -143,73 +142,53 @@ def _inputs(topics: TopicNames) -> list[tuple[EntryKind, str, bytes]]:
                     ).dumps_json(),
                 )
             )
-        out.append(
-            (
-                EntryKind.FACT,
-                topics.facts,
-                FactV1(
-                    agent_id=agent,
-                    ts=BASE_TS + 100_000,
-                    subject=f"shard-{n}",
-                    predicate="primary_on",
-                    object="node-1",
-                    valid_from=8,
-                    object_is_entity=True,
-                    event_id="fact-1",
-                ).dumps_json(),
+        # The second fact supersedes the first (same subject and predicate).
+        for event_id, ts, obj, valid_from in (
+            ("fact-1", BASE_TS + 100_000, "node-1", 8),
+            ("fact-2", BASE_TS + 160_000, "node-3", 13),
+        ):
+            fact = FactV1(
+                agent_id=agent,
+                ts=ts,
+                subject=f"shard-{n}",
+                predicate="primary_on",
+                object=obj,
+                valid_from=valid_from,
+                object_is_entity=True,
+                event_id=event_id,
             )
+            out.append((EntryKind.FACT, topics.facts, fact.dumps_json()))
+        commands = (
+            CommandV1(
+                agent_id=agent,
+                command="configure",
+                config={"use_causal_scoring": n % 2 == 0},
+                ts=BASE_TS + 170_000,
+                event_id="cmd-configure",
+            ),
+            CommandV1(
+                agent_id=agent,
+                command="pin",
+                memory_id="",  # filled when journaled: pins the agent's first memory
+                ts=BASE_TS + 171_000,
+                event_id="cmd-pin",
+            ),
+            CommandV1(
+                agent_id=agent,
+                command="retract",
+                source_event_id="ep-4",
+                ts=BASE_TS + 172_000,
+                event_id="cmd-retract",
+            ),
+            CommandV1(
+                agent_id=agent,
+                command="retract",
+                source_event_id="fact-2",
+                ts=BASE_TS + 173_000,
+                event_id="cmd-retract-fact",
+            ),
         )
-        out.append(
-            (
-                EntryKind.FACT,
-                topics.facts,
-                FactV1(
-                    agent_id=agent,
-                    ts=BASE_TS + 160_000,
-                    subject=f"shard-{n}",
-                    predicate="primary_on",
-                    object="node-3",
-                    valid_from=13,
-                    object_is_entity=True,
-                    event_id="fact-2",
-                ).dumps_json(),
-            )
-        )
-        for name in ("configure", "pin", "retract", "retract-fact"):
-            command: CommandV1
-            if name == "configure":
-                command = CommandV1(
-                    agent_id=agent,
-                    command="configure",
-                    config={"use_causal_scoring": n % 2 == 0},
-                    ts=BASE_TS + 170_000,
-                    event_id="cmd-configure",
-                )
-            elif name == "pin":
-                command = CommandV1(
-                    agent_id=agent,
-                    command="pin",
-                    memory_id="",  # filled below: pins the agent's first memory
-                    ts=BASE_TS + 171_000,
-                    event_id="cmd-pin",
-                )
-            elif name == "retract":
-                command = CommandV1(
-                    agent_id=agent,
-                    command="retract",
-                    source_event_id="ep-4",
-                    ts=BASE_TS + 172_000,
-                    event_id="cmd-retract",
-                )
-            else:
-                command = CommandV1(
-                    agent_id=agent,
-                    command="retract",
-                    source_event_id="fact-2",
-                    ts=BASE_TS + 173_000,
-                    event_id="cmd-retract-fact",
-                )
-            out.append((EntryKind.COMMAND, topics.commands, command.dumps_json()))
+        out += [(EntryKind.COMMAND, topics.commands, c.dumps_json()) for c in commands]
         out.append(
             (
                 EntryKind.MAINTENANCE,
@@ -288,60 +267,12 @@ def _settings(base: Settings, prefix: str) -> Settings:
     return base.model_copy(update={"topic_prefix": prefix, "auth_enabled": False})
 
 
-async def _composed(settings: Settings, redis: Redis, sink: MemorySink) -> Any:
-    return await compose(
-        settings,
-        prefix=settings.topic_prefix,
-        redis=redis,
-        keys=RedisKeyStore(redis, settings.topic_prefix),
-        embedder=FakeEmbedder(),
-        sink=sink,
-        worker_id="recorded-journal",
-    )
-
-
-@dataclass
-class PartitionedSink(MemorySink):
-    """A `MemorySink` that also keeps the partition each record was sent to."""
-
-    partitions: list[int | None] = field(default_factory=list)
-
-    async def send(
-        self, topic: str, key: str, value: bytes, *, partition: int | None = None
-    ) -> None:
-        await super().send(topic, key, value, partition=partition)
-        self.partitions.append(partition)
-
-
-def journal_of(sink: PartitionedSink, topics: TopicNames) -> list[InputMessage]:
-    """What the sequencer sent to the journal, as a consumer reads it: per partition,
-    offsets in send order (the sequencer always names the partition)."""
-    offsets: dict[int, int] = {}
-    out: list[InputMessage] = []
-    for (topic, _, value), partition in zip(sink.sent, sink.partitions, strict=True):
-        if topic != topics.journal:
-            continue
-        assert partition is not None, "a journal record sent without its partition"
-        offset = offsets.get(partition, 0)
-        offsets[partition] = offset + 1
-        out.append(InputMessage(value=value, topic=topic, partition=partition, offset=offset))
-    return out
-
-
-async def _fold(applier: Any, messages: Sequence[InputMessage]) -> None:
-    by_partition: dict[int, list[InputMessage]] = {}
-    for message in messages:
-        by_partition.setdefault(message.partition or 0, []).append(message)
-    for partition in sorted(by_partition):
-        await applier.apply(by_partition[partition])
-
-
 async def record(redis: Redis, base: Settings) -> RecordedJournal:
     prefix = f"rec{uuid.uuid4().hex[:8]}"
     settings = _settings(base, prefix)
     topics = TopicNames(prefix)
     sink = PartitionedSink()
-    composed = await _composed(settings, redis, sink)
+    composed = await compose_in_process(settings, redis, sink, "recorded-journal")
     sequencer, applier = composed.handlers.sequencer, composed.handlers.applier
     offsets: dict[str, int] = {}
     folded = 0
@@ -353,7 +284,7 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
         message = InputMessage(value=value, topic=topic, partition=0, offset=offset)
         await sequencer.append(kind, [message])
         everything = journal_of(sink, topics)
-        await _fold(applier, everything[folded:])
+        await fold_journal(applier, everything[folded:])
         folded = len(everything)
 
     for kind, topic, value in _inputs(topics):
@@ -380,7 +311,7 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
         )
         await composed.handlers.recall.handle(message)
         everything = journal_of(sink, topics)
-        await _fold(applier, everything[folded:])
+        await fold_journal(applier, everything[folded:])
         folded = len(everything)
     records = tuple((m.partition or 0, m.offset or 0, m.value) for m in journal_of(sink, topics))
     digests = {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
@@ -401,12 +332,12 @@ async def fold(
     settings = _settings(base, prefix).model_copy(update={"partitions": recorded.partitions})
     topics = TopicNames(prefix)
     await _restore_keystore(redis, prefix, recorded.keystore)
-    composed = await _composed(settings, redis, MemorySink())
+    composed = await compose_in_process(settings, redis, MemorySink(), "recorded-journal")
     messages = [
         InputMessage(value=v, topic=topics.journal, partition=p, offset=o)
         for p, o, v in recorded.records
     ]
-    await _fold(composed.handlers.applier, messages)
+    await fold_journal(composed.handlers.applier, messages)
     return {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
 
 
