@@ -88,7 +88,7 @@ typecheck: setup ## mypy --strict on the pure core
 
 bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet ## every benchmark (each prints one JSON object as its last line)
 
-bench-ingest: setup ## the real write path on 20,000 generated events (repetitive and all-distinct)
+bench-ingest: setup ## the real write path on 20,000 generated events (repetitive and all-distinct in memory; all-distinct again on the durable stack with tenant keys)
 	mkdir -p bench-results
 	$(PY) -m bench ingest --events $${EVENTS:-20000} | tee bench-results/ingest.json
 
