@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import faust
 
@@ -30,6 +30,7 @@ from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.journal.apply import JournalApplier
 from grimoire.agents.journal.sequencer import Sequencer
 from grimoire.agents.ports import InputMessage
+from grimoire.agents.ports.workers import HandlerSource
 from grimoire.agents.roles import ALL_ROLES, WorkerRole
 from grimoire.streams.journal.entry import EntryKind
 from grimoire.topics.declarations import TopicNames, partition_of
@@ -52,42 +53,6 @@ class Handlers:
     applier: JournalApplier
     recall: RecallHandler
     facts: FactQueryHandler | None = None  # reads of facts (None: not answered)
-
-
-class HandlerSource(Protocol):
-    """What the Faust agents need from the composition root: the handlers (built
-    lazily, on first use) and the agents the block timer fans commands out to."""
-
-    worker_id: str
-
-    async def handlers(self) -> Handlers: ...
-
-    def pressure(self) -> str:
-        """This worker's load (normal | throttled | paused), stamped on the
-        maintenance commands its block timer issues."""
-        ...
-
-    async def catch_up(self, partition: int, first_offset: int) -> None:
-        """Before a journal partition's first batch since it was assigned: fold
-        again what the store lost of the entries before `first_offset`."""
-        ...
-
-    async def applied_through(self, offsets: Mapping[int, int]) -> None:
-        """Record each journal partition's last offset of a batch folded."""
-        ...
-
-    async def recover(self, failure: BaseException, journal_partitions: list[int]) -> None:
-        """After a failed apply: when the store was lost (Redis came back empty),
-        recreate it and fold `journal_partitions` again from their start."""
-        ...
-
-    def known_agents(self) -> AsyncIterator[tuple[str, int]]:
-        """Every agent with an event ingested, and its watermark (event time, ms)."""
-        ...
-
-    async def maintenance_wanted(self, agent_ids: Sequence[str]) -> list[str]:
-        """Those of `agent_ids` a maintenance command would find something due for."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from grimoire.streams.model.records import EventType, MemoryCandidate
 from grimoire.streams.write.admission import Action as AdmissionAction
 from grimoire.streams.write.admission import AdmissionPolicy, NearMemory
 from grimoire.streams.write.plan import PlanItem, StoredNeighbour, WriteOutcome, plan_batch
-from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.ports.memory import MemoryStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The pure parts of `python -m bench fleet` (bench/fleet.py): who publishes,
 recalls and ends a run when, and how the report's numbers are computed from what
 was observed. No I/O, no clock: times come in as arguments, so each piece is unit
-tested on its own (tests/unit/test_bench_fleet.py).
+tested on its own (tests/unit/bench/test_bench_fleet.py).
 
 Schedule. Agent `i` of `N` publishes its block-`b` events at
 `b · wall_block_s + spread · wall_block_s · i / N` seconds after the load starts

@@ -214,7 +214,7 @@ async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[
     report: dict[str, Any] = {}
     serial = 0
     try:
-        handler = (await runtime.handlers()).applier.maintenance
+        handler = await runtime.maintenance_handler()
         clock = _PhaseClock()
         _time_compaction(handler, clock)
         meter = _CpuMeter(redis)

@@ -18,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
+from grimoire.infra.ports import ProgressBar
 from grimoire.infra.settings import Settings
 from grimoire.streams.exchange.chunks import (
     ImportChunk,
@@ -62,12 +63,6 @@ DEFAULT_DIMS = 384
 WAIT_POLL_S = 0.2
 
 
-class _Bar(Protocol):
-    def update(self, n: int = 1) -> Any: ...
-
-    def close(self) -> None: ...
-
-
 class _NoBar:
     def update(self, n: int = 1) -> None:
         return None
@@ -76,12 +71,12 @@ class _NoBar:
         return None
 
 
-def _bar(total: int, desc: str, unit: str, enabled: bool) -> _Bar:
+def _bar(total: int, desc: str, unit: str, enabled: bool) -> ProgressBar:
     if not enabled:
         return _NoBar()
     from tqdm import tqdm
 
-    bar: _Bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
+    bar: ProgressBar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
     return bar
 
 

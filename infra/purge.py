@@ -24,12 +24,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 import faust
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from grimoire.infra.ports import BrokerView, StagingStore
 from grimoire.infra.purge_kafka import KafkaRecordsStore
 from grimoire.infra.purge_plan import Purged, forget_bound_s
 from grimoire.infra.purge_s3 import TansuObjectStore
@@ -44,11 +45,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PURGE_COUNTERS",
-    "BrokerView",
     "PurgeReport",
     "RedisPurgeTally",
     "StagingPurge",
-    "StagingStore",
     "StagingTargets",
     "build_staging_purge",
     "local_staging_settings",
@@ -61,38 +60,6 @@ logger = logging.getLogger(__name__)
 _LOCAL_BUCKET: Final = "tansu"
 # `LocalServices` puts SeaweedFS's master on the port after the S3 gateway.
 _LOCAL_MASTER_OFFSET: Final = 1
-
-
-class StagingStore(Protocol):
-    """Where a broker keeps its log, as far as deleting from a partition's start goes."""
-
-    async def delete_consumed(self, topic: str, committed: Mapping[int, int]) -> Purged:
-        """Delete, per partition, the records below its committed offset."""
-        ...
-
-    async def delete_expired(self, topic: str, cutoff: float) -> Purged:
-        """Delete, per partition, the records written before `cutoff` (Unix seconds)."""
-        ...
-
-    async def settle(self) -> bool:
-        """Make what was deleted leave the disk where the store needs asking; True if
-        it did something."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class BrokerView(Protocol):
-    """What the purge asks the broker: the topics there are, and a group's offsets."""
-
-    async def topics(self) -> set[str]: ...
-
-    async def committed(self, group: str, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-        """{topic: {partition: next offset to read}} for the partitions the group has
-        committed (the others are left out)."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
+from grimoire.agents.dead_letters import CountedDeadLetters
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
+from grimoire.agents.folding import fold_rules
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
-from grimoire.agents.handlers.dead_letters import CountedDeadLetters
 from grimoire.agents.handlers.facts import FactHandler, FactQueryHandler
 from grimoire.agents.handlers.forgetting import Forgetting
 from grimoire.agents.handlers.importing import ImportHandler
@@ -46,7 +47,7 @@ from grimoire.streams.maintenance.schedule import Task, assess_pressure
 from grimoire.tables.config.store import RedisConfigStore, RedisDefaultConfig
 from grimoire.tables.exceptions import is_outage, is_store_lost
 from grimoire.tables.facts.store import RedisFactStore
-from grimoire.tables.journal.keystore import CachedKeyStore, KeyStore, RedisKeyStore
+from grimoire.tables.journal.keystore import CachedKeyStore, RedisKeyStore
 from grimoire.tables.journal.marks import RedisAppliedMarks
 from grimoire.tables.journal.outbox import RedisOutbox
 from grimoire.tables.journal.progress import RedisJournalProgress
@@ -59,6 +60,7 @@ from grimoire.tables.memory.counters import RedisDeadLetterCounts
 from grimoire.tables.memory.imported import ImportWriter
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.schema.store_format import claim_store_format
 from grimoire.tables.schema.vector_space import claim_vector_space, index_holds_documents
@@ -262,8 +264,15 @@ class Runtime:
         async for agent in agent_watermarks(self._redis, self._settings.topic_prefix):
             yield agent
 
+    async def maintenance_handler(self) -> MaintenanceHandler:
+        """The handler the fold's maintenance rule runs (the block cadence and the
+        maintenance bench ask it directly)."""
+        await self.handlers()
+        assert self._composed is not None
+        return self._composed.maintenance
+
     async def maintenance_wanted(self, agent_ids: Sequence[str]) -> list[str]:
-        return await (await self.handlers()).applier.maintenance.wanted(agent_ids)
+        return await (await self.maintenance_handler()).wanted(agent_ids)
 
     async def close(self) -> None:
         if self._composed is not None:
@@ -347,6 +356,8 @@ class Composed:
     handlers: Handlers
     store: RedisMemoryStore
     witness: Witness
+    # The block cadence asks it which agents are due (`maintenance_wanted`).
+    maintenance: MaintenanceHandler
 
 
 async def compose(
@@ -435,9 +446,8 @@ async def compose(
     configs = RedisConfigStore(redis, prefix)
     fact_store = RedisFactStore(redis, prefix)
     facts = FactHandler(fact_store, sink, topics, settings.input_limits)
-    applier = JournalApplier(
-        keys=keys,
-        marks=RedisAppliedMarks(redis, prefix),
+    publication = Publication(witness, RedisOutbox(redis, prefix), sink, topics)
+    rules = fold_rules(
         ingest=ingest,
         outcomes=OutcomeHandler(
             store,
@@ -467,14 +477,20 @@ async def compose(
             importer=ImportHandler(ImportWriter(redis, prefix), embedder),
         ),
         witness=PublishedWitness(witness, sink, topics),
-        publication=Publication(witness, RedisOutbox(redis, prefix), sink, topics),
+        publication=publication,
         configs=configs,
         facts=facts,
         due=RedisWitnessDue(redis, prefix),
+    )
+    applier = JournalApplier(
+        keys=keys,
+        marks=RedisAppliedMarks(redis, prefix),
+        rules=rules,
         sink=sink,
         topics=topics,
         max_run=settings.embed_batch_size,
         is_outage=is_outage,
+        publication=publication,
     )
     recall = RecallHandler(
         store,
@@ -499,4 +515,4 @@ async def compose(
         authenticator=authenticator,
         auth_metrics=auth_metrics,
     )
-    return Composed(Handlers(sequencer, applier, recall, fact_queries), store, witness)
+    return Composed(Handlers(sequencer, applier, recall, fact_queries), store, witness, maintenance)

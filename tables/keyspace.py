@@ -16,7 +16,7 @@ list of agents with an outbox) are never written in an agent's transaction: on a
 cluster they live in slots of their own (see `grimoire.tables.transaction`).
 
 Nothing else in the code base builds a key: a test greps the other modules for
-key f-strings (`tests/unit/test_keyspace.py`). Lua scripts receive their keys as
+key f-strings (`tests/unit/tables/test_keyspace.py`). Lua scripts receive their keys as
 `KEYS[...]`, never build them.
 """
 

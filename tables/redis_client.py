@@ -122,7 +122,7 @@ def create_redis(url: str, max_connections: int) -> Any:
     """A client for `url`: an ACL user and password in it (redis://user:pw@host:6379/0;
     percent-encode reserved characters), TLS by the rediss:// scheme, certificate
     files as query options (?ssl_ca_certs=ca.pem&ssl_certfile=..&ssl_keyfile=..),
-    all read by redis-py itself (tests/unit/test_kafka_security.py pins it).
+    all read by redis-py itself (tests/unit/infra/test_kafka_security.py pins it).
     `redis+cluster://` / `rediss+cluster://`: a `RedisCluster` (the same options;
     `max_connections` does not apply there, see below)."""
     scheme, sep, rest = url.partition("://")

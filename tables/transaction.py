@@ -41,7 +41,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from redis.crc import key_slot
 from redis.exceptions import AskError, ResponseError, WatchError
@@ -53,7 +53,6 @@ from grimoire.tables.routing import agent_slot
 __all__ = [
     "AgentTransactions",
     "StreamFence",
-    "TransactionPart",
     "agent_transaction",
     "key_transaction",
 ]
@@ -121,16 +120,6 @@ async def _after_moved(redis: Any, exc: ResponseError) -> None:
     read the slot map again, so the retry reaches the new master."""
     if isinstance(exc, AskError):  # MovedError is one too
         await refresh_slots(redis)
-
-
-class TransactionPart(Protocol):
-    def queue(self, tx: AgentTransactions) -> None:
-        """Queue the writes in a store's transaction (each agent's on `tx.agent`)."""
-        ...
-
-    async def apply_alone(self) -> None:
-        """Write them with no pipeline (stores that have no transactions)."""
-        ...
 
 
 class AgentTransactions:

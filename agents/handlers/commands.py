@@ -12,18 +12,17 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.handlers.facts import FactHandler
-from grimoire.agents.handlers.retraction import RetractionReport
 from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.agents.ports.commands import Eraser, Importer, Retractor
 from grimoire.streams.config.agent_config import apply_update, config_to_json
-from grimoire.streams.exchange.chunks import ImportChunk
 from grimoire.streams.inbound.command import Command, CommandKind, parse_command
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.validators import InputLimits
-from grimoire.tables.config.store import ConfigStore
+from grimoire.tables.ports.config import ConfigStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
@@ -45,32 +44,6 @@ class StepLog:
     def drain(self) -> list[tuple[str, tuple[str, ...], dict[str, object]]]:
         steps, self._steps = self._steps, []
         return steps
-
-
-class Retractor(Protocol):
-    async def retract(self, agent_id: str, source_event_id: str, *, at_ms: int) -> RetractionReport:
-        """Retract the source event's memory and everything derived from it."""
-        ...
-
-    async def pin(self, agent_id: str, memory_id: str) -> bool: ...
-
-    async def unpin(self, agent_id: str, memory_id: str) -> bool: ...
-
-
-class Importer(Protocol):
-    async def apply_chunk(
-        self, agent_id: str, chunk: ImportChunk
-    ) -> tuple[str, Sequence[str], Any]:
-        """Write one import chunk once (agents/handlers/importing.py); its witness
-        summary."""
-        ...
-
-
-class Eraser(Protocol):
-    async def forget(self, agent_id: str) -> int:
-        """Erase every stored key of the agent and destroy its journal keys; how
-        many keys were removed."""
-        ...
 
 
 @dataclass

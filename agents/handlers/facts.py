@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.handlers.replies import admitted, reply_error
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.facts.queries import (
@@ -37,9 +37,10 @@ from grimoire.streams.facts.values import Fact, FactChanges, entity_name, fact_i
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.fact import FactQuery, FactQueryKind, parse_fact, parse_fact_query
 from grimoire.streams.inbound.validators import Fields, InputLimits
-from grimoire.tables.facts.store import FactStore
 from grimoire.tables.journal.witness_due import WitnessDue
-from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
+from grimoire.tables.ports.facts import FactStore
+from grimoire.tables.ports.trust import AuthMetrics
+from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import FactResultV1, MemoryEventV1
 

@@ -12,27 +12,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol
 
-from grimoire.tables.journal.keystore import KeyStore
-from grimoire.tables.trust.erasure import Erasure
+from grimoire.agents.ports.commands import AgentEraser
+from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.trust.witness_store import Witness
 
 __all__ = ["AgentEraser", "Forgetting"]
 
 logger = logging.getLogger(__name__)
-
-
-class AgentEraser(Protocol):
-    async def erase(self, agent_id: str) -> Erasure:
-        """Delete everything the store holds of the agent (its state, its marks),
-        but its journal keys."""
-        ...
-
-    async def compact(self) -> None:
-        """Make what was erased (the journal keys included) leave the store's
-        files on disk as well."""
-        ...
 
 
 @dataclass

@@ -5,13 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from grimoire.agents.handlers.dead_letters import dead_letter
-from grimoire.agents.ports import Embedder, EmbedUsage, EventSink, InputMessage, embed_with_usage
+from grimoire.agents.dead_letters import dead_letter
+from grimoire.agents.ports import (
+    CommitEffects,
+    Decided,
+    Embedder,
+    EmbedUsage,
+    EventSink,
+    InputMessage,
+    Staged,
+    embed_with_usage,
+)
 from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
@@ -40,9 +48,10 @@ from grimoire.streams.write.plan import (
     plan_batch,
 )
 from grimoire.tables.codec.memory_hash import hash_fields
-from grimoire.tables.learn.store import LearningStore, LearningWrite
-from grimoire.tables.memory.store import MemoryStore
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.learn.store import LearningWrite
+from grimoire.tables.ports.learn import LearningStore
+from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
@@ -59,32 +68,6 @@ _EVENT_TYPES = {
 
 
 @dataclass(frozen=True, slots=True)
-class Decided:
-    """What the write path decided for one candidate, and what it wrote.
-
-    `written` is the stored record's fields (transaction time left out) for a
-    candidate written as a new memory, None for a fold or a reinforcement (whose
-    write is the memory id and the action). The memory-event also carries the
-    admission breakdown, which is *why* (a neighbour's confidence as it stood in
-    the batch), not *what*: the witness summarises what."""
-
-    agent_id: str
-    candidate_id: str
-    memory_id: str
-    action: str
-    event: bytes  # the GrimoireWrite/Merge/... memory-event
-    written: dict[str, object] | None = None
-
-    def summary(self) -> dict[str, object]:
-        return {
-            "candidate_id": self.candidate_id,
-            "memory_id": self.memory_id,
-            "action": self.action,
-            "written": self.written,
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class IngestReport:
     candidates: int
     written: int
@@ -94,32 +77,6 @@ class IngestReport:
     # (empty for a dead-lettered message or one already decided), so the journal's
     # witness can summarise each entry on its own, whatever the batch boundaries.
     by_message: tuple[tuple[Decided, ...], ...] = field(default=(), compare=False)
-
-
-class Staged(Protocol):
-    """A batch's effects, ready to ride in its commit."""
-
-    @property
-    def parts(self) -> Sequence[TransactionPart]: ...
-
-    async def committed(self) -> None:
-        """The transaction went through: publish what it stored."""
-        ...
-
-    def abandoned(self) -> None:
-        """The transaction failed: forget what was staged (heads, queues)."""
-        ...
-
-
-class CommitEffects(Protocol):
-    """Turns a batch's decisions (per input message, in order) into the writes
-    that must be stored with them."""
-
-    async def stage(self, decided: Sequence[Sequence[Decided]]) -> Staged: ...
-
-    def sliced(self, start: int, stop: int) -> CommitEffects:
-        """The effects of the batch's messages[start:stop] (a batch split in two)."""
-        ...
 
 
 @dataclass
@@ -347,9 +304,14 @@ class IngestHandler:
 
     async def _apply_held_outcomes(self, records: Sequence[MemoryRecord]) -> None:
         """Outcomes that named these memories before they were written take effect now."""
+        # One look for the whole batch: outcomes are rarely held, and only agents
+        # with one pay for taking it (the agent's lane is the only writer of its
+        # held outcomes, so nothing is held between the look and the take).
+        held = await self.store.holding([(r.candidate.agent_id, r.id) for r in records])
         written: dict[str, list[str]] = {}
         for record in records:
-            written.setdefault(record.candidate.agent_id, []).append(record.id)
+            if (record.candidate.agent_id, record.id) in held:
+                written.setdefault(record.candidate.agent_id, []).append(record.id)
         for agent_id, memory_ids in sorted(written.items()):
             for outcome in await self.store.take_held_outcomes(agent_id, memory_ids):
                 await self.store.apply_outcome(outcome)
@@ -442,17 +404,15 @@ class IngestHandler:
         self, fresh: Sequence[MemoryCandidate], stored: Sequence[StoredNeighbour | None]
     ) -> set[str]:
         """Which aggregates standing for the stored neighbours' groups exist already."""
-        wanted: dict[str, set[str]] = {}
-        for cand, neighbour in zip(fresh, stored, strict=True):
-            if neighbour is not None:
-                group = aggregate_id(cand.agent_id, neighbour.neighbour.memory_id)
-                wanted.setdefault(cand.agent_id, set()).add(group)
-        existing: set[str] = set()
-        for agent_id, groups in sorted(wanted.items()):
-            ordered = sorted(groups)
-            missing = set(await self.store.missing_memories(agent_id, ordered))
-            existing.update(g for g in ordered if g not in missing)
-        return existing
+        wanted = sorted(
+            {
+                (cand.agent_id, aggregate_id(cand.agent_id, neighbour.neighbour.memory_id))
+                for cand, neighbour in zip(fresh, stored, strict=True)
+                if neighbour is not None
+            }
+        )
+        missing = await self.store.missing_memories(wanted)
+        return {group for agent_id, group in wanted if (agent_id, group) not in missing}
 
 
 def _written(record: MemoryRecord | None) -> dict[str, object] | None:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.inbound.events import Rejection
@@ -35,9 +35,10 @@ from grimoire.streams.learn.runs import (
     run_recall_counters,
 )
 from grimoire.streams.recall.rerank import DEFAULT_RERANK_WEIGHTS, RerankWeights
-from grimoire.tables.config.store import ConfigStore
-from grimoire.tables.learn.store import LearningStore, LearningWrite
-from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.learn.store import LearningWrite
+from grimoire.tables.ports.config import ConfigStore
+from grimoire.tables.ports.learn import LearningStore
+from grimoire.tables.ports.memory import MemoryStore
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
@@ -69,7 +70,10 @@ class OutcomeHandler:
         changed = await self.store.apply_outcome(outcome, journal)
         held: list[str] = []
         if changed >= 0 and outcome.effect.touches_memories:
-            held = await self.store.missing_memories(outcome.agent_id, outcome.memory_ids)
+            missing = await self.store.missing_memories(
+                [(outcome.agent_id, memory_id) for memory_id in outcome.memory_ids]
+            )
+            held = [m for m in outcome.memory_ids if (outcome.agent_id, m) in missing]
             if held:
                 await self.store.hold_outcome(outcome, held)
         if changed > 0 or (changed == 0 and outcome.memory_ids):

@@ -52,10 +52,11 @@ from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.walk.circuits import circuits_for
 from grimoire.streams.write.changes import StateVector
-from grimoire.tables.config.store import ConfigStore
-from grimoire.tables.learn.store import LearningStore
-from grimoire.tables.memory.store import MemoryStore
-from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
+from grimoire.tables.ports.config import ConfigStore
+from grimoire.tables.ports.learn import LearningStore
+from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.trust import AuthMetrics
+from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallItemV1, RecallResultV1
 

@@ -14,44 +14,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from grimoire.agents.handlers.auth import authorize_request, may_reply, redacted
-from grimoire.agents.handlers.dead_letters import bounded_detail, dead_letter
-from grimoire.agents.ports import UNKNOWN_AGENT, EventSink, InputMessage
+from grimoire.agents.auth import authorize_request, may_reply, redacted
+from grimoire.agents.dead_letters import bounded_detail, dead_letter
+from grimoire.agents.ports import UNKNOWN_AGENT, InputMessage
+from grimoire.agents.ports.replies import AddressedRequest, ReplyingHandler
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import Rejection, decode_object
 from grimoire.streams.inbound.recall_request import reply_address
 from grimoire.streams.inbound.validators import Fields, InputLimits
-from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
-from grimoire.topics.declarations import TopicNames
 
 __all__ = ["ErrorReply", "ReplyingHandler", "admitted", "reply_error"]
 
 logger = logging.getLogger(__name__)
 
 
-class ReplyingHandler(Protocol):
-    """A handler that answers on the caller's reply topic, as `admitted` and
-    `reply_error` use it."""
-
-    sink: EventSink
-    topics: TopicNames
-    authenticator: Authenticator | None
-    auth_metrics: AuthMetrics | None
-
-    async def reply_rejection(self, message: InputMessage, rejection: Rejection) -> None: ...
-
-
-class _ForAgent(Protocol):
-    @property
-    def agent_id(self) -> str: ...
-
-    @property
-    def reply_to(self) -> str: ...
-
-
-RequestT = TypeVar("RequestT", bound=_ForAgent)
+RequestT = TypeVar("RequestT", bound=AddressedRequest)
 
 # The error reply's payload from the request's fields, its correlation id and the
 # error text; may raise InvalidEvent (no reply is sent then).

@@ -36,8 +36,8 @@ from grimoire.streams.trust.retraction import (
     Step,
     plan_retraction,
 )
-from grimoire.tables.maintenance.curator_store import CuratorStore
-from grimoire.tables.trust.derivations import DerivationStore
+from grimoire.tables.ports.maintenance import CuratorStore
+from grimoire.tables.ports.trust import DerivationStore
 
 __all__ = [
     "PIN_OP",

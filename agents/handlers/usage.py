@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from grimoire.streams.journal.entry import SourceRef
 from grimoire.streams.journal.usage import RecallUsage
-from grimoire.tables.learn.store import LearningStore
-from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.ports.learn import LearningStore
+from grimoire.tables.ports.memory import MemoryStore
 
 __all__ = ["ImmediateUsage", "StoreUsage"]
 

@@ -7,7 +7,9 @@ agent's high-water mark for its source partition), and the rest are applied each
 agent's in journal order, agents side by side: the ingest entries of every agent
 that is free go to the write path together (one embedding batch, one transaction
 that also stores their witness records and outbox events), every other entry runs
-alone, in its agent's place. Every entry that changed something leaves a witness
+alone, in its agent's place. A run goes to the rule registered for its kind
+(`grimoire.agents.ports.EntryRule`, the registry filled by the composition root):
+the loop knows no handler. Every entry that changed something leaves a witness
 record.
 
 Failures are told apart: an outage (Redis unreachable, loading, a timeout) is
@@ -27,22 +29,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
 
 import orjson
 
+from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.exceptions import PayloadUnreadable
-from grimoire.agents.handlers.dead_letters import dead_letter
-from grimoire.agents.handlers.facts import FACT_OP, FactHandler
-from grimoire.agents.handlers.ingest import IngestHandler
-from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.journal.cipher import KEY_FORGOTTEN, SealedPayload, open_sealed
 from grimoire.agents.journal.publication import Publication
-from grimoire.agents.maintenance.handler import MaintenanceHandler
-from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.agents.ports import EntryRule, EventSink, InputMessage, Opened
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.journal.entry import (
-    INGEST_KINDS,
     EntryKind,
     InvalidEntry,
     JournalEntry,
@@ -50,23 +46,10 @@ from grimoire.streams.journal.entry import (
     decode_entry,
 )
 from grimoire.streams.journal.fold import Run, SourceMarks, mark_key, runs
-from grimoire.streams.journal.usage import RecallUsage, decode_usage
-from grimoire.tables.config.store import ConfigStore
-from grimoire.tables.journal.keystore import KeyStore
-from grimoire.tables.journal.marks import AppliedMarks
-from grimoire.tables.journal.witness_due import NoWitnessDue, WitnessDue, WitnessDueReader
+from grimoire.tables.ports.journal import AppliedMarks, KeyStore
 from grimoire.topics.declarations import TopicNames
 
-__all__ = [
-    "FORGOTTEN_CHAIN",
-    "ApplyReport",
-    "CommandApplier",
-    "JournalApplier",
-    "Opened",
-    "UsageApplier",
-    "WitnessPort",
-    "with_agent",
-]
+__all__ = ["FORGET_OP", "ApplyReport", "JournalApplier", "agent_sha256", "with_agent"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +57,6 @@ INTERNAL_ERROR = "internal_error"
 # A run that holds up its partition this long is worth a line in the log.
 SLOW_RUN_S = 0.25
 FORGET_OP = "forget"
-# A chain no agent can own (agent ids are letters, digits and `._-@+=/`).
-FORGOTTEN_CHAIN = "~forgotten"
 
 
 async def with_agent(entry: JournalEntry, keys: KeyStore) -> JournalEntry:
@@ -97,64 +78,10 @@ def _is_forget(run: Run[Opened]) -> bool:
     return isinstance(data, dict) and data.get("command") == FORGET_OP
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class WitnessPort(Protocol):
-    """Summarises one mutation in the agent's hash-chained witness log."""
-
-    async def witnessed(self, agent_id: str, journal: tuple[int, int]) -> bool:
-        """Whether the agent's chain already reaches the entry at `journal` (its
-        entries are all on one journal partition, in order)."""
-        ...
-
-    async def record(
-        self,
-        agent_id: str,
-        op: str,
-        ids: Sequence[str],
-        fields: Any,
-        *,
-        journal: tuple[int, int],
-    ) -> None: ...
-
-
-class UsageApplier(Protocol):
-    async def apply_usage(
-        self,
-        agent_id: str,
-        usage: RecallUsage,
-        seq: int | None = None,
-        request: str | None = None,
-    ) -> bool:
-        """Apply a usage entry's uses, once per entry `seq` and per recall
-        `request`; whether it did now."""
-        ...
-
-    async def answered(self, agent_id: str, request: str, seq: int) -> bool:
-        """Whether another entry than `seq` was applied for the recall `request`."""
-        ...
-
-
-class CommandApplier(Protocol):
-    async def apply_command(
-        self, message: InputMessage
-    ) -> Sequence[tuple[str, Sequence[str], Any]]:
-        """Apply a command (retract, forget, pin, unpin); a witness summary (op, ids,
-        fields) of each mutation it made, in order (none: it changed nothing or was
-        dead-lettered)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Opened:
-    """A journal entry with its payload opened, as the handlers see it: the input's
-    bytes at its source coordinates (dead letters name where it came from)."""
-
-    entry: JournalEntry
-    message: InputMessage
-    journal: tuple[int, int]  # (partition, offset) of the entry itself
+def agent_sha256(agent_id: str) -> str:
+    """How a forgotten agent is named where it must still be named (dead letters of
+    its entries, the deployment's chain): a hash of its id."""
+    return hashlib.sha256(agent_id.encode()).hexdigest()
 
 
 @dataclass
@@ -174,26 +101,16 @@ def _is_never_an_outage(_: BaseException) -> bool:
 class JournalApplier:
     keys: KeyStore
     marks: AppliedMarks
-    ingest: IngestHandler
-    outcomes: OutcomeHandler
-    maintenance: MaintenanceHandler
-    usage: UsageApplier
-    commands: CommandApplier
-    witness: WitnessPort
+    # Every entry kind to the rule applying it, filled by the composition root
+    # (`grimoire.agents.folding.fold_rules`): the loop knows no handler.
+    rules: Mapping[EntryKind, EntryRule]
     sink: EventSink
     topics: TopicNames
     max_run: int = 64
     is_outage: Callable[[BaseException], bool] = field(default=_is_never_an_outage)
-    # Ingest runs store their witness records and events with their decisions (an
-    # outbox); without it they are recorded and sent after the commit.
+    # The ingest rule's outbox: what an earlier owner of a partition left unsent is
+    # published before the partition's next batch (None: no outbox).
     publication: Publication | None = None
-    # Agents' configurations (ingest may be turned off); None: every agent ingests.
-    configs: ConfigStore | None = None
-    # Bi-temporal facts (asserts); None: a fact entry is a poison entry.
-    facts: FactHandler | None = None
-    # Witness records stored with an outcome's or a fact's effects, for the retry
-    # of an entry whose worker died before witnessing it.
-    due: WitnessDueReader = field(default_factory=NoWitnessDue)
 
     async def apply(self, messages: Sequence[InputMessage]) -> ApplyReport:
         """Fold `messages` (journal records of one partition, in offset order)."""
@@ -340,10 +257,12 @@ class JournalApplier:
             # unsaid. The dead letter names the agent by hash and carries no
             # payload: the envelope would name it in clear.
             report.shredded += 1
+            named = (
+                entry.journal if entry.journal != entry.agent_id else agent_sha256(entry.agent_id)
+            )
             rejection = Rejection(
                 KEY_FORGOTTEN,
-                f"sealed with destroyed key {entry.key_id} (seq {entry.seq}, agent "
-                f"{entry.journal if entry.journal != entry.agent_id else _sha256(entry.agent_id)}"
+                f"sealed with destroyed key {entry.key_id} (seq {entry.seq}, agent {named}"
                 "): the agent was forgotten",
                 None,
                 None,
@@ -393,134 +312,10 @@ class JournalApplier:
         return sent
 
     async def _dispatch(self, run: Run[Opened]) -> bool:
-        first = run.items[0]
-        kind = run.kind
-        if kind in INGEST_KINDS:
-            messages = [(INGEST_KINDS[item.entry.kind], item.message) for item in run.items]
-            # Read at the run's place in each agent's line: a `configure` before it
-            # has been applied, one after it has not.
-            agents = sorted({item.entry.agent_id for item in run.items})
-            off = await self._ingest_off(agents)
-            if self.publication is not None:
-                await self.publication.hold_heads(agents)
-                effects = self.publication.for_run(
-                    first.journal[0], [(item.entry.agent_id, item.journal[1]) for item in run.items]
-                )
-                ingested = await self.ingest.handle_mixed(messages, effects, ingest_off=off)
-                return ingested.dead_lettered > 0
-            report = await self.ingest.handle_mixed(messages, ingest_off=off)
-            for item, decided in zip(run.items, report.by_message, strict=True):
-                if decided:
-                    await self.witness.record(
-                        item.entry.agent_id,
-                        "ingest",
-                        sorted({d.memory_id for d in decided}),
-                        [d.summary() for d in decided],
-                        journal=item.journal,
-                    )
-            return True
-        if kind is EntryKind.OUTCOME:
-            changed = await self.outcomes.handle(first.message, first.journal)
-            if changed < 0:
-                due = await self._due(first)
-                changed = int(due.fields["changed"]) if due is not None else -1
-            if changed >= 0:
-                await self.witness.record(
-                    first.entry.agent_id,
-                    "outcome",
-                    (),
-                    {"changed": changed, "payload": _json_or_text(first.message.value)},
-                    journal=first.journal,
-                )
-            return True
-        if kind is EntryKind.FACT:
-            if self.facts is None:
-                raise InvalidEntry("no fact handler is wired to the apply loop")
-            asserted = await self.facts.handle(first.message, first.journal)
-            if asserted is None:
-                due = await self._due(first)
-                asserted = None if due is None else (due.ids, due.fields)
-            if asserted is not None:
-                ids, fields = asserted
-                await self.witness.record(
-                    first.entry.agent_id, FACT_OP, sorted(ids), fields, journal=first.journal
-                )
-            return True
-        if kind is EntryKind.MAINTENANCE:
-            plan = await self.maintenance.handle(first.message)
-            if plan is not None and (plan.tasks or plan.postponed):
-                await self.witness.record(
-                    first.entry.agent_id,
-                    "maintenance",
-                    (),
-                    {
-                        "tick": plan.tick,
-                        "tasks": [t.value for t in plan.tasks],
-                        "postponed": [t.value for t in plan.postponed],
-                    },
-                    journal=first.journal,
-                )
-            return True
-        if kind is EntryKind.USAGE:
-            usage = decode_usage(first.message.value)
-            source = first.entry.source
-            request = (
-                None if source is None else f"{source.topic}:{source.partition}:{source.offset}"
-            )
-            agent_id = first.entry.agent_id
-            applied = await self.usage.apply_usage(agent_id, usage, first.entry.seq, request)
-            if not applied and await self.witness.witnessed(agent_id, first.journal):
-                return False  # applied and witnessed before this entry was read again
-            if (
-                not applied
-                and request
-                and await self.usage.answered(agent_id, request, first.entry.seq)
-            ):
-                # The recall was answered twice (its worker killed before committing
-                # the request): the first answer's uses count, and were witnessed.
-                return False
-            await self.witness.record(
-                first.entry.agent_id,
-                "usage",
-                sorted(set(usage.memory_ids)),
-                {"as_of": usage.as_of_ms, "contrarian_window": usage.contrarian_window},
-                journal=first.journal,
-            )
-            return True
-        if kind is EntryKind.COMMAND:
-            for op, ids, fields in await self.commands.apply_command(first.message):
-                owner = first.entry.agent_id
-                if op == FORGET_OP:
-                    # The agent's own chain went with everything else of it: the
-                    # forgetting is recorded in the deployment's chain, by a hash
-                    # of the id, with no content.
-                    fields = {"agent_sha256": _sha256(owner), **dict(fields)}
-                    owner = FORGOTTEN_CHAIN
-                await self.witness.record(owner, op, sorted(ids), fields, journal=first.journal)
-            return True
-        raise InvalidEntry(f"no rule applies {kind!r}")
-
-    async def _due(self, item: Opened) -> WitnessDue | None:
-        """The record `item`'s effects left due, when an earlier attempt applied
-        them and died before witnessing (the chain falls short of the entry); None
-        when they were applied by another entry (a copy of the input) or witnessed."""
-        agent_id = item.entry.agent_id
-        due = await self.due.due(agent_id)
-        if due is None or due.journal != item.journal:
-            return None
-        if await self.witness.witnessed(agent_id, item.journal):
-            return None
-        logger.info(
-            "journal entry %s@%s of %s: applied before, witnessed now",
-            item.journal[0], item.journal[1], agent_id,
-        )  # fmt: skip
-        return due
-
-    async def _ingest_off(self, agent_ids: Sequence[str]) -> set[str]:
-        if self.configs is None:
-            return set()
-        configs = await self.configs.load(agent_ids)
-        return {agent_id for agent_id, config in configs.items() if not config.ingests}
+        rule = self.rules.get(run.kind)
+        if rule is None:
+            raise InvalidEntry(f"no rule applies {run.kind!r}")
+        return await rule.apply(run)
 
     async def _poison(self, item: Opened, exc: BaseException) -> None:
         logger.error(
@@ -542,10 +337,3 @@ class JournalApplier:
     async def _dead_letter(self, message: InputMessage, agent_id: str | None, detail: str) -> None:
         rejection = Rejection(INTERNAL_ERROR, detail, None, agent_id)
         await dead_letter(self.sink, self.topics.dead_letters, message, rejection)
-
-
-def _json_or_text(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw.decode("utf-8", "replace")

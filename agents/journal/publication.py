@@ -16,12 +16,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from grimoire.agents.handlers.ingest import CommitEffects, Decided, Staged
 from grimoire.agents.journal.witness import witness_event
-from grimoire.agents.ports import EventSink
+from grimoire.agents.ports import CommitEffects, Decided, EventSink, Staged
 from grimoire.streams.trust.witness import WitnessRecord
-from grimoire.tables.journal.outbox import Outbox, OutboxEntry, sent_counts
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.journal.outbox import OutboxEntry, sent_counts
+from grimoire.tables.ports.journal import Outbox
+from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.tables.trust.witness_store import Witness, WitnessPart
 from grimoire.topics.declarations import TopicNames
 

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from grimoire.agents.handlers.auth import Identities, authorize, redacted, without_api_key
-from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.auth import Identities, authorize, redacted, without_api_key
+from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.journal.cipher import seal
 from grimoire.agents.ports import EventSink, InputMessage, source_of
 from grimoire.streams.config.agent_config import config_to_json
@@ -49,9 +49,10 @@ from grimoire.streams.journal.entry import (
     encode_entry,
 )
 from grimoire.streams.journal.usage import RecallUsage, encode_usage
-from grimoire.tables.config.store import DefaultConfig
-from grimoire.tables.journal.keystore import KeyStore
-from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
+from grimoire.tables.ports.config import DefaultConfig
+from grimoire.tables.ports.journal import KeyStore
+from grimoire.tables.ports.trust import AuthMetrics
+from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.declarations import TopicNames, partition_of
 from grimoire.topics.schemas import CommandV1
 

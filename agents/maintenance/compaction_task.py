@@ -30,11 +30,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
+from grimoire.agents.ports.maintenance import DecayScheduler
 from grimoire.streams.maintenance.compaction import (
     DEFAULT_COMPACTION_BUDGET,
     DEFAULT_COMPACTION_POLICY,
@@ -46,7 +47,8 @@ from grimoire.streams.maintenance.compaction import (
     plan_compaction,
 )
 from grimoire.streams.maintenance.schedule import MaintenancePlan
-from grimoire.tables.maintenance.compaction_store import CompactionStalled, CompactionStore, Phase
+from grimoire.tables.maintenance.compaction_store import CompactionStalled, Phase
+from grimoire.tables.ports.maintenance import CompactionStore
 
 __all__ = [
     "DEFAULT_COMPACTION_OPTIONS",
@@ -258,12 +260,6 @@ class CompactionTask:
     async def _mark(self, phase: Phase) -> None:
         if self.checkpoint is not None:
             await self.checkpoint(phase.value)
-
-
-class DecayScheduler(Protocol):
-    """Where new memories get their decay scheduled (`DecayIndex.reschedule`)."""
-
-    async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
-from grimoire.streams.learn.curator.distill import Distiller, cluster_episodes
+from grimoire.agents.ports.maintenance import Reschedule
+from grimoire.streams.learn.curator.distill import cluster_episodes
 from grimoire.streams.learn.curator.plan import effective, plan_cycle
 from grimoire.streams.learn.curator.playbook import render_playbook
 from grimoire.streams.learn.curator.schedule import (
@@ -37,12 +38,9 @@ from grimoire.streams.learn.curator.values import (
     CuratorReport,
 )
 from grimoire.streams.maintenance.schedule import MaintenancePlan
-from grimoire.tables.maintenance.curator_store import (
-    CuratorCycle,
-    CuratorInputs,
-    CuratorState,
-    CuratorStore,
-)
+from grimoire.streams.ports.learn import Distiller
+from grimoire.tables.maintenance.curator_store import CuratorCycle, CuratorInputs, CuratorState
+from grimoire.tables.ports.maintenance import CuratorStore
 
 __all__ = [
     "CuratorOptions",
@@ -58,13 +56,6 @@ logger = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], Awaitable[list[bytes]]]
 """Texts → float32 vectors as bytes, one per text, in order (`infra.runtime.model_bytes`)."""
-
-
-class Reschedule(Protocol):
-    """Recomputes the decay due times of memories whose stored fields changed
-    (`DecayStore.reschedule`)."""
-
-    async def __call__(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

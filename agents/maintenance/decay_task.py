@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from grimoire.streams.maintenance.decay_pass import DecayPassPlan, plan_decay_pass
 from grimoire.streams.maintenance.schedule import MaintenancePlan
-from grimoire.tables.maintenance.decay_index import DecayStore
+from grimoire.tables.ports.maintenance import DecayStore
 
 __all__ = ["DEFAULT_PASS_LIMIT", "DecayRunner", "decay_pass"]
 

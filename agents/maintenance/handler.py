@@ -12,10 +12,18 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from grimoire.agents.handlers.dead_letters import dead_letter
+from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.ports import EventSink, InputMessage
+from grimoire.agents.ports.maintenance import (
+    CountEstimates,
+    DecayOutlooks,
+    FieldStates,
+    LiveCount,
+    PressureProbe,
+    TaskRunner,
+)
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.maintenance_command import parse_maintenance_command
 from grimoire.streams.inbound.validators import InputLimits
@@ -31,8 +39,7 @@ from grimoire.streams.maintenance.schedule import (
     agent_tick,
     plan_maintenance,
 )
-from grimoire.streams.model.field_state import FieldState
-from grimoire.tables.maintenance.ledger import MaintenanceLedger
+from grimoire.tables.ports.maintenance import MaintenanceLedger
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MaintenanceEventV1
 
@@ -61,43 +68,9 @@ async def _no_outlooks() -> dict[str, DecayOutlook]:
     return {}
 
 
-class TaskRunner(Protocol):
-    """Runs one maintenance task for an agent as of `plan.as_of_ms`; returns its
-    report (JSON-able numbers and strings)."""
-
-    async def __call__(self, plan: MaintenancePlan) -> Mapping[str, Any]: ...
-
-
-class PressureProbe(Protocol):
-    def signals(self) -> PressureSignals: ...
-
-
 class NoPressure:
     def signals(self) -> PressureSignals:
         return PressureSignals()
-
-
-class FieldStates(Protocol):
-    """Where the agent's tick and watermark come from (the memory store)."""
-
-    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
-
-
-class LiveCount(Protocol):
-    async def __call__(self, agent_id: str) -> int: ...
-
-
-class DecayOutlooks(Protocol):
-    """Where the agent's decay schedule is seen at a glance (the decay store)."""
-
-    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]: ...
-
-
-class CountEstimates(Protocol):
-    """Memory counts for many agents at once, never below the live count (the
-    memory store's `estimated_counts`)."""
-
-    async def estimated_counts(self, agent_ids: Sequence[str]) -> dict[str, int]: ...
 
 
 @dataclass

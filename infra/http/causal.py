@@ -20,7 +20,8 @@ from grimoire.infra.http.errors import ApiError, json_response
 from grimoire.infra.http.routing import agent_endpoint, deps_of, int_param
 from grimoire.streams.inbound.validators import INVALID_VALUE
 from grimoire.streams.learn.causal import CausalEdge, Direction, Reached, k_hop
-from grimoire.tables.learn.store import LearningStore, RedisLearningStore
+from grimoire.tables.learn.store import RedisLearningStore
+from grimoire.tables.ports.learn import LearningStore
 
 __all__ = ["MAX_HOPS", "MAX_LIMIT", "causal_neighbours", "neighbours_json", "routes"]
 

@@ -7,57 +7,22 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 
+from grimoire.infra.ports import Gateway
 from grimoire.infra.settings import Settings
-from grimoire.tables.trust.api_keys import Authenticator, AuthMetrics
-from grimoire.topics.client import RecallAnswer
-from grimoire.topics.declarations import TopicNames
-from grimoire.topics.schemas import CommandV1
+from grimoire.tables.ports.trust import AuthMetrics
+from grimoire.tables.trust.api_keys import Authenticator
 
-__all__ = ["Gateway", "HttpDeps", "JournalLag", "owned_resources"]
+__all__ = ["HttpDeps", "JournalLag", "owned_resources"]
 
 logger = logging.getLogger(__name__)
 
 #: Messages the worker group has yet to apply, per journal partition; None when the
 #: broker could not say (the metric is then left out of the scrape).
 JournalLag = Callable[[], Awaitable[dict[int, int] | None]]
-
-
-class Gateway(Protocol):
-    """What the routes send through Kafka: `GrimoireClient` is one."""
-
-    topics: TopicNames
-
-    async def recall(
-        self,
-        agent_id: str,
-        query: str,
-        *,
-        k: int | None = None,
-        as_of: int | None = None,
-        filters: Any = None,
-        budgets: Any = None,
-        state: Any = None,
-        mode: Any = None,
-        explain: bool | None = None,
-        expand_episodes: bool | None = None,
-        record_usage: bool | None = None,
-        timeout: float = 10.0,
-    ) -> RecallAnswer: ...
-
-    async def send_command(self, command: CommandV1) -> None: ...
-
-    async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None: ...
-
-    async def publish_raw(
-        self, topic: str, key: str, value: bytes, *, wait: bool = True, api_key: str | None = None
-    ) -> None:
-        """Publish with `api_key` (default: the gateway's own) as the record's
-        `grimoire-api-key` header."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

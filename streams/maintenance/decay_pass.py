@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from grimoire.streams.exceptions import StreamsError
 from grimoire.streams.model.decay import (
@@ -28,6 +28,7 @@ from grimoire.streams.model.decay import (
     half_life_ms,
     retention,
 )
+from grimoire.streams.ports.maintenance import DecayInputs
 
 logger = logging.getLogger(__name__)
 
@@ -125,26 +126,6 @@ class DecayPassPlan:
     # Entries whose stored fields decay cannot read (unknown class, strength ≤ 0):
     # dropped from the schedule rather than failing every later pass.
     invalid: tuple[str, ...] = ()
-
-
-class DecayInputs(Protocol):
-    """The stored fields an effective confidence is computed from (a decay entry, a
-    curated entry)."""
-
-    @property
-    def confidence(self) -> float: ...
-    @property
-    def last_accessed_ms(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def decay_class(self) -> str | None: ...
-    @property
-    def provenance(self) -> str: ...
-    @property
-    def quality(self) -> float: ...
-    @property
-    def strength(self) -> float: ...
 
 
 def effective_now(

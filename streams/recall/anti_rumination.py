@@ -22,10 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from grimoire.streams.model.field_state import Affect
+from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.fusion import FusedHit
 from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.pool import Pooled, joined, resolved_records
-from grimoire.streams.recall.ports import RecallRecord, RecallSource
+from grimoire.streams.recall.ports import RecallRecord
 from grimoire.streams.recall.relevance import Relevance
 from grimoire.streams.recall.rerank import Candidate, Scored
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from grimoire.streams.model.text import gist as make_gist
+from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.packing import estimate_tokens
-from grimoire.streams.recall.ports import RecallSource
 
 if TYPE_CHECKING:
     from grimoire.streams.recall.flow import RecalledItem

@@ -18,6 +18,7 @@ from grimoire.streams.inbound.recall_request import RecallQuery
 from grimoire.streams.learn.hedge import LEARNED_FACTORS, RANK
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.streams.model.field_state import Affect
+from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.anti_rumination import (
     CONTRARIAN_REASON,
     DEFAULT_CONTRARIAN_POLICY,
@@ -31,7 +32,7 @@ from grimoire.streams.recall.mode_decision import lanes_for, walks
 from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.packing import DEFAULT_MMR_LAMBDA, PackInput, mmr, pack
 from grimoire.streams.recall.pool import Evidence, Pooled, assess, gather_pool
-from grimoire.streams.recall.ports import LaneHit, RecallRecord, RecallSource, Vector
+from grimoire.streams.recall.ports import LaneHit, RecallRecord, Vector
 from grimoire.streams.recall.relevance import DEFAULT_RELEVANCE_POLICY, Relevance, RelevancePolicy
 from grimoire.streams.recall.rerank import (
     DEFAULT_RECENCY_HALF_LIFE_MS,

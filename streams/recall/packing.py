@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +19,7 @@ import numpy.typing as npt
 from grimoire.streams.model.records import Kind
 from grimoire.streams.model.text import gist as make_gist
 from grimoire.streams.model.text import normalize_text
+from grimoire.streams.ports.recall import Ranked
 
 DEFAULT_MMR_LAMBDA: Final = 0.7
 DEFAULT_MAX_ITEMS: Final = 10
@@ -29,14 +30,6 @@ DEFAULT_FULL_TEXT_ITEMS: Final = 2
 ITEM_OVERHEAD_TOKENS: Final = 8
 
 _WORD = re.compile(r"\S+")
-
-
-class Ranked(Protocol):
-    @property
-    def memory_id(self) -> str: ...
-
-    @property
-    def score(self) -> float: ...
 
 
 R = TypeVar("R", bound=Ranked)

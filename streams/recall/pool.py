@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from grimoire.streams.model.nexus_keys import session_key
+from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.fusion import FusedHit
 from grimoire.streams.recall.options import ProvenanceFilters
-from grimoire.streams.recall.ports import Anchor, RecallRecord, RecallSource, Vector
+from grimoire.streams.recall.ports import Anchor, RecallRecord, Vector
 from grimoire.streams.recall.relevance import (
     Relevance,
     RelevancePolicy,

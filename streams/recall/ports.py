@@ -1,15 +1,16 @@
-"""What recall reads: one agent's records, lanes and graph, behind one Protocol.
+"""What recall reads: one agent's records, lanes and graph, as values.
 
-A source is bound to one agent when it is made, so tenancy is decided once, in
-the storage layer's query builders, and nothing in the recall flow can ask for
-another agent's memories.
+The records, lane hits and anchors a `RecallSource` answers with live here; the
+port itself (`RecallSource`, bound to one agent when it is made, so tenancy is
+decided once, in the storage layer's query builders, and nothing in the recall
+flow can ask for another agent's memories) is declared in
+`grimoire.streams.ports.recall`, with `GraphView` and `KeyLinks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -17,19 +18,16 @@ import numpy.typing as npt
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy, effective_confidence
 from grimoire.streams.model.field_state import Affect
 from grimoire.streams.recall.options import ProvenanceFilters
-from grimoire.streams.recall.walk.daimoi import KeyLinks, NodeInfo
+from grimoire.streams.recall.walk.daimoi import NodeInfo
 
 Vector = npt.NDArray[np.float32]
 
-# `KeyLinks` is re-exported: a graph that also offers it (facts' entity links)
-# lets the walk cross them.
+# The ports themselves (`RecallSource`, `GraphView`, `KeyLinks`) are declared in
+# `grimoire.streams.ports.recall` and re-exported here for older importers.
 __all__ = [
     "Anchor",
-    "GraphView",
-    "KeyLinks",
     "LaneHit",
     "RecallRecord",
-    "RecallSource",
     "Vector",
     "adjacent_members",
 ]
@@ -144,58 +142,3 @@ class RecallRecord:
             replaced_by=self.replaced_by,
             actor=self.actor_id,
         )
-
-
-class GraphView(Protocol):
-    """Batched read access to one agent's memory graph (one that is also a
-    `KeyLinks` lets the walk cross facts' entity links)."""
-
-    async def nodes(self, memory_ids: Sequence[str]) -> dict[str, NodeInfo]:
-        """Known memories among `memory_ids` (missing ones are left out)."""
-        ...
-
-    async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
-        """How many memories carry each key (missing keys count as 0)."""
-        ...
-
-    async def newest(self, keys: Sequence[str], limit: int) -> dict[str, list[str]]:
-        """Per key, up to `limit` memory ids carrying it, newest first."""
-        ...
-
-    async def neighbourhood(
-        self, keys: Sequence[str], limit: int
-    ) -> tuple[dict[str, int], dict[str, list[str]]]:
-        """`degrees` and `newest` of the same keys in one round trip."""
-        ...
-
-
-class RecallSource(GraphView, Protocol):
-    """One agent's memories as recall reads them. Every method takes a batch."""
-
-    async def knn(
-        self, lane: str, vector: Vector, k: int, filters: ProvenanceFilters
-    ) -> list[LaneHit]: ...
-
-    async def full_text(
-        self, terms: Sequence[str], k: int, filters: ProvenanceFilters
-    ) -> list[LaneHit]: ...
-
-    async def lexical(self, terms: Sequence[str], memory_ids: Sequence[str]) -> dict[str, float]:
-        """The full-text lane's score of each of `memory_ids` holding any of `terms`."""
-        ...
-
-    async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
-        """Each anchor's members just before and just after it on its nexus key."""
-        ...
-
-    async def records(self, memory_ids: Sequence[str]) -> dict[str, RecallRecord]:
-        """Known records among `memory_ids`, with their canonical vectors."""
-        ...
-
-    async def hyperedges(self, edge_ids: Sequence[str]) -> dict[str, Mapping[str, str]]:
-        """Members (memory id → role) of each known hyperedge."""
-        ...
-
-    async def touch(self, memory_ids: Sequence[str], as_of_ms: int) -> None:
-        """Usage accounting for memories included in a reply (docs/design.md §5 step 5)."""
-        ...

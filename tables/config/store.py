@@ -8,7 +8,6 @@ erases its configuration with the rest of it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from redis.asyncio import Redis
 
@@ -16,15 +15,7 @@ from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.tables.codec.agent_config import decode_agent_config, encode_agent_config
 from grimoire.tables.keyspace import Keyspace
 
-__all__ = ["ConfigStore", "DefaultConfig", "RedisConfigStore", "RedisDefaultConfig"]
-
-
-class ConfigStore(Protocol):
-    async def load(self, agent_ids: Sequence[str]) -> dict[str, AgentConfig]:
-        """Each agent's configuration (the defaults for one never configured)."""
-        ...
-
-    async def save(self, agent_id: str, config: AgentConfig) -> None: ...
+__all__ = ["RedisConfigStore", "RedisDefaultConfig"]
 
 
 class RedisConfigStore:
@@ -47,16 +38,6 @@ class RedisConfigStore:
             await self._redis.delete(key)  # the defaults are stored as nothing
         else:
             await self._redis.set(key, encode_agent_config(config))
-
-
-class DefaultConfig(Protocol):
-    """The deployment's default configuration: outside the fold (in the key store,
-    kept by a wipe), it reaches an agent only as a journal entry, the new agent's
-    first (and as a `configure` fanned out to the agents there already)."""
-
-    async def load(self) -> AgentConfig: ...
-
-    async def save(self, config: AgentConfig) -> None: ...
 
 
 class RedisDefaultConfig:

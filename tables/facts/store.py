@@ -14,7 +14,7 @@ so a replay stores the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -33,40 +33,7 @@ from grimoire.tables.journal.witness_due import WitnessDue
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.transaction import agent_transaction
 
-__all__ = ["FactStore", "RedisFactStore", "index_changes"]
-
-
-class FactStore(Protocol):
-    async def fact(self, agent_id: str, fact_id: str) -> Fact | None: ...
-
-    async def versions(self, agent_id: str, subject: str, predicate: str) -> list[Fact]:
-        """Every stored version of one relation, in assert order."""
-        ...
-
-    async def all_versions(self, agent_id: str) -> list[Fact]:
-        """Every stored version of the agent, in `fact_order`."""
-        ...
-
-    async def of_entities(self, agent_id: str, entities: Sequence[str]) -> list[Fact]:
-        """The versions any of `entities` (normalised names) is subject or object
-        of, in `fact_order`."""
-        ...
-
-    async def links(self, agent_id: str, keys: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-        """Per `entity:` key, its active entity links (linked key, fact id),
-        sorted; keys without any are left out."""
-        ...
-
-    async def apply(
-        self, agent_id: str, changes: FactChanges, due: WitnessDue | None = None
-    ) -> None:
-        """Write an assert's or a retraction's changes, indexes included; with `due`,
-        the witness record it leaves due, in the same transaction (`WitnessDue`)."""
-        ...
-
-    async def put_versions(self, agent_id: str, facts: Sequence[Fact]) -> None:
-        """Store versions as they are (an import): `apply` with upserts only."""
-        ...
+__all__ = ["RedisFactStore", "index_changes"]
 
 
 def index_changes(

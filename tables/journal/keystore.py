@@ -27,20 +27,20 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from grimoire.streams.journal.entry import journal_name
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.transaction import key_transaction
 
 __all__ = [
     "KEY_BYTES",
     "AgentKey",
     "CachedKeyStore",
-    "KeyStore",
     "RedisKeyStore",
     "new_key_id",
     "new_secret",
@@ -77,62 +77,6 @@ def new_secret() -> bytes:
 def _check_count(count: int) -> None:
     if count < 1:
         raise ValueError(f"a sequence block holds at least one number, not {count}")
-
-
-class KeyStore(Protocol):
-    """The agents' journal keys and sequence counters, kept apart from memory state."""
-
-    async def key_for(self, agent_id: str) -> AgentKey:
-        """The agent's current key, created on first use. Creation is atomic: workers
-        racing on a new agent all get the one key that won."""
-        ...
-
-    async def key(self, agent_id: str, key_id: str) -> AgentKey | None:
-        """A key by id; None once the agent was forgotten (or for an id it never had)."""
-        ...
-
-    async def forget(self, agent_id: str) -> int:
-        """Destroy every key of the agent and its sequence counter (nothing naming
-        the agent is left); returns how many keys. The next `key_for` creates a new
-        key with a new id, so entries sealed before stay unreadable and a reused id
-        starting again at 1 never repeats a binding (it names the key id)."""
-        ...
-
-    async def has_key(self, agent_id: str) -> bool:
-        """Whether the agent has a key now (seen, and not forgotten since), without
-        creating one."""
-        ...
-
-    async def journal_name(self, agent_id: str) -> str:
-        """The agent's name in the journal (`streams.journal.entry.journal_name`
-        under the deployment's secret, created on first use)."""
-        ...
-
-    async def agent_named(self, journal: str) -> str | None:
-        """Whose journal name `journal` is; None once that agent was forgotten (or
-        for a name that was never handed out)."""
-        ...
-
-    async def forgets(self) -> int:
-        """How many forgets this store has seen: it grows by one with each, so a
-        cache of its keys can tell that one ran anywhere since it last looked."""
-        ...
-
-    async def refresh(self) -> None:
-        """Drop whatever was cached from before a forget that ran anywhere (a cache
-        does one round trip; a store without a cache does nothing)."""
-        ...
-
-    async def next_sequence(self, agent_id: str, count: int = 1) -> int:
-        """Reserve `count` consecutive journal sequence numbers for the agent; returns
-        the last of the block (the first block of an agent ends at `count`, so
-        numbers start at 1). Blocks never overlap, whatever the concurrency."""
-        ...
-
-    async def next_sequences(self, counts: Mapping[str, int]) -> dict[str, int]:
-        """`next_sequence` for several agents at once (agent -> block size), in one
-        round trip: the last number of each agent's block."""
-        ...
 
 
 # Create the agent's key unless it has one, then read back whichever won: one round

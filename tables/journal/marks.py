@@ -10,14 +10,13 @@ source range.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from redis.asyncio import Redis
 
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace, glob_escape
 
-__all__ = ["FORWARD_ONLY_HSET", "AppliedMarks", "RedisAppliedMarks", "mark_field"]
+__all__ = ["FORWARD_ONLY_HSET", "RedisAppliedMarks", "mark_field"]
 
 _SEPARATOR = "|"
 
@@ -36,22 +35,6 @@ return 1
 def mark_field(source: tuple[str, str, int]) -> str:
     agent_id, topic, partition = source
     return f"{agent_id}{_SEPARATOR}{topic}{_SEPARATOR}{partition}"
-
-
-class AppliedMarks(Protocol):
-    async def load(
-        self, sources: Sequence[tuple[str, str, int]]
-    ) -> dict[tuple[str, str, int], int]:
-        """The marks of `sources` that exist."""
-        ...
-
-    async def advance(self, marks: Mapping[tuple[str, str, int], int]) -> None:
-        """Move each mark forward to its offset (never back)."""
-        ...
-
-    async def forget(self, agent_id: str) -> int:
-        """Drop every mark of the agent (it is being forgotten); how many."""
-        ...
 
 
 class RedisAppliedMarks:

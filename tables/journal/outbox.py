@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from redis.asyncio import Redis
 
@@ -33,31 +32,15 @@ from grimoire.tables.codec.outbox_entry import (
     encode_outbox_entry,
 )
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.transaction import AgentTransactions, TransactionPart
+from grimoire.tables.ports.transaction import TransactionPart
+from grimoire.tables.transaction import AgentTransactions
 
-__all__ = ["Outbox", "OutboxEntry", "RedisOutbox", "sent_counts"]
+__all__ = ["OutboxEntry", "RedisOutbox", "sent_counts"]
 
 
 def sent_counts(entries: Sequence[OutboxEntry]) -> Counter[str]:
     """How many of `entries` each agent (the entry's key) has."""
     return Counter(entry.key for entry in entries)
-
-
-class Outbox(Protocol):
-    def part(self, journal_partition: int, entries: Sequence[OutboxEntry]) -> TransactionPart:
-        """`entries` queued behind their agents' others (an entry's key is its
-        agent), inside a store's transaction."""
-        ...
-
-    async def pending(self, journal_partition: int) -> list[OutboxEntry]:
-        """Everything queued for the partition's agents: agent by agent (sorted),
-        each agent's oldest first."""
-        ...
-
-    async def remove(self, journal_partition: int, counts: Mapping[str, int]) -> None:
-        """Drop each agent's oldest `counts[agent]` entries (published and
-        acknowledged)."""
-        ...
 
 
 class _ListPart:

@@ -11,24 +11,13 @@ kept of the fold; the worker folds again from the mark to where the group resume
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
 
 from redis.asyncio import Redis
 
 from grimoire.tables.journal.marks import FORWARD_ONLY_HSET
 from grimoire.tables.keyspace import Keyspace
 
-__all__ = ["JournalProgress", "RedisJournalProgress"]
-
-
-class JournalProgress(Protocol):
-    async def load(self, partition: int) -> int | None:
-        """The last journal offset of `partition` the fold finished, if any."""
-        ...
-
-    async def advance(self, offsets: Mapping[int, int]) -> None:
-        """Move each partition's mark forward to its offset (never back)."""
-        ...
+__all__ = ["RedisJournalProgress"]
 
 
 class RedisJournalProgress:

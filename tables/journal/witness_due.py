@@ -17,7 +17,7 @@ there is no crash after which a record could be due.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
@@ -28,7 +28,6 @@ __all__ = [
     "NoWitnessDue",
     "RedisWitnessDue",
     "WitnessDue",
-    "WitnessDueReader",
     "changed_count_template",
 ]
 
@@ -64,12 +63,6 @@ def changed_count_template(journal: tuple[int, int]) -> tuple[str, str]:
     with fields {"changed": count}."""
     partition, offset = journal
     return '{"fields":{"changed":', f'}},"ids":[],"journal":[{partition},{offset}]}}'
-
-
-class WitnessDueReader(Protocol):
-    async def due(self, agent_id: str) -> WitnessDue | None:
-        """The agent's last record written with effects, if any."""
-        ...
 
 
 class RedisWitnessDue:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -37,13 +37,13 @@ from grimoire.tables.codec.learning import (
     weights_value,
 )
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.transaction import AgentTransactions, TransactionPart, agent_transaction
+from grimoire.tables.ports.learn import Recalls
+from grimoire.tables.ports.transaction import TransactionPart
+from grimoire.tables.transaction import AgentTransactions, agent_transaction
 
-__all__ = ["LearningStore", "LearningWrite", "RedisLearningStore"]
+__all__ = ["LearningWrite", "RedisLearningStore"]
 
 logger = logging.getLogger(__name__)
-
-Recalls = dict[str, dict[str, float]]  # memory id -> factor -> value
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,41 +55,6 @@ class LearningWrite:
     edges: tuple[CausalEdge, ...] = ()
     weights: LearnedWeights | None = None
     ended: EndedRun | None = None  # the run's outcome, kept for members written later
-
-
-class LearningStore(Protocol):
-    async def record_recalls(self, agent_id: str, run_id: str, recalls: Mapping[str, Any]) -> None:
-        """Add a recall's memories (id → factor values) to the run's; a memory the run
-        recalled before keeps the values of its first recall."""
-        ...
-
-    async def run_recalls(self, agent_id: str, run_id: str) -> Recalls: ...
-
-    async def learned_weights(self, agent_id: str) -> LearnedWeights | None: ...
-
-    async def ended_runs(self, agent_id: str, run_ids: Sequence[str]) -> dict[str, EndedRun]:
-        """The runs among `run_ids` whose outcome was learned from."""
-        ...
-
-    async def edges(
-        self, agent_id: str, pairs: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], CausalEdge]:
-        """The stored edges among `pairs` (cause, effect)."""
-        ...
-
-    async def edges_of(self, agent_id: str, nodes: Sequence[str]) -> dict[str, list[CausalEdge]]:
-        """Each node's edges, in and out, sorted by (cause, effect)."""
-        ...
-
-    async def out_edges(self, agent_id: str, causes: Sequence[str]) -> dict[str, list[CausalEdge]]:
-        """Each cause's out-edges, sorted by effect (what a cause's uplift is from)."""
-        ...
-
-    async def all_edges(self, agent_id: str) -> list[CausalEdge]: ...
-
-    async def outcome_part(self, write: LearningWrite) -> TransactionPart:
-        """The writes of one outcome, to commit with its credits."""
-        ...
 
 
 class _RedisPart:

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from redis.asyncio import Redis
 from redisvl.query.filter import Num
@@ -52,7 +52,6 @@ __all__ = [
     "USAGE_FIELDS",
     "VECTOR_FIELDS",
     "CompactionStalled",
-    "CompactionStore",
     "Phase",
     "RedisCompactionStore",
     "StoredPlan",
@@ -87,90 +86,6 @@ class CompactionStalled(StorageError):
 class StoredPlan:
     plan: CompactionPlan
     phase: Phase
-
-
-class CompactionStore(Protocol):
-    """The storage steps of one agent's compaction, each atomic on its own.
-
-    Tenancy: every read and write is scoped to `agent_id`; another agent's
-    memory is never a candidate, never flipped and never hidden."""
-
-    # ---- candidate scan ---------------------------------------------------------
-    async def cursor(self, agent_id: str) -> int | None:
-        """The event time the next scan starts at (None before the first pass)."""
-        ...
-
-    async def set_cursor(self, agent_id: str, ts_ms: int) -> None: ...
-
-    async def first_live_ts(self, agent_id: str, since_ms: int, horizon_ms: int) -> int | None:
-        """The event time of the agent's first live memory in [since, horizon]."""
-        ...
-
-    async def candidates(
-        self, agent_id: str, now_ms: int, policy: CompactionPolicy, limit: int, since_ms: int
-    ) -> list[CompactionCandidate]:
-        """At most `limit` of the agent's live memories of the policy's level, old
-        enough (`ts <= now - min_age`), in [since, since + window), oldest first,
-        with their usage counters merged in."""
-        ...
-
-    async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
-        """How many memories of the agent carry each nexus key."""
-        ...
-
-    # ---- the persisted plan -----------------------------------------------------
-    async def save_plan(self, agent_id: str, plan: CompactionPlan) -> None:
-        """Store the plan at PLANNED and point the agent's pending plan at it."""
-        ...
-
-    async def pending(self, agent_id: str) -> str | None:
-        """The id of the agent's unfinished plan, if any."""
-        ...
-
-    async def load_plan(self, agent_id: str, plan_id: str) -> StoredPlan | None:
-        """The plan and its phase; None when either is missing."""
-        ...
-
-    async def drop_pending(self, agent_id: str) -> None:
-        """Forget the pending pointer (of a plan that is gone)."""
-        ...
-
-    # ---- the phases -------------------------------------------------------------
-    async def existing(self, agent_id: str, memory_ids: Sequence[str]) -> set[str]:
-        """The ids that have a memory record of the agent (whatever its state)."""
-        ...
-
-    async def write_summaries(
-        self, agent_id: str, plan: CompactionPlan, vectors: Mapping[str, bytes]
-    ) -> None:
-        """Write the summaries named in `vectors` (summary id -> float32 vector)
-        HIDDEN, with their nexus links, and move the plan to SUMMARIES_WRITTEN."""
-        ...
-
-    async def indexed(self, agent_id: str, summary_ids: Sequence[str]) -> int:
-        """How many of these summaries (of the agent) the search index returns."""
-        ...
-
-    async def mark_indexed(self, agent_id: str, plan_id: str) -> None: ...
-
-    async def flip(self, agent_id: str, plan: CompactionPlan) -> list[int]:
-        """The logical deletion, in one step: each summary visible, each of its
-        sources still live deleted + replaced_by_summary_id with a tombstone and
-        queued in the outbox; the plan at FLIPPED. Per cluster: sources flipped,
-        or -1 when the summary is missing (its sources stay). Idempotent."""
-        ...
-
-    async def outbox(self, agent_id: str, plan_id: str, limit: int) -> list[str]:
-        """The first `limit` source ids whose vectors are still to drop."""
-        ...
-
-    async def drop_vectors(self, agent_id: str, plan_id: str, memory_ids: Sequence[str]) -> None:
-        """Drop these sources' vectors and take them off the outbox's head, in one step."""
-        ...
-
-    async def finish(self, agent_id: str, plan_id: str) -> None:
-        """Plan DONE (kept `PLAN_TTL_S` for audit), pending pointer and outbox gone."""
-        ...
 
 
 # Swap one cluster for its summary in one step, so recall sees either the sources

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
@@ -82,7 +82,6 @@ __all__ = [
     "CuratorCycle",
     "CuratorInputs",
     "CuratorState",
-    "CuratorStore",
     "RedisCuratorStore",
     "loaded_entry",
     "missing_vectors",
@@ -176,57 +175,6 @@ def loaded_entry(
     if not is_new_curated(doc):
         return None
     return curated_entry(doc, usage_accessed, bookkeeping_from_json(book))
-
-
-class CuratorStore(Protocol):
-    """The curator's storage, per agent. Reads see only the agent's own memories."""
-
-    async def state(self, agent_id: str) -> CuratorState: ...
-
-    async def cycle_inputs(self, agent_id: str, watermark_ms: int) -> CuratorInputs:
-        """The live episodes newer than `watermark_ms` (up to the store's episode
-        cap), every live curated entry, and the quarantined memories to review."""
-        ...
-
-    async def entries(self, agent_id: str) -> list[CuratedEntry]:
-        """The live insights, heuristics and warnings (neither quarantined nor
-        archived), with their decay origin and bookkeeping."""
-        ...
-
-    async def episodes_since(self, agent_id: str, watermark_ms: int) -> list[EpisodeView]:
-        """The live episodes newer than `watermark_ms`, oldest first (up to the cap)."""
-        ...
-
-    async def quarantined(self, agent_id: str) -> list[QuarantinedView]:
-        """The quarantined memories to review, oldest first."""
-        ...
-
-    async def due_ids(self, agent_id: str, now_ms: int) -> list[str]:
-        """The ids scheduled for a look by `now_ms`, by (due time, id)."""
-        ...
-
-    async def playbook_ids(self, agent_id: str) -> list[str]:
-        """The ids the playbook index holds, sorted."""
-        ...
-
-    async def signature_members(
-        self, agent_id: str, prefixes: Sequence[str]
-    ) -> dict[str, list[str]]:
-        """Each `signature_key` prefix's members of the signature index, sorted."""
-        ...
-
-    async def load(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, CuratedEntry]:
-        """Those of `memory_ids` that are live curated entries of the agent."""
-        ...
-
-    async def get_playbook(self, agent_id: str) -> str | None: ...
-
-    async def apply(self, cycle: CuratorCycle) -> bool:
-        """Write the whole cycle or nothing: records, usage times, bookkeeping,
-        quarantine decisions, playbook and state. False, writing nothing, when a
-        cycle numbered the same or later has already been applied. Raises
-        ValueError when a rewritten text comes without its vector."""
-        ...
 
 
 def _not(name: str) -> FilterExpression:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from redis.asyncio import Redis
 from redisvl.query.filter import Tag
@@ -47,7 +47,7 @@ from grimoire.tables.ordered_search import index_search, ts_windows
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 
-__all__ = ["SEED_BATCH", "DecayIndex", "DecayStore", "DueDecay"]
+__all__ = ["SEED_BATCH", "DecayIndex", "DueDecay"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,51 +92,6 @@ class DueDecay:
             else:
                 entries.append(state.entry)
         return cls(tuple(entries), tuple(gone))
-
-
-class DecayStore(Protocol):
-    """The decay schedule and its snapshots, per agent.
-
-    Storage only: due times come from the pure functions of
-    `grimoire.streams.maintenance.decay_pass` with the store's `bands` and
-    `policy`, which a pass must plan with too (a snapshot's band and its next due
-    time are only meaningful against the bands the schedule was computed with).
-    """
-
-    @property
-    def bands(self) -> DecayBands: ...
-
-    @property
-    def policy(self) -> DecayPolicy: ...
-
-    async def due(self, agent_id: str, as_of_ms: int, limit: int) -> DueDecay:
-        """Up to `limit` members due by `as_of_ms`, oldest due first (ties by id);
-        the rest stay due for a later pass."""
-        ...
-
-    async def apply_pass(
-        self, agent_id: str, as_of_ms: int, plan: DecayPassPlan, *, gone: Sequence[str] = ()
-    ) -> None:
-        """Write a plan made from this store's `due` for the same agent and time:
-        each update's snapshot (as of `as_of_ms`) and next due time (None
-        unschedules), and drop `gone` and the plan's invalid entries. Idempotent:
-        applying it again writes the same values."""
-        ...
-
-    async def ensure_seeded(self, agent_id: str, now_ms: int) -> int | None:
-        """Schedule an agent's stored live memories once; how many were scheduled,
-        or None when it had been seeded before."""
-        ...
-
-    async def outlook(self, agent_ids: Sequence[str]) -> dict[str, DecayOutlook]:
-        """Each agent's schedule at a glance: seeded or not, and its earliest due
-        time (one round trip for all of them)."""
-        ...
-
-    async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
-        """Recompute due times after accesses or outcomes changed the stored fields;
-        ids that are not the agent's live memories are unscheduled or ignored."""
-        ...
 
 
 class DecayIndex:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 
 from grimoire.streams.maintenance.schedule import Ledger, Task
 from grimoire.tables.keyspace import Keyspace
 
-__all__ = ["MaintenanceLedger", "MaintenanceLedgerStore", "agent_watermarks", "known_agents"]
+__all__ = ["MaintenanceLedgerStore", "agent_watermarks", "known_agents"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,37 +35,6 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-class MaintenanceLedger(Protocol):
-    """Per agent: a lease held while a pass runs, the tick each task last completed
-    at (forward only), and the history of completed tasks with their reports."""
-
-    async def acquire(self, agent_id: str, holder: str, lease_ms: int) -> bool:
-        """Take the lease unless someone else holds it (it expires after `lease_ms`)."""
-        ...
-
-    async def release(self, agent_id: str, holder: str) -> None:
-        """Give the lease back if `holder` still holds it."""
-        ...
-
-    async def ledger(self, agent_id: str) -> Ledger: ...
-
-    async def ledgers(self, agent_ids: Sequence[str]) -> dict[str, Ledger]:
-        """`ledger` of many agents at once (one round trip)."""
-        ...
-
-    async def complete(
-        self, agent_id: str, task: Task, tick: int, holder: str, detail: Mapping[str, Any]
-    ) -> bool:
-        """Record a completed task; False when the entry already stood at or past
-        `tick` (another holder did it first), and then nothing is recorded."""
-        ...
-
-    async def history(self, agent_id: str) -> list[dict[str, str]]:
-        """Completed tasks, oldest first: task, tick, worker and the report's fields
-        as strings."""
-        ...
 
 
 class MaintenanceLedgerStore:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from redis.asyncio import Redis
@@ -20,8 +20,8 @@ from redisvl.schema.fields import TagField
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.options import NO_FILTERS
-from grimoire.streams.recall.ports import RecallSource
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
@@ -47,10 +47,11 @@ from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.memory.rebuild import MEMORIES_FIELD, counted_text
 from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy, RedisRecallSource
 from grimoire.tables.memory.scripts import RedisScripts
+from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.tables.queries import KnnQuery, live_filter, tenant_filter
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.schema.memory_index import memory_schema
-from grimoire.tables.transaction import AgentTransactions, TransactionPart, agent_transaction
+from grimoire.tables.transaction import AgentTransactions, agent_transaction
 from grimoire.tables.trust.derivations import batch_edges, queue_edges
 
 logger = logging.getLogger(__name__)
@@ -76,84 +77,6 @@ NEIGHBOUR_TIES = 4
 class ScoredHit:
     memory: StoredMemory
     score: float  # larger is better in every lane
-
-
-class MemoryStore(Protocol):
-    async def ensure_schema(self) -> None: ...
-
-    # write path
-    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
-    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
-    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
-        """Each agent's last stored state vector (`WriteBatch.state_vectors`); an
-        agent without one is left out."""
-        ...
-
-    async def nearest(
-        self, queries: Sequence[tuple[str, bytes]]
-    ) -> list[StoredNeighbour | None]: ...
-    async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
-        """Write the batch, and `also` in the same transaction."""
-        ...
-
-    # read path
-    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
-    async def knn(
-        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
-    ) -> list[ScoredHit]: ...
-    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
-    async def count(self, agent_id: str) -> int: ...
-    async def metrics(self) -> dict[str, float]: ...
-    async def watermark(self, agent_id: str) -> int | None: ...
-    async def contrarian_served(self, agent_id: str) -> int | None: ...
-    async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
-    async def apply_usage_once(
-        self,
-        agent_id: str,
-        seq: int,
-        memory_ids: Sequence[str],
-        as_of_ms: int,
-        contrarian_window: int | None,
-        request: str | None = None,
-    ) -> bool:
-        """Apply a usage entry's uses (counters, last access, the window served)
-        unless the entry `seq` was applied before, or an entry for the same recall
-        `request` (its topic:partition:offset) was; whether it was applied now."""
-        ...
-
-    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
-        """Whether another usage entry than `seq` was applied for `request`: the
-        recall was answered twice (its worker killed before committing it)."""
-        ...
-
-    def recall_source(self, agent_id: str) -> RecallSource: ...
-    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
-        """Apply an outcome once; -1 when it was applied before, else how many of the
-        agent's memories it changed. With the `journal` entry applying it, its
-        witness record is left due with the effects (`WitnessDue`)."""
-        ...
-
-    async def apply_credits(
-        self,
-        outcome: Outcome,
-        credits: Sequence[MemoryCredit],
-        uplifts: Mapping[str, float],
-        also: Sequence[TransactionPart] = (),
-        counters: Sequence[tuple[str, float]] = (),
-        journal: tuple[int, int] | None = None,
-    ) -> int:
-        """Apply a run's credits and the causes' new causal uplift once per outcome
-        id, with `also` and the agent's stats `counters` (increments) in the same
-        transaction; -1 when applied before (and then neither is written), else how
-        many of the agent's memories changed."""
-        ...
-
-    async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]: ...
-    async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None: ...
-    async def take_held_outcomes(
-        self, agent_id: str, memory_ids: Sequence[str]
-    ) -> list[Outcome]: ...
-    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
 
 
 def schema_differences(schema: IndexSchema, attributes: Sequence[Any]) -> list[str]:
@@ -685,16 +608,17 @@ class RedisMemoryStore:
 
     # ---- outcomes that arrive before their memory ---------------------------------
 
-    async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]:
-        """Those of `memory_ids` with no memory hash at all (another agent's are not
-        missing: they are someone else's, and never this agent's)."""
-        if not memory_ids:
-            return []
+    async def missing_memories(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Those (agent, memory id) pairs with no memory hash at all (another agent's
+        memory is not missing: it is someone else's, never this agent's), in one
+        round trip whatever the agents."""
+        if not pairs:
+            return set()
         async with self._redis.pipeline(transaction=False) as pipe:
-            for memory_id in memory_ids:
+            for agent_id, memory_id in pairs:
                 pipe.exists(self.key(agent_id, memory_id))
             found = await pipe.execute()
-        return [m for m, exists in zip(memory_ids, found, strict=True) if not exists]
+        return {pair for pair, exists in zip(pairs, found, strict=True) if not exists}
 
     async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None:
         """Keep the part of `outcome` naming each of `memory_ids` until it is written."""

@@ -16,8 +16,8 @@ commit does, through `DecayIndex.schedule_new`): a test writing memories calls
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from grimoire.streams.maintenance.decay_pass import (
     DEFAULT_DECAY_BANDS,
@@ -31,24 +31,12 @@ from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.hash_values import stored_number, stored_text
 from grimoire.tables.codec.memory_hash import StoredDecayState, decode_state
 from grimoire.tables.maintenance.decay_index import DueDecay
+from grimoire.tables.ports.testing import MemoryHashes
 from grimoire.tables.testing.curator_marks import curator_indexes
 
-__all__ = ["InMemoryDecayStore", "MemoryHashes"]
+__all__ = ["InMemoryDecayStore"]
 
 logger = logging.getLogger(__name__)
-
-Hash = Mapping[str, str | bytes]
-
-
-class MemoryHashes(Protocol):
-    """The memory and usage hashes as HGETALL would return them; satisfied by
-    `grimoire.tables.testing.memory_store.InMemoryMemoryStore`."""
-
-    def record(self, memory_id: str) -> Hash | None: ...
-
-    def usage(self, memory_id: str) -> Hash: ...
-
-    def hashes(self) -> Iterable[Hash]: ...
 
 
 class InMemoryDecayStore:

@@ -10,7 +10,7 @@ from grimoire.streams.learn.causal import CausalEdge
 from grimoire.streams.learn.hedge import LearnedWeights
 from grimoire.streams.learn.runs import EndedRun
 from grimoire.tables.learn.store import LearningWrite
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.ports.transaction import TransactionPart
 
 __all__ = ["InMemoryLearningStore"]
 

@@ -18,7 +18,7 @@ from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.text import search_terms
-from grimoire.streams.recall.ports import RecallSource
+from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
@@ -30,11 +30,11 @@ from grimoire.tables.codec.memory_hash import (
     stored_memory,
 )
 from grimoire.tables.memory.store import ScoredHit
+from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.tables.testing.curator_marks import curator_indexes
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from grimoire.tables.testing.derivations import edge_index
 from grimoire.tables.testing.recall_source import InMemoryRecallSource
-from grimoire.tables.transaction import TransactionPart
 from grimoire.tables.trust.derivations import batch_edges
 
 Hash = dict[str, str | bytes]
@@ -436,8 +436,8 @@ class InMemoryMemoryStore:
 
     # ---- outcomes that arrive before their memory -------------------------------
 
-    async def missing_memories(self, agent_id: str, memory_ids: Sequence[str]) -> list[str]:
-        return [m for m in memory_ids if m not in self._records]
+    async def missing_memories(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        return {(a, m) for a, m in pairs if m not in self._records}
 
     async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None:
         held = self._held.setdefault(outcome.agent_id, {})

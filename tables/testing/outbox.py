@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grimoire.tables.codec.outbox_entry import OutboxEntry
-from grimoire.tables.transaction import TransactionPart
+from grimoire.tables.ports.transaction import TransactionPart
 
 __all__ = ["InMemoryOutbox"]
 

@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import orjson
 from redis.asyncio import Redis
@@ -47,12 +47,11 @@ from grimoire.streams.trust.tenancy import (
 )
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.ports.trust import ApiKeyStore
 
 __all__ = [
     "SURFACE_HTTP",
     "SURFACE_KAFKA",
-    "ApiKeyStore",
-    "AuthMetrics",
     "Authenticator",
     "Identity",
     "RedisApiKeyStore",
@@ -88,27 +87,6 @@ def new_api_key(scope: TenantScope, label: str, *, now_ms: int) -> tuple[ApiKeyR
         created_ms=now_ms,
     )
     return record, format_token(key_id, secret)
-
-
-class ApiKeyStore(Protocol):
-    async def create(
-        self, scope: TenantScope, label: str, *, now_ms: int
-    ) -> tuple[ApiKeyRecord, str]:
-        """Store a new key; returns its record and the token (shown once, never stored)."""
-        ...
-
-    async def get(self, key_id: str) -> ApiKeyRecord | None:
-        """A key by id, revoked ones included; None for an id never created."""
-        ...
-
-    async def revoke(self, key_id: str) -> bool:
-        """Mark a key revoked (kept, so listings still show it); False for an unknown
-        id. Revoking twice is harmless and answers True again."""
-        ...
-
-    async def list(self) -> list[ApiKeyRecord]:
-        """Every key, revoked ones included, oldest first (then by id)."""
-        ...
 
 
 def encode_record(record: ApiKeyRecord) -> dict[str, str]:
@@ -341,12 +319,6 @@ def refusal_fields(decision: AuthDecision, surface: str) -> tuple[str, str]:
     (`auth_unauthenticated` / `auth_forbidden`) and its surface (`auth_refused_kafka`
     / `auth_refused_http`)."""
     return f"auth_{decision.outcome.value}", f"auth_refused_{surface}"
-
-
-class AuthMetrics(Protocol):
-    async def refused(self, decision: AuthDecision, surface: str) -> None:
-        """Count one refused request."""
-        ...
 
 
 class RedisAuthMetrics:

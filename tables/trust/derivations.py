@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
@@ -65,7 +65,6 @@ from grimoire.tables.transaction import agent_transaction
 
 __all__ = [
     "MAINTENANCE_EVENT_TYPES",
-    "DerivationStore",
     "RedisDerivationStore",
     "batch_edges",
     "curated_edges",
@@ -195,56 +194,6 @@ def queue_drop(pipe: Any, keys: Keyspace, agent_id: str, edges: Iterable[Edge]) 
 
 
 # ---- the store --------------------------------------------------------------------
-
-
-class DerivationStore(Protocol):
-    """The derivation index of each agent, and the writes a retraction or a pin
-    makes. Every read and write is scoped to `agent_id`: another agent's memory
-    is never read as a node, never retracted and never pinned."""
-
-    async def derived_from(self, agent_id: str, source_ids: Sequence[str]) -> list[Edge]:
-        """The edges out of these sources, sorted."""
-        ...
-
-    async def sources_of(self, agent_id: str, derived_ids: Sequence[str]) -> list[Edge]:
-        """The edges into these memories, sorted."""
-        ...
-
-    async def add(self, agent_id: str, edges: Sequence[Edge]) -> None:
-        """Record edges outside a writer's own step (share roles add up)."""
-        ...
-
-    async def nodes(self, agent_id: str, memory_ids: Sequence[str]) -> dict[str, DerivedNode]:
-        """The agent's memories among these ids, as the retraction planner reads them
-        (a curated entry with its bookkeeping); other ids are left out."""
-        ...
-
-    async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
-        """How many memories of the agent carry each nexus key."""
-        ...
-
-    async def apply(
-        self,
-        agent_id: str,
-        plan: RetractionPlan,
-        vectors: Mapping[str, bytes],
-        *,
-        at_ms: int,
-        playbook: str | None = None,
-    ) -> None:
-        """Apply a planned retraction in one step: each retracted memory marked
-        (`retracted`, `deleted`, no summary link) and taken out of the nexus index,
-        its hyperedges, the walk's node table, the term counts (when the write
-        path counted it) and the curator's bookkeeping; aggregate counts and
-        reinforcement counters lowered; summaries rewritten with `vectors`
-        (summary id -> float32 bytes) and re-linked; curated entries demoted;
-        the plan's dropped edges removed; PLAYBOOK.md replaced when given.
-        Raises ValueError, writing nothing, when a rebuilt summary has no vector."""
-        ...
-
-    async def set_pinned(self, agent_id: str, memory_id: str, pinned: bool) -> bool:
-        """Pin or unpin one of the agent's memories; False when it has none by that id."""
-        ...
 
 
 def missing_summary_vectors(plan: RetractionPlan, vectors: Mapping[str, bytes]) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -41,6 +41,7 @@ from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.witness import CorruptWitness, decode_witness, encode_witness
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.ports.trust import WitnessLog
 from grimoire.tables.redis_client import queue_script
 from grimoire.tables.transaction import AgentTransactions, StreamFence
 
@@ -49,7 +50,6 @@ __all__ = [
     "ChainConflict",
     "RedisWitnessLog",
     "Witness",
-    "WitnessLog",
     "WitnessPart",
     "audit",
     "is_chain_conflict",
@@ -106,30 +106,6 @@ def is_chain_conflict(error: BaseException) -> bool:
     if isinstance(error, ChainConflict):
         return True
     return isinstance(error, ResponseError) and _CONFLICT in str(error)
-
-
-class WitnessLog(Protocol):
-    """Each agent's witness records, oldest first; append-only."""
-
-    async def append(self, record: WitnessRecord) -> None:
-        """Store `record` after the agent's head. ChainConflict when it does not
-        continue the stored chain; nothing happens when it is already stored."""
-        ...
-
-    async def last(self, agent_id: str) -> WitnessRecord | None:
-        """The agent's head (None before its first record)."""
-        ...
-
-    async def records(
-        self, agent_id: str, start_seq: int = 1, limit: int | None = None
-    ) -> list[WitnessRecord]:
-        """Records from `start_seq` on, in order, at most `limit` of them.
-        CorruptWitness (with its `seq`) when stored bytes are no record."""
-        ...
-
-    async def length(self, agent_id: str) -> int:
-        """How many records the agent has."""
-        ...
 
 
 class RedisWitnessLog:

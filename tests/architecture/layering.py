@@ -8,6 +8,11 @@ not drag in faust, Redis or the embedding stack; nothing outside ``infra`` may i
 imports the benchmarks and evaluation code, which live outside the installed package
 in the top-level ``bench/`` folder (run as ``python -m bench`` by the make targets).
 
+Two rules inside a layer: the journal (``grimoire.agents.journal``) knows no handler,
+since the apply loop dispatches through the rule registry the composition root fills;
+and every ``Protocol`` of a layer is declared in that layer's ports module or package
+(``grimoire.<layer>.ports``), one home per kind of thing (``misplaced_ports``).
+
 Everything here is a pure function over a source tree on disk. The checker reads the
 files with :mod:`ast` instead of importing them, so it sees every import a module
 could ever execute -- including those inside functions, ``if TYPE_CHECKING:`` blocks,
@@ -75,6 +80,15 @@ STREAMS_THIRD_PARTY: Final = frozenset({"numpy", "orjson"})
 TOPICS_FORBIDDEN: Final = IO_LIBRARIES - {"aiokafka"} | {"numpy"}
 
 STDLIB: Final = frozenset(sys.stdlib_module_names)
+
+#: The journal's side of the agents layer, and what it must not import: the apply
+#: loop reaches handlers only through the `EntryRule` registry it is given.
+JOURNAL: Final = f"{AGENTS}.journal"
+JOURNAL_FORBIDDEN: Final = (
+    f"{AGENTS}.handlers",
+    f"{AGENTS}.maintenance",
+    f"{AGENTS}.folding",
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -320,6 +334,13 @@ def rule_violations(ref: ImportRef) -> list[str]:
     if layer is None:
         return reasons
 
+    if _within(importer, JOURNAL) and any(_within(imported, f) for f in JOURNAL_FORBIDDEN):
+        reasons.append(
+            "the journal knows no handler: the apply loop dispatches through the rule "
+            "registry the composition root fills (grimoire.agents.folding)"
+        )
+        return reasons
+
     if _top_level(imported) == ROOT_PACKAGE:
         target_layer = _layer_of(imported)
         if target_layer is None:
@@ -379,6 +400,44 @@ def check_tree(
 ) -> list[Violation]:
     """All layering violations of the source tree rooted at ``root``."""
     return check_imports(collect_tree_imports(root, package_dirs))
+
+
+def _is_protocol_base(base: ast.expr) -> bool:
+    if isinstance(base, ast.Subscript):  # Protocol[T]
+        base = base.value
+    if isinstance(base, ast.Name):
+        return base.id == "Protocol"
+    return isinstance(base, ast.Attribute) and base.attr == "Protocol"
+
+
+def ports_home(module: str) -> str | None:
+    """The ports module or package of ``module``'s layer (None outside the layers)."""
+    layer = _layer_of(module)
+    return None if layer is None else f"{layer}.ports"
+
+
+def misplaced_ports(
+    root: Path, package_dirs: Mapping[str, str] = DEFAULT_PACKAGE_DIRS
+) -> list[Violation]:
+    """Every ``Protocol`` class declared outside its layer's ports module or package."""
+    found: list[Violation] = []
+    for source_module in iter_source_modules(root, package_dirs):
+        home = ports_home(source_module.module)
+        if home is None or _within(source_module.module, home):
+            continue
+        tree = ast.parse(source_module.path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(_is_protocol_base(b) for b in node.bases):
+                found.append(
+                    Violation(
+                        source_module.path,
+                        node.lineno,
+                        source_module.module,
+                        node.name,
+                        f"a port is declared outside its layer's ports home ({home})",
+                    )
+                )
+    return sorted(found)
 
 
 def format_violations(violations: Iterable[Violation], root: Path | None = None) -> str:

@@ -80,6 +80,16 @@ def test_real_tree_has_no_layering_violations() -> None:
     )
 
 
+def test_every_port_is_declared_in_its_layers_ports_home() -> None:
+    """One home per kind of thing: a layer's Protocols live in ``<layer>.ports``."""
+    package_dirs = packaging.package_dirs_from_pyproject(_pyproject())
+    misplaced = layering.misplaced_ports(PROJECT_ROOT, package_dirs)
+    assert not misplaced, (
+        f"{len(misplaced)} port(s) outside their ports home:\n"
+        + layering.format_violations(misplaced, PROJECT_ROOT)
+    )
+
+
 def test_every_package_folder_is_listed_for_the_wheel() -> None:
     """A sub-package missing from pyproject's explicit list is missing from the wheel."""
     pyproject = _pyproject()
@@ -457,3 +467,70 @@ def test_package_check_accepts_a_consistent_tree(tmp_path: Path) -> None:
         (tmp_path / relative).touch()
     listed = ["grimoire", "grimoire.tables", "grimoire.tables.schema"]
     assert packaging.package_problems(tmp_path, {"tables": "grimoire.tables"}, listed) == []
+
+
+def test_the_journal_importing_a_handler_is_reported(tmp_path: Path) -> None:
+    _write_tree(
+        tmp_path,
+        {
+            "agents/journal/apply.py": """
+                from grimoire.agents.ports import EntryRule
+                from grimoire.agents.handlers.ingest import IngestHandler
+                from grimoire.agents import folding
+                """,
+            "agents/ports.py": "",
+            "agents/folding.py": "",
+            "agents/handlers/ingest.py": "class IngestHandler: ...\n",
+            "agents/folding_user.py": "from grimoire.agents.handlers.ingest import IngestHandler\n",
+        },
+    )
+    found = _found(layering.check_tree(tmp_path))
+    apply = tmp_path / "agents/journal/apply.py"
+    assert {(file, line, imported) for file, line, _, imported in found} == {
+        (apply, 2, "grimoire.agents.handlers.ingest"),
+        (apply, 3, "grimoire.agents.folding"),
+    }
+
+
+def test_a_protocol_outside_its_layers_ports_home_is_reported(tmp_path: Path) -> None:
+    _write_tree(
+        tmp_path,
+        {
+            "tables/ports/memory.py": """
+                from typing import Protocol
+
+                class MemoryStore(Protocol): ...
+                """,
+            "tables/memory/store.py": """
+                import typing
+                from typing import Protocol
+
+                class RedisMemoryStore: ...
+
+                class Loader(typing.Protocol): ...
+
+                class Generic(Protocol[int]): ...
+                """,
+            "agents/ports.py": """
+                from typing import Protocol
+
+                class EventSink(Protocol): ...
+                """,
+            "agents/handlers/x.py": """
+                from typing import Protocol
+
+                def make() -> object:
+                    class Inner(Protocol): ...
+                    return Inner
+                """,
+        },
+    )
+    found = {
+        (v.file.relative_to(tmp_path).as_posix(), v.line, v.imported)
+        for v in layering.misplaced_ports(tmp_path)
+    }
+    assert found == {
+        ("tables/memory/store.py", 6, "Loader"),
+        ("tables/memory/store.py", 8, "Generic"),
+        ("agents/handlers/x.py", 4, "Inner"),
+    }

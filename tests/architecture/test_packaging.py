@@ -96,7 +96,7 @@ def test_a_built_wheel_holds_no_benchmark_file(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert "grimoire/__init__.py" in names
-    assert "grimoire/infra/cli.py" in names
+    assert "grimoire/infra/cli/__init__.py" in names
     shipped = [
         name
         for name in names

@@ -29,11 +29,11 @@ from grimoire.streams.trust.tenancy import (
 )
 from grimoire.tables.journal.keystore import RedisKeyStore
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.ports.trust import ApiKeyStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.api_keys import InMemoryApiKeyStore
 from grimoire.tables.trust.api_keys import (
     SURFACE_KAFKA,
-    ApiKeyStore,
     Authenticator,
     RedisApiKeyStore,
     RedisAuthMetrics,

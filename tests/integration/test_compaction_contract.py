@@ -49,12 +49,13 @@ from grimoire.tables.exceptions import StorageError
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import (
     PLAN_TTL_S,
-    CompactionStore,
     Phase,
     RedisCompactionStore,
     StoredPlan,
 )
-from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
+from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.ports.maintenance import CompactionStore
+from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore

@@ -41,12 +41,10 @@ from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.search_replies import scored_keys
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.maintenance.compaction_store import (
-    CompactionStore,
-    Phase,
-    RedisCompactionStore,
-)
-from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
+from grimoire.tables.maintenance.compaction_store import Phase, RedisCompactionStore
+from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.ports.maintenance import CompactionStore
+from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.queries import escape_tag
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore

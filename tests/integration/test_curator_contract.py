@@ -41,13 +41,10 @@ from grimoire.streams.model.records import (
 )
 from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.maintenance.curator_store import (
-    CuratorCycle,
-    CuratorState,
-    CuratorStore,
-    RedisCuratorStore,
-)
-from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
+from grimoire.tables.maintenance.curator_store import CuratorCycle, CuratorState, RedisCuratorStore
+from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.ports.maintenance import CuratorStore
+from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore

@@ -30,8 +30,9 @@ from grimoire.streams.maintenance.schedule import DecayOutlook
 from grimoire.streams.model.decay import DAY_MS, HOUR_MS
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import decode_record, with_usage
-from grimoire.tables.maintenance.decay_index import DecayIndex, DecayStore, DueDecay
+from grimoire.tables.maintenance.decay_index import DecayIndex, DueDecay
 from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.ports.maintenance import DecayStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from tests.support.stored import drop_deployment

@@ -61,19 +61,18 @@ from grimoire.streams.trust.retraction import (
 from grimoire.streams.write.changes import AggregateFold, WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.maintenance.compaction_store import CompactionStore, RedisCompactionStore
-from grimoire.tables.maintenance.curator_store import (
-    CuratorCycle,
-    CuratorStore,
-    RedisCuratorStore,
-)
-from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
+from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
+from grimoire.tables.maintenance.curator_store import CuratorCycle, RedisCuratorStore
+from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.ports.maintenance import CompactionStore, CuratorStore
+from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.trust import DerivationStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
-from grimoire.tables.trust.derivations import DerivationStore, RedisDerivationStore
+from grimoire.tables.trust.derivations import RedisDerivationStore
 from tests.support.stored import drop_deployment, owned_key
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,8 @@ import pytest
 from grimoire.infra.settings import Settings
 from grimoire.streams.facts.timeline import assert_fact, retract
 from grimoire.streams.facts.values import Fact, fact_id_for
-from grimoire.tables.facts.store import FactStore, RedisFactStore
+from grimoire.tables.facts.store import RedisFactStore
+from grimoire.tables.ports.facts import FactStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.fact_store import InMemoryFactStore
 

@@ -1,5 +1,5 @@
 """What an outside probe of a fresh clone found, through the real broker, worker and
-Redis (the parsers and the handler alone are in tests/unit/test_hostile_inputs.py):
+Redis (the parsers and the handler alone are in tests/unit/streams/inbound/test_hostile_inputs.py):
 
 * `TENV1` and `tenV1` writing the same text stay two agents (the `agent_id` TAG was
   case-insensitive and admission folded the second into the first's aggregate), and

@@ -24,10 +24,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
+from grimoire.agents.folding import FORGOTTEN_CHAIN, fold_rules
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
 from grimoire.agents.handlers.usage import StoreUsage
-from grimoire.agents.journal.apply import FORGOTTEN_CHAIN, JournalApplier
+from grimoire.agents.journal.apply import JournalApplier
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
@@ -120,9 +121,7 @@ async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> F
         async def apply_command(self, message: InputMessage) -> Sequence[Any]:
             return []
 
-    applier = JournalApplier(
-        keys=RedisKeyStore(redis, settings.topic_prefix),
-        marks=InMemoryAppliedMarks(),
+    rules = fold_rules(
         ingest=IngestHandler(store, FakeEmbedder(), sink, topics),
         outcomes=OutcomeHandler(store, sink, topics),
         maintenance=MaintenanceHandler(
@@ -138,6 +137,11 @@ async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> F
         usage=StoreUsage(store),
         commands=NoCommands(),
         witness=PublishedWitness(Witness(InMemoryWitnessLog()), sink, topics),
+    )
+    applier = JournalApplier(
+        keys=RedisKeyStore(redis, settings.topic_prefix),
+        marks=InMemoryAppliedMarks(),
+        rules=rules,
         sink=sink,
         topics=topics,
     )

@@ -16,14 +16,9 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
-from grimoire.tables.journal.keystore import (
-    KEY_BYTES,
-    AgentKey,
-    CachedKeyStore,
-    KeyStore,
-    RedisKeyStore,
-)
+from grimoire.tables.journal.keystore import KEY_BYTES, AgentKey, CachedKeyStore, RedisKeyStore
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.keystore import InMemoryKeyStore
 

@@ -19,10 +19,12 @@ from grimoire.streams.learn.causal import CausalEdge
 from grimoire.streams.learn.hedge import LearnedWeights, initial_weights
 from grimoire.streams.learn.runs import EndedRun
 from grimoire.streams.recall.rerank import DEFAULT_RERANK_WEIGHTS
-from grimoire.tables.learn.store import LearningStore, LearningWrite, RedisLearningStore
+from grimoire.tables.learn.store import LearningWrite, RedisLearningStore
+from grimoire.tables.ports.learn import LearningStore
+from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.learning_store import InMemoryLearningStore
-from grimoire.tables.transaction import AgentTransactions, TransactionPart
+from grimoire.tables.transaction import AgentTransactions
 
 pytestmark = pytest.mark.integration
 

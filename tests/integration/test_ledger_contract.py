@@ -14,11 +14,8 @@ from redis.asyncio import Redis
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.schedule import Ledger, Task
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.maintenance.ledger import (
-    MaintenanceLedger,
-    MaintenanceLedgerStore,
-    known_agents,
-)
+from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_agents
+from grimoire.tables.ports.maintenance import MaintenanceLedger
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
 

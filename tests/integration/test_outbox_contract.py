@@ -11,9 +11,10 @@ import pytest
 
 from grimoire.infra.settings import Settings
 from grimoire.tables.codec.outbox_entry import OutboxEntry
-from grimoire.tables.journal.outbox import Outbox, RedisOutbox
+from grimoire.tables.journal.outbox import RedisOutbox
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.wipe import wipe_memory_state
+from grimoire.tables.ports.journal import Outbox
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.outbox import InMemoryOutbox
 from grimoire.tables.transaction import AgentTransactions

@@ -49,8 +49,9 @@ from grimoire.streams.write.changes import (
 from grimoire.streams.write.plan import StoredNeighbour, aggregate_id, neighbour_similarity
 from grimoire.tables.codec.memory_hash import StoredMemory, hash_fields
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.store import MemoryStore, RedisMemoryStore
+from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.memory.wipe import wipe_memory_state
+from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from tests.support.builders import memory_candidate, memory_record

@@ -19,13 +19,13 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.trust.witness import GENESIS_HASH, WitnessRecord, next_record, record_hash
 from grimoire.tables.codec.witness import encode_witness
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.ports.trust import WitnessLog
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.witness_log import InMemoryWitnessLog
 from grimoire.tables.trust.witness_store import (
     ChainConflict,
     RedisWitnessLog,
     Witness,
-    WitnessLog,
     audit,
     is_chain_conflict,
 )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -22,14 +21,15 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from grimoire.agents.journal.apply import JournalApplier, WitnessPort
-from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.agents.journal.apply import JournalApplier
+from grimoire.agents.journal.witness import PublishedWitness
+from grimoire.agents.ports import InputMessage, MemorySink, WitnessPort
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind
 from grimoire.tables.journal.witness_due import RedisWitnessDue
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.witness_store import RedisWitnessLog
-from tests.support.composed import compose_in_process
+from tests.support.composed import compose_in_process, with_witness
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
@@ -83,8 +83,9 @@ async def _run(
         applier: JournalApplier = composed.handlers.applier
         failing = None
         if drop is not None:
-            failing = DropsOnce(applier.witness, *drop)
-            applier = replace(applier, witness=failing)
+            inner = PublishedWitness(composed.witness, sink, sequencer.topics)
+            failing = DropsOnce(inner, *drop)
+            applier = with_witness(applier, failing)
         topics = sequencer.topics
         await sequencer.append(
             EntryKind.EPISODE,

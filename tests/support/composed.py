@@ -5,19 +5,26 @@ the apply loop's consumer reads it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass, replace
 
 from redis.asyncio import Redis
 
 from grimoire.agents.journal.apply import JournalApplier
-from grimoire.agents.ports import InputMessage, MemorySink
+from grimoire.agents.ports import InputMessage, MemorySink, WitnessPort
 from grimoire.infra.runtime import Composed, compose
 from grimoire.infra.settings import Settings
-from grimoire.tables.journal.keystore import RedisKeyStore
+from grimoire.tables.journal.keystore import CachedKeyStore, RedisKeyStore
 from grimoire.topics.declarations import TopicNames
 from tests.support.embedders import FakeEmbedder
 
-__all__ = ["PartitionedSink", "by_partition", "compose_in_process", "fold", "journal_of"]
+__all__ = [
+    "PartitionedSink",
+    "by_partition",
+    "compose_in_process",
+    "fold",
+    "journal_of",
+    "with_witness",
+]
 
 
 @dataclass
@@ -36,13 +43,14 @@ class PartitionedSink(MemorySink):
 async def compose_in_process(
     settings: Settings, redis: Redis, sink: MemorySink, worker_id: str
 ) -> Composed:
-    """The handlers a worker of `settings` builds (its prefix, its key store in
-    `redis`), the fake embedder standing in for the model."""
+    """The handlers a worker of `settings` builds (its prefix, its cached key store
+    in `redis`), the fake embedder standing in for the model."""
     return await compose(
         settings,
         prefix=settings.topic_prefix,
         redis=redis,
-        keys=RedisKeyStore(redis, settings.topic_prefix),
+        # Cached, as a worker's: opening an entry then costs no round trip.
+        keys=CachedKeyStore(RedisKeyStore(redis, settings.topic_prefix)),
         embedder=FakeEmbedder(),
         sink=sink,
         worker_id=worker_id,
@@ -76,3 +84,12 @@ async def fold(applier: JournalApplier, messages: Sequence[InputMessage]) -> Non
     """Fold journal records as the worker does: one batch per partition."""
     for batch in by_partition(messages).values():
         await applier.apply(batch)
+
+
+def with_witness(applier: JournalApplier, witness: WitnessPort) -> JournalApplier:
+    """`applier` with every rule of its registry recording through `witness`."""
+    rules = {
+        kind: replace(rule, witness=witness) if is_dataclass(rule) else rule
+        for kind, rule in applier.rules.items()
+    }
+    return replace(applier, rules=rules)

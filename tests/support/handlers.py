@@ -22,7 +22,7 @@ from grimoire.streams.journal.entry import SourceRef
 from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.records import EventType
-from grimoire.tables.memory.store import MemoryStore
+from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.topics.declarations import TopicNames
 

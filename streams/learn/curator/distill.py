@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, Protocol
+from typing import Final
 
 from grimoire.streams.model.ids import stable_digest
 from grimoire.streams.model.nexus_keys import type_weight
@@ -170,16 +170,6 @@ def cluster_episodes(episodes: Sequence[EpisodeView], top_keys: int) -> list[Epi
     ]
     clusters.sort(key=lambda cluster: cluster.signature)
     return clusters
-
-
-class Distiller(Protocol):
-    """Writes the text of an insight about a cluster (an LLM may implement it).
-
-    It must be a function of its arguments: the curator calls it during replay
-    too, and a different answer would re-edit the insight.
-    """
-
-    def distil(self, cluster: EpisodeCluster, polarity: Polarity) -> str: ...
 
 
 def _tokens(text: str) -> set[str]:

@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from grimoire.streams.learn.curator.distill import (
-    Distiller,
     EpisodeCluster,
     EpisodeView,
     ExtractiveDistiller,
@@ -73,6 +72,7 @@ from grimoire.streams.learn.curator.values import (
 )
 from grimoire.streams.model.ids import memory_id as make_memory_id
 from grimoire.streams.model.records import Kind
+from grimoire.streams.ports.learn import Distiller
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple
 
 from grimoire.streams.model.decay import recency
 from grimoire.streams.model.nexus_keys import (
@@ -64,9 +64,7 @@ from grimoire.streams.model.nexus_keys import (
     type_weight,
 )
 from grimoire.streams.model.records import Kind
-
-if TYPE_CHECKING:
-    from grimoire.streams.recall.ports import GraphView
+from grimoire.streams.ports.recall import GraphView, KeyLinks
 
 DEFAULT_FIELD_BONUS = 1.4
 DEFAULT_HALF_LIFE_MS = 7 * 24 * 3600 * 1000
@@ -161,16 +159,6 @@ class Related(NamedTuple):
     hops: int
     walker: int
     via_facts: tuple[str, ...] = ()  # facts whose entity links it was reached over
-
-
-@runtime_checkable
-class KeyLinks(Protocol):
-    """A graph whose entity keys facts link to other entity keys."""
-
-    async def linked_keys(self, keys: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-        """Per `entity:` key, the (linked entity key, fact id) pairs of its active
-        facts, sorted; keys without any may be left out."""
-        ...
 
 
 # --------------------------------------------------------------------------- pure pieces

@@ -1,0 +1,104 @@
+"""The port of the memory store: the write path's and the read path's storage.
+
+Ingest, recall, usage and outcomes reach an agent's memories only through
+`MemoryStore`; its `recall_source` is the core's `RecallSource` port
+(`grimoire.streams.ports.recall`) bound to one agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from grimoire.streams.learn.outcomes import Outcome
+from grimoire.streams.learn.runs import MemoryCredit
+from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.ports.recall import RecallSource
+from grimoire.streams.write.changes import StateVector, WriteBatch
+from grimoire.streams.write.plan import StoredNeighbour
+from grimoire.tables.codec.memory_hash import StoredMemory
+from grimoire.tables.ports.transaction import TransactionPart
+
+if TYPE_CHECKING:
+    # Type-only: `grimoire.tables.memory.store` imports this module at import time.
+    from grimoire.tables.memory.store import ScoredHit
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(Protocol):
+    async def ensure_schema(self) -> None: ...
+
+    # write path
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
+    async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
+    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
+        """Each agent's last stored state vector (`WriteBatch.state_vectors`); an
+        agent without one is left out."""
+        ...
+
+    async def nearest(
+        self, queries: Sequence[tuple[str, bytes]]
+    ) -> list[StoredNeighbour | None]: ...
+    async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
+        """Write the batch, and `also` in the same transaction."""
+        ...
+
+    # read path
+    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]: ...
+    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
+    async def count(self, agent_id: str) -> int: ...
+    async def metrics(self) -> dict[str, float]: ...
+    async def watermark(self, agent_id: str) -> int | None: ...
+    async def contrarian_served(self, agent_id: str) -> int | None: ...
+    async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
+    async def apply_usage_once(
+        self,
+        agent_id: str,
+        seq: int,
+        memory_ids: Sequence[str],
+        as_of_ms: int,
+        contrarian_window: int | None,
+        request: str | None = None,
+    ) -> bool:
+        """Apply a usage entry's uses (counters, last access, the window served)
+        unless the entry `seq` was applied before, or an entry for the same recall
+        `request` (its topic:partition:offset) was; whether it was applied now."""
+        ...
+
+    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
+        """Whether another usage entry than `seq` was applied for `request`: the
+        recall was answered twice (its worker killed before committing it)."""
+        ...
+
+    def recall_source(self, agent_id: str) -> RecallSource: ...
+    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
+        """Apply an outcome once; -1 when it was applied before, else how many of the
+        agent's memories it changed. With the `journal` entry applying it, its
+        witness record is left due with the effects (`WitnessDue`)."""
+        ...
+
+    async def apply_credits(
+        self,
+        outcome: Outcome,
+        credits: Sequence[MemoryCredit],
+        uplifts: Mapping[str, float],
+        also: Sequence[TransactionPart] = (),
+        counters: Sequence[tuple[str, float]] = (),
+        journal: tuple[int, int] | None = None,
+    ) -> int:
+        """Apply a run's credits and the causes' new causal uplift once per outcome
+        id, with `also` and the agent's stats `counters` (increments) in the same
+        transaction; -1 when applied before (and then neither is written), else how
+        many of the agent's memories changed."""
+        ...
+
+    async def missing_memories(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
+    async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None: ...
+    async def take_held_outcomes(
+        self, agent_id: str, memory_ids: Sequence[str]
+    ) -> list[Outcome]: ...
+    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
