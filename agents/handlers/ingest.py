@@ -313,8 +313,11 @@ class IngestHandler:
             if (record.candidate.agent_id, record.id) in held:
                 written.setdefault(record.candidate.agent_id, []).append(record.id)
         for agent_id, memory_ids in sorted(written.items()):
-            for outcome in await self.store.take_held_outcomes(agent_id, memory_ids):
+            # Applied, then released: nothing is seen released and not applied, and
+            # a crash between leaves them held for the retry (once per outcome id).
+            for outcome in await self.store.held_outcomes(agent_id, memory_ids):
                 await self.store.apply_outcome(outcome)
+            await self.store.release_held_outcomes(agent_id, memory_ids)
         if self.learning is not None:
             await self._credit_late_members(records, self.learning)
 

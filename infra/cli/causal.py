@@ -50,7 +50,8 @@ def _run_causal(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _add_causal(sub: common.Subparsers) -> None:
-    causal = sub.add_parser(
+    causal = common.agent_command(
+        sub,
         "causal",
         help="a memory's causal neighbours, k hops away (JSON)",
         description="The memory's neighbours in the agent's causal graph (cause → effect "
@@ -59,7 +60,6 @@ def _add_causal(sub: common.Subparsers) -> None:
         "object {memory_id, hops, direction, nodes, truncated}; a memory without edges "
         "has no nodes.",
     )
-    causal.add_argument("--agent", required=True)
     causal.add_argument(
         "--hops", type=int, default=1, help=f"edges away, 1-{_MAX_CAUSAL_HOPS} (default 1)"
     )

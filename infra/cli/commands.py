@@ -164,11 +164,9 @@ def _add_config(sub: common.Subparsers) -> None:
         "config", help="an agent's runtime configuration: get | set key=value ..."
     )
     config_kind = config.add_subparsers(dest="config", required=True)
-    config_get = config_kind.add_parser(
-        "get", help="the agent's configuration, every setting (JSON)"
-    )
-    config_get.add_argument("--agent", required=True)
-    config_set = config_kind.add_parser(
+    common.agent_command(config_kind, "get", help="the agent's configuration, every setting (JSON)")
+    config_set = common.agent_command(
+        config_kind,
         "set",
         help="change settings: a configure command through the journal (effective from "
         "the agent's next event)",
@@ -179,17 +177,16 @@ def _add_config(sub: common.Subparsers) -> None:
         "sent as a configure command. Examples: ingest_enabled=false top_k=8 "
         "'layers=[\"observation\"]' 'lane_weights={\"bm25\": 2}' time_window_ms=null",
     )
-    config_set.add_argument("--agent", required=True)
     common.add_api_key(config_set)
     config_set.add_argument("pairs", nargs="+", metavar="key=value")
 
 
 def _add_retract(sub: common.Subparsers) -> None:
-    retract = sub.add_parser(
+    retract = common.agent_command(
+        sub,
         "retract",
         help="retract a source event and what was derived from it (a command; JSON)",
     )
-    retract.add_argument("--agent", required=True)
     retract.add_argument(
         "--source-event-id", required=True, help="the event_id the memory came from"
     )
@@ -197,11 +194,11 @@ def _add_retract(sub: common.Subparsers) -> None:
 
 
 def _add_forget(sub: common.Subparsers) -> None:
-    forget = sub.add_parser(
+    forget = common.agent_command(
+        sub,
         "forget",
         help="erase an agent: all of its memory, its journal made unreadable (needs --yes)",
     )
-    forget.add_argument("--agent", required=True)
     forget.add_argument("--yes", action="store_true", help="yes, erase it (there is no undo)")
     common.add_api_key(forget)
 
@@ -210,8 +207,7 @@ def _pinning(action: str, what: str) -> common.Command:
     """`pin` or `unpin`: the same arguments, the same checks, another command."""
 
     def add(sub: common.Subparsers) -> None:
-        pinning = sub.add_parser(action, help=f"{what} (a command; exit 1 if absent)")
-        pinning.add_argument("--agent", required=True)
+        pinning = common.agent_command(sub, action, help=f"{what} (a command; exit 1 if absent)")
         common.add_api_key(pinning)
         pinning.add_argument("memory_id", metavar="MEMORY_ID")
 

@@ -34,6 +34,7 @@ __all__ = [
     "Subparsers",
     "UsageError",
     "add_api_key",
+    "agent_command",
     "api_key",
     "api_keys",
     "checked_agent",
@@ -88,6 +89,15 @@ def add_api_key(parser: argparse.ArgumentParser) -> None:
         help="the tenant key gmk_... sent with the request (default $GRIMOIRE_API_KEY; "
         "needed where the workers check keys)",
     )
+
+
+def agent_command(
+    sub: Subparsers, name: str, help: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    """The parser of a command about one agent: ``--agent`` (required) comes first."""
+    parser = sub.add_parser(name, help=help, description=description)
+    parser.add_argument("--agent", required=True)
+    return parser
 
 
 @contextlib.asynccontextmanager

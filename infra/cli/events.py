@@ -84,7 +84,8 @@ def _run_events(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _add_events(sub: common.Subparsers) -> None:
-    events = sub.add_parser(
+    events = common.agent_command(
+        sub,
         "events",
         help="publish one episode, tool event or transcript line, checked first (JSON)",
         description="Publish one event to the agent's input topic after checking it with "
@@ -92,7 +93,6 @@ def _add_events(sub: common.Subparsers) -> None:
         "--json holds the event's fields (EpisodeV1, ToolEventV1 or TranscriptV1) without "
         "agent_id, or @FILE, or - for standard input.",
     )
-    events.add_argument("--agent", required=True)
     events.add_argument("--kind", required=True, choices=_EVENT_KINDS)
     events.add_argument(
         "--json",

@@ -124,10 +124,9 @@ def _add_replay(sub: common.Subparsers) -> None:
 
 
 def _add_export(sub: common.Subparsers) -> None:
-    export = sub.add_parser(
-        "export", help="write an agent's state as a JSON Lines file (docs/export-format.md)"
+    export = common.agent_command(
+        sub, "export", help="write an agent's state as a JSON Lines file (docs/export-format.md)"
     )
-    export.add_argument("--agent", required=True)
     export.add_argument("--out", default=None, help="the file (default: stdout)")
     export.add_argument(
         "--vectors",

@@ -108,14 +108,17 @@ def _run_demo(settings: Settings, args: argparse.Namespace) -> int:
     return run_demo(settings, ticks=args.ticks, block_interval_s=args.block_interval)
 
 
-def _stack_ports(
-    parser: argparse.ArgumentParser, *, kafka: int, redis: int, http: int, mcp: int
-) -> None:
-    """The loopback ports of a local stack (`up`, `smoke`)."""
+def _stack_command(
+    sub: common.Subparsers, name: str, help: str, *, kafka: int, redis: int, http: int, mcp: int
+) -> argparse.ArgumentParser:
+    """The parser of a command that starts a local stack (`up`, `smoke`): its loopback
+    ports first."""
+    parser = sub.add_parser(name, help=help)
     parser.add_argument("--kafka-port", type=int, default=kafka)
     parser.add_argument("--redis-port", type=int, default=redis)
     parser.add_argument("--http-port", type=int, default=http)
     parser.add_argument("--mcp-port", type=int, default=mcp)
+    return parser
 
 
 def _add_services(sub: common.Subparsers) -> None:
@@ -134,12 +137,16 @@ def _add_serve(sub: common.Subparsers) -> None:
 
 
 def _add_up(sub: common.Subparsers) -> None:
-    up = sub.add_parser(
+    up = _stack_command(
+        sub,
         "up",
         help="the whole service locally (broker, Redis, worker, HTTP API, inspector, MCP) "
         "until Ctrl-C",
+        kafka=9092,
+        redis=6379,
+        http=8080,
+        mcp=8765,
     )
-    _stack_ports(up, kafka=9092, redis=6379, http=8080, mcp=8765)
     up.add_argument(
         "--tenant-prefix",
         default="",
@@ -156,12 +163,16 @@ def _add_up(sub: common.Subparsers) -> None:
 
 
 def _add_smoke(sub: common.Subparsers) -> None:
-    smoke = sub.add_parser(
+    smoke = _stack_command(
+        sub,
         "smoke",
         help="start the stack as `up` does, exercise every HTTP route and MCP tool, tenant "
         "keys on HTTP and Kafka, metrics and the inspector; JSON on the last line",
+        kafka=19892,
+        redis=16892,
+        http=18089,
+        mcp=18769,
     )
-    _stack_ports(smoke, kafka=19892, redis=16892, http=18089, mcp=18769)
     smoke.add_argument("--screenshot", default="bench-results/inspector.png")
 
 

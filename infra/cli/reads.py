@@ -191,8 +191,7 @@ def _run_episodes(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _add_recall(sub: common.Subparsers) -> None:
-    recall = sub.add_parser("recall", help="ask a recall question and print the items")
-    recall.add_argument("--agent", required=True)
+    recall = common.agent_command(sub, "recall", help="ask a recall question and print the items")
     recall.add_argument("--k", type=int, default=5)
     common.add_api_key(recall)
     recall.add_argument("query")
@@ -206,14 +205,14 @@ def _add_agents(sub: common.Subparsers) -> None:
 
 
 def _add_search(sub: common.Subparsers) -> None:
-    search = sub.add_parser(
+    search = common.agent_command(
+        sub,
         "search",
         help="a recall that counts no usage (inspection): one JSON line per item",
         description="Ask a recall question as inspection (record_usage=false: nothing is "
         "counted), through the workers as POST /v1/agents/{agent}/search does. One JSON "
         "line per item.",
     )
-    search.add_argument("--agent", required=True)
     search.add_argument(
         "--k", type=int, default=None, help="items to return (default: the agent's top_k)"
     )
@@ -225,14 +224,14 @@ def _add_search(sub: common.Subparsers) -> None:
 
 
 def _add_memory(sub: common.Subparsers) -> None:
-    memory = sub.add_parser(
+    memory = common.agent_command(
+        sub,
         "memory",
         help="one memory with its full text and every stored field (JSON; exit 1 if absent)",
         description="The memory with its full text, every stored field (vectors left out), "
         "usage counters and status flags, as GET /v1/agents/{agent}/memories/{id}. Another "
         "agent's memory reads as absent (exit 1).",
     )
-    memory.add_argument("--agent", required=True)
     memory.add_argument(
         "--graph",
         action="store_true",
@@ -245,14 +244,14 @@ def _add_memory(sub: common.Subparsers) -> None:
 
 
 def _add_episodes(sub: common.Subparsers) -> None:
-    episodes = sub.add_parser(
+    episodes = common.agent_command(
+        sub,
         "episodes",
         help="an agent's episodes, newest first (one JSON line each), or one with --episode",
         description="Without --episode: the agent's episodes (hyperedges: turn:..., run:...), "
         "newest first, one JSON line each {episode_id, members, first_ts, last_ts}. With "
         "--episode: that episode's members with their roles (exit 1 if the agent has none).",
     )
-    episodes.add_argument("--agent", required=True)
     episodes.add_argument(
         "--episode", default=None, metavar="EPISODE_ID", help="one episode's members and roles"
     )

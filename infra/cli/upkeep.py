@@ -149,32 +149,29 @@ def _run_audit(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _add_stats(sub: common.Subparsers) -> None:
-    stats = sub.add_parser(
+    stats = common.agent_command(
+        sub,
         "stats",
         help="an agent's counters, field state and cognitive metrics with healthy ranges (JSON)",
     )
-    stats.add_argument("--agent", required=True)
     stats.add_argument(
         "--table", action="store_true", help="a readable table of the cognitive metrics"
     )
 
 
 def _add_playbook(sub: common.Subparsers) -> None:
-    playbook = sub.add_parser("playbook", help="print an agent's PLAYBOOK.md (curator output)")
-    playbook.add_argument("--agent", required=True)
+    common.agent_command(sub, "playbook", help="print an agent's PLAYBOOK.md (curator output)")
 
 
 def _add_maintain(sub: common.Subparsers) -> None:
-    maintain = sub.add_parser("maintain", help="ask for an agent's due maintenance now")
-    maintain.add_argument("--agent", required=True)
+    maintain = common.agent_command(sub, "maintain", help="ask for an agent's due maintenance now")
     maintain.add_argument("--compact", action="store_true", help="compact now, even if not due")
 
 
 def _add_reindex(sub: common.Subparsers) -> None:
-    reindex = sub.add_parser(
-        "reindex", help="rebuild an agent's walk node table and term counts (after an upgrade)"
+    common.agent_command(
+        sub, "reindex", help="rebuild an agent's walk node table and term counts (after an upgrade)"
     )
-    reindex.add_argument("--agent", required=True)
 
 
 def _add_digest(sub: common.Subparsers) -> None:
@@ -187,10 +184,11 @@ def _add_digest(sub: common.Subparsers) -> None:
 def _add_audit(sub: common.Subparsers) -> None:
     audit = sub.add_parser("audit", help="check what is stored against its witnesses")
     audit_kind = audit.add_subparsers(dest="audit", required=True)
-    verify = audit_kind.add_parser(
-        "verify", help="recompute an agent's witness chain (JSON; exit code 1 when broken)"
+    common.agent_command(
+        audit_kind,
+        "verify",
+        help="recompute an agent's witness chain (JSON; exit code 1 when broken)",
     )
-    verify.add_argument("--agent", required=True)
 
 
 COMMANDS: dict[str, common.Command] = {

@@ -636,16 +636,19 @@ class RedisMemoryStore:
         """Those (agent, memory id) pairs an outcome is held for."""
         return await present_fields(self._redis, self.keys.pending_outcomes, pairs)
 
-    async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
-        """The held outcomes of `memory_ids` (in the order they were held), removed."""
+    async def held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
+        """The held outcomes of `memory_ids`, in the order they were held (kept until
+        `release_held_outcomes`: the caller applies them first, so a crash between
+        leaves them held, and applying them again is a no-op per outcome id)."""
         if not memory_ids:
             return []
-        key = self.keys.pending_outcomes(agent_id)
-        async with agent_transaction(self._redis, agent_id) as pipe:
-            pipe.hmget(key, list(memory_ids))
-            pipe.hdel(key, *memory_ids)
-            held, _ = await pipe.execute()
+        held = await self._redis.hmget(self.keys.pending_outcomes(agent_id), list(memory_ids))
         return [o for raw in held for o in outcomes_from_json(raw)]
+
+    async def release_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> None:
+        """Forget the held outcomes of `memory_ids` (they were applied)."""
+        if memory_ids:
+            await self._redis.hdel(self.keys.pending_outcomes(agent_id), *memory_ids)
 
 
 def _params(query: VectorQuery) -> list[Any]:

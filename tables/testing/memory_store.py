@@ -450,9 +450,14 @@ class InMemoryMemoryStore:
     async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         return {(a, m) for a, m in pairs if self._held.get(a, {}).get(m)}
 
-    async def take_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
+    async def held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
         held = self._held.get(agent_id, {})
-        return [o for memory_id in memory_ids for o in held.pop(memory_id, [])]
+        return [o for memory_id in memory_ids for o in held.get(memory_id, [])]
+
+    async def release_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> None:
+        held = self._held.get(agent_id, {})
+        for memory_id in memory_ids:
+            held.pop(memory_id, None)
 
 
 def _keep_latest(doc: Hash, ts_ms: int) -> None:

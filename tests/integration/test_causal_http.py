@@ -16,27 +16,20 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.http import HttpDeps, create_app
+from grimoire.infra.http import create_app
 from grimoire.infra.settings import Settings
 from grimoire.streams.learn.causal import CausalEdge
 from grimoire.streams.trust.tenancy import TenantScope
-from grimoire.tables.learn.store import LearningWrite, RedisLearningStore
-from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore
+from grimoire.tables.learn.store import RedisLearningStore
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
+from tests.support.causal import EDGES, write_edges
 from tests.support.gateway import RecordingGateway
+from tests.support.http_deps import keyed_deps
 
 pytestmark = pytest.mark.integration
 
 AGENT = "fleet-c/golem-1"
 RIVAL = "rival-1"
-# s → a → b → c; x → s; s → d (a failure); y → a
-EDGES = (
-    CausalEdge("s", "a", 0.5, 2, 4),
-    CausalEdge("a", "b", 0.8, 1, 5),
-    CausalEdge("b", "c", 1.0, 1, 6),
-    CausalEdge("x", "s", 1.0, 1, 2),
-    CausalEdge("s", "d", -1.0, 3, 7),
-    CausalEdge("y", "a", 0.25, 1, 3),
-)
 
 
 @dataclass
@@ -62,22 +55,16 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
     prefix = f"ch{uuid.uuid4().hex[:8]}"
     try:
         learning = RedisLearningStore(redis, prefix)
-        await (await learning.outcome_part(LearningWrite(AGENT, edges=EDGES))).apply_alone()
+        await write_edges(learning, AGENT, EDGES)
         # The rival's graph holds the same memory ids: never reached from AGENT.
         rival = (CausalEdge("s", "secret", 1.0, 9, 1), CausalEdge("a", "secret", 1.0, 9, 1))
-        await (await learning.outcome_part(LearningWrite(RIVAL, edges=rival))).apply_alone()
+        await write_edges(learning, RIVAL, rival)
         keys = RedisApiKeyStore(redis, prefix)
         _, token = await keys.create(TenantScope(agent_prefix="fleet-c/"), "fleet", now_ms=1)
         _, rival_token = await keys.create(
             TenantScope(agent_ids=frozenset({RIVAL})), "rival", now_ms=1
         )
-        deps = HttpDeps(
-            redis=redis,
-            prefix=prefix,
-            client=RecordingGateway(),
-            authenticator=Authenticator(keys, enabled=True, ttl_s=0.0),
-            settings=settings,
-        )
+        deps = keyed_deps(redis, prefix, RecordingGateway(), keys, settings)
         transport = httpx.ASGITransport(app=create_app(deps))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
             yield Api(

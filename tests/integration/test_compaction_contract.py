@@ -31,16 +31,7 @@ from grimoire.streams.maintenance.compaction import (
     CompactionPlan,
     CompactionPolicy,
 )
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import Kind, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.compaction_plan import encode_plan
 from grimoire.tables.codec.hash_values import text_of
@@ -59,7 +50,9 @@ from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.maintenance import ops_episode
 from tests.support.stored import drop_deployment, owned_key
+from tests.support.vectors import axis_unit
 
 pytestmark = pytest.mark.integration
 
@@ -74,9 +67,7 @@ Hash = dict[str, str | bytes]
 
 
 def unit(axis: int) -> npt.NDArray[np.float32]:
-    vector = np.zeros(DIMS, dtype=np.float32)
-    vector[axis % DIMS] = 1.0
-    return vector
+    return axis_unit(axis, DIMS)
 
 
 def rec(
@@ -89,22 +80,7 @@ def rec(
     quarantined: bool = False,
 ) -> MemoryRecord:
     text = f"worker {n} ran out of memory"
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-{n}", 0, ts),
-        agent_id=agent,
-        kind=kind,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, session_id="s-1"),
-        normalized_hash=normalized_hash(text),
-        tags=("ops/memory",),
-        keys=keys,
-    )
-    vector = unit(n).tobytes()
-    return MemoryRecord(
-        candidate=candidate, canonical=vector, eidolon=vector, quality=0.4, quarantined=quarantined
-    )
+    return ops_episode(agent, n, text, ts, keys, unit(n), kind=kind, quarantined=quarantined)
 
 
 def cluster_plan(

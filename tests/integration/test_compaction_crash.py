@@ -11,7 +11,6 @@ RedisMemoryStore) and over the in-memory reference stores, through one harness.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -25,16 +24,8 @@ from grimoire.agents.maintenance.compaction_task import CompactionOptions, Compa
 from grimoire.infra.settings import Settings
 from grimoire.streams.inbound.recall_request import RecallQuery
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPlan, CompactionPolicy
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash, search_terms
+from grimoire.streams.model.records import MemoryRecord
+from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.flow import RecallContext, run_recall
 from grimoire.streams.recall.options import RetrievalBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
@@ -49,7 +40,10 @@ from grimoire.tables.queries import escape_tag
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.embedders import search_terms_vector
+from tests.support.maintenance import Crash, CrashAt, ops_episode
 from tests.support.stored import drop_deployment
+from tests.support.vectors import axis_unit
 
 pytestmark = pytest.mark.integration
 
@@ -64,34 +58,12 @@ Hash = dict[str, str]
 
 def bag_of_words(text: str) -> npt.NDArray[np.float32]:
     """Deterministic vectors: texts sharing words point the same way."""
-    vector = np.zeros(DIMS, dtype=np.float32)
-    for term in search_terms(text):
-        vector[int.from_bytes(hashlib.sha256(term.encode()).digest()[:4], "big") % DIMS] += 1
-    norm = float(np.linalg.norm(vector))
-    if norm == 0:
-        vector[0] = 1.0
-        return vector
-    return vector / norm
+    vector = search_terms_vector(text, DIMS)
+    return vector if vector.any() else axis_unit(0, DIMS)
 
 
 async def fake_embed(texts: Sequence[str]) -> npt.NDArray[np.float32]:
     return np.stack([bag_of_words(text) for text in texts]).astype(np.float32)
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashAt:
-    """A checkpoint hook that raises at each listed phase once, in order."""
-
-    def __init__(self, *phases: str) -> None:
-        self.pending = list(phases)
-
-    async def __call__(self, phase: str) -> None:
-        if self.pending and phase == self.pending[0]:
-            self.pending.pop(0)
-            raise Crash(phase)
 
 
 class World:
@@ -247,20 +219,7 @@ class MemoryWorld(World):
 
 
 def record(agent: str, n: int, text: str, ts: int, keys: tuple[str, ...]) -> MemoryRecord:
-    vector = bag_of_words(text).tobytes()
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-{n}", 0, ts),
-        agent_id=agent,
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, session_id="s-1"),
-        normalized_hash=normalized_hash(text),
-        tags=("ops/memory",),
-        keys=keys,
-    )
-    return MemoryRecord(candidate=candidate, canonical=vector, eidolon=vector, quality=0.4)
+    return ops_episode(agent, n, text, ts, keys, bag_of_words(text))
 
 
 async def seed(w: World) -> None:

@@ -12,9 +12,8 @@ prefix and index and removes them afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -30,16 +29,7 @@ from grimoire.streams.learn.curator.values import DEFAULT_CURATOR_POLICY
 from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.decay import DAY_MS
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import Kind, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.maintenance.curator_store import CuratorCycle, CuratorState, RedisCuratorStore
 from grimoire.tables.memory.store import RedisMemoryStore
@@ -48,61 +38,26 @@ from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.curator import SWAP_KEYS, T0, no_reschedule, swap_episode
+from tests.support.embedders import TextSeededEmbedder
 from tests.support.stored import drop_deployment, owned_key
 
 pytestmark = pytest.mark.integration
 
 DIMS = 384
-T0 = 1_790_000_000_000
 NOW = T0 + DAY_MS  # one event time for every cycle: votes are exact, not decayed
 A, B = "agent-a", "agent-b"
-KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
 TOTALS = ("proposed", "promoted", "upvoted", "downvoted", "demoted", "edited", "pruned", "released")
 VECTOR_FIELDS = ("canonical", "eidolon")
 Hash = dict[str, str | bytes]
+EMBEDDER = TextSeededEmbedder(DIMS)
+vector = EMBEDDER.vector
+fake_embed = EMBEDDER.embed_bytes
 
 
-def vector(text: str) -> bytes:
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    raw = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
-    return (raw / np.linalg.norm(raw)).astype(np.float32).tobytes()
-
-
-async def fake_embed(texts: Sequence[str]) -> list[bytes]:
-    return [vector(text) for text in texts]
-
-
-async def no_reschedule(agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
-    return None
-
-
-def record(
-    agent: str,
-    n: int,
-    outcome: str,
-    *,
-    ts: int | None = None,
-    kind: Kind = Kind.EPISODE,
-    text: str | None = None,
-    quarantined: bool = False,
-) -> MemoryRecord:
-    ts = T0 + n if ts is None else ts
-    body = text or f"swap ETH for USDC through the router, attempt {n}"
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-{kind.value}-{n}", 0, ts),
-        agent_id=agent,
-        kind=kind,
-        layer=Layer.ACTION,
-        text=body,
-        ts_ms=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, tool="swap"),
-        normalized_hash=normalized_hash(body),
-        tick=n,
-        regime="calm",
-        keys=KEYS,
-        outcome=outcome,
-    )
-    return MemoryRecord(candidate, canonical=vector(body), quarantined=quarantined)
+def record(agent: str, n: int, outcome: str, **fields: Any) -> MemoryRecord:
+    """A swap episode (tests/support/curator.py) in this suite's vector space."""
+    return swap_episode(agent, n, outcome, dims=DIMS, **fields)
 
 
 def _text(value: Any) -> str:
@@ -164,7 +119,7 @@ class Harness:
             "books": {a: await self.bookkeeping(a) for a in (A, B)},
             "states": {a: await self.curator.state(a) for a in (A, B)},
             "playbooks": {a: await self.curator.get_playbook(a) for a in (A, B)},
-            "nexus": {(a, k): await self.nexus(a, k) for a in (A, B) for k in KEYS},
+            "nexus": {(a, k): await self.nexus(a, k) for a in (A, B) for k in SWAP_KEYS},
             "indexes": {a: await self.indexes(a) for a in (A, B)},
         }
 
@@ -376,7 +331,7 @@ async def test_a_new_entry_is_linked_used_and_booked(h: Harness) -> None:
     (insight,) = await h.by_kind(A, "insight")
     insight_id = _text(insight["memory_id"])
     ts = int(_text(insight["ts"]))
-    for key in KEYS:
+    for key in SWAP_KEYS:
         assert (await h.nexus(A, key))[insight_id] == ts
     assert (await h.usage(insight_id)) == {"last_accessed": str(NOW)}
     book = (await h.bookkeeping(A))[insight_id]

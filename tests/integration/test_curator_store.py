@@ -2,18 +2,17 @@
 and the runner wired as the worker wires it (decay rescheduled in the DecayIndex).
 
 The store's semantics, shared with the in-memory reference, are in
-`test_curator_contract.py` (whose record builder and fake embedder these copy).
+`test_curator_contract.py` (its swap episodes and fake embedder are these, from
+tests/support).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import orjson
 import pytest
 from redis.asyncio import Redis
@@ -22,62 +21,25 @@ from grimoire.agents.maintenance.curator_task import CuratorRunner
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.maintenance.curator_store import PAGE, RedisCuratorStore
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
+from tests.support.curator import SWAP_KEYS, T0, no_reschedule, swap_episode
+from tests.support.embedders import TextSeededEmbedder
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
 
 DIMS = 384
-T0 = 1_790_000_000_000
 NOW = T0 + DAY_MS
 A, B = "agent-a", "agent-b"
-KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
-
-
-def vector(text: str) -> bytes:
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    raw = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
-    return (raw / np.linalg.norm(raw)).astype(np.float32).tobytes()
-
-
-async def fake_embed(texts: Sequence[str]) -> list[bytes]:
-    return [vector(text) for text in texts]
-
-
-async def no_reschedule(agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
-    return None
+fake_embed = TextSeededEmbedder(DIMS).embed_bytes
 
 
 def record(agent: str, n: int, outcome: str) -> MemoryRecord:
-    ts, body = T0 + n, f"swap ETH for USDC through the router, attempt {n}"
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-episode-{n}", 0, ts),
-        agent_id=agent,
-        kind=Kind.EPISODE,
-        layer=Layer.ACTION,
-        text=body,
-        ts_ms=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, tool="swap"),
-        normalized_hash=normalized_hash(body),
-        tick=n,
-        regime="calm",
-        keys=KEYS,
-        outcome=outcome,
-    )
-    return MemoryRecord(candidate, canonical=vector(body))
+    return swap_episode(agent, n, outcome, dims=DIMS)
 
 
 @dataclass
@@ -148,7 +110,7 @@ async def test_a_cycle_writes_the_documented_keys(env: Env) -> None:
         b"# PLAYBOOK \xe2\x80\x94 agent-a\n\n## Global\n\n_No heuristics yet._\n"
     )
     nexus = env.memory.graph.keys
-    for key in KEYS:
+    for key in SWAP_KEYS:
         assert await env.redis.zscore(nexus.nexus(A, key), insight.memory_id) == insight.ts_ms
     node = await env.redis.hget(nexus.nodes(A), insight.memory_id)
     assert isinstance(node, bytes) and node.startswith(b"insight\x1f")

@@ -12,29 +12,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 
-import numpy as np
 import pytest
 from redis.asyncio import Redis
 
 from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.infra.settings import Settings
-from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import HOUR_MS
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.maintenance.decay_index import DecayIndex
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.memory.wipe import wipe_memory_state
+from tests.support.maintenance import decay_plan, decaying_record
 
 pytestmark = pytest.mark.integration
 
@@ -62,25 +53,7 @@ async def store(redis_client: Redis, settings: Settings) -> AsyncIterator[RedisM
             await redis_client.delete(*keys)
 
 
-def record(agent: str, memory_id: str, *, confidence: float = 0.8) -> MemoryRecord:
-    vector = np.zeros(DIMS, dtype=np.float32)
-    vector[0] = 1.0
-    text = f"memory {memory_id}"
-    candidate = MemoryCandidate(
-        id=memory_id,
-        agent_id=agent,
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=T0,
-        provenance=Provenance(f"evt-{memory_id}", EventType.EPISODE.value),
-        normalized_hash=normalized_hash(text),
-    )
-    return MemoryRecord(candidate, vector.tobytes(), confidence=confidence, quality=0.5)
-
-
-def plan(agent: str, as_of_ms: int) -> MaintenancePlan:
-    return MaintenancePlan(agent, 1, as_of_ms, Pressure.NORMAL, (Task.DECAY,), (), 0)
+record = partial(decaying_record, ts=T0, dims=DIMS)
 
 
 async def hash_of(redis: Redis, key: str) -> dict[str, str | bytes]:
@@ -101,7 +74,7 @@ async def test_commit_schedules_and_the_pass_writes_only_its_own_keys(
     memory_before = await hash_of(redis_client, keys.memory(agent, "ep"))
 
     now = T0 + H48 + 1
-    report = await DecayRunner(decay, 100)(plan(agent, now))
+    report = await DecayRunner(decay, 100)(decay_plan(agent, now))
     # Seeding found both memories already scheduled by the write path.
     assert report["seeded"] == 2
     assert report["entries_decayed"] == 1

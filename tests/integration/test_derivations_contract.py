@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,31 +25,13 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.agents.handlers.retraction import RetractionHandler
-from grimoire.agents.maintenance.compaction_task import CompactionTask
-from grimoire.agents.maintenance.curator_task import cycle_playbook
 from grimoire.infra.settings import Settings
-from grimoire.streams.learn.curator.distill import Polarity, Situation
-from grimoire.streams.learn.curator.values import (
-    DEFAULT_CURATOR_POLICY,
-    CuratedEntry,
-    CuratorPlan,
-    CuratorReport,
-    EntryChange,
-    EntryStatus,
-)
-from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPolicy
+from grimoire.streams.learn.curator.distill import Situation
+from grimoire.streams.learn.curator.values import CuratedEntry, EntryStatus
+from grimoire.streams.maintenance.compaction import DAY_MS
 from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    HyperedgeRef,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
+from grimoire.streams.model.records import HyperedgeRef, Kind, MemoryRecord
 from grimoire.streams.model.records import Role as HyperRole
-from grimoire.streams.model.text import normalized_hash
 from grimoire.streams.trust.retraction import (
     DerivationRole,
     Edge,
@@ -62,7 +45,7 @@ from grimoire.streams.write.changes import AggregateFold, WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
-from grimoire.tables.maintenance.curator_store import CuratorCycle, RedisCuratorStore
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.ports.maintenance import CompactionStore, CuratorStore
 from grimoire.tables.ports.memory import MemoryStore
@@ -73,7 +56,11 @@ from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.trust.derivations import RedisDerivationStore
+from tests.support.builders import memory_candidate, memory_record
+from tests.support.curator import curated_entry, new_entries_cycle
+from tests.support.maintenance import compacted_summary
 from tests.support.stored import drop_deployment, owned_key
+from tests.support.vectors import axis_unit
 
 pytestmark = pytest.mark.integration
 
@@ -86,9 +73,7 @@ Hash = dict[str, str]
 
 
 def unit(axis: int) -> npt.NDArray[np.float32]:
-    vector = np.zeros(DIMS, dtype=np.float32)
-    vector[axis % DIMS] = 1.0
-    return vector
+    return axis_unit(axis, DIMS)
 
 
 async def embed(texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -107,19 +92,7 @@ class Embedder:
 
 
 def record(agent: str, event: str, text: str, ts: int, **fields: Any) -> MemoryRecord:
-    vector = unit(len(text)).tobytes()
-    candidate = MemoryCandidate(
-        id=memory_id(agent, event, 0, ts),
-        agent_id=agent,
-        kind=fields.pop("kind", Kind.EPISODE),
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(event, EventType.EPISODE.value),
-        normalized_hash=normalized_hash(text),
-        **fields,
-    )
-    return MemoryRecord(candidate, canonical=vector, eidolon=vector)
+    return memory_record(memory_candidate(agent, event, text, ts=ts, **fields), unit(len(text)))
 
 
 def fold(target: MemoryRecord, group: str, event: str, ts: int) -> AggregateFold:
@@ -133,20 +106,7 @@ def fold(target: MemoryRecord, group: str, event: str, ts: int) -> AggregateFold
     return AggregateFold(A, group, target.id, seed_candidate.id, ts, seed)
 
 
-def entry(memory: str, kind: Kind, status: EntryStatus, sources: tuple[str, ...]) -> CuratedEntry:
-    return CuratedEntry(
-        memory_id=memory,
-        kind=kind,
-        text="Tool swap tends to work." if kind is Kind.INSIGHT else "Prefer tool swap.",
-        confidence=0.8 if kind is Kind.INSIGHT else 0.9,
-        last_accessed_ms=NOW,
-        ts_ms=NOW - 10,
-        status=status,
-        signature=SITUATION.signature,
-        situation=SITUATION,
-        polarity=Polarity.WORKS,
-        source_ids=sources,
-    )
+entry = partial(curated_entry, situation=SITUATION, now=NOW)
 
 
 def _text(value: Any) -> str:
@@ -181,19 +141,11 @@ class Harness:
         await self.memory.commit(WriteBatch(records=tuple(records), folds=tuple(folds)))
 
     async def curate(self, *entries: CuratedEntry) -> None:
-        changes = tuple(
-            EntryChange(e, new=True, record_changed=True, text_changed=True) for e in entries
-        )
-        plan = CuratorPlan(changes, (), (), CuratorReport(A, 1, NOW), NOW)
         vectors = {e.memory_id: unit(3).tobytes() for e in entries}
-        playbook = cycle_playbook(A, NOW, plan, (), DEFAULT_CURATOR_POLICY)
-        assert await self.curator.apply(CuratorCycle(A, plan, (), vectors, playbook))
+        assert await self.curator.apply(new_entries_cycle(A, NOW, entries, vectors))
 
     async def compact(self, agent: str = A) -> str:
-        policy = CompactionPolicy(min_age_ms=7 * DAY_MS)
-        report = await CompactionTask(self.compaction, embed, policy).compact(agent, NOW)
-        (summary,) = report.summary_ids
-        return summary
+        return await compacted_summary(self.compaction, embed, agent, NOW)
 
 
 class MemoryHarness(Harness):

@@ -22,7 +22,7 @@ from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.maintenance.compaction import CompactionPlan
 from grimoire.streams.maintenance.schedule import Task
 from grimoire.streams.model.field_state import FieldState
-from grimoire.streams.model.records import EventType, HyperedgeRef, MemoryRecord, Provenance, Role
+from grimoire.streams.model.records import HyperedgeRef, MemoryRecord, Role
 from grimoire.streams.write.changes import Decision, Reinforcement, StatsDelta, WriteBatch
 from grimoire.tables.codec.watermark import WATERMARK_MEMBER, WINDOW_MEMBER
 from grimoire.tables.keyspace import Keyspace
@@ -88,7 +88,7 @@ def record(
         event,
         text,
         ts=ts,
-        provenance=Provenance(event, EventType.EPISODE.value, session_id="s-1"),
+        session_id="s-1",
         keys=keys,
         tags=("ops/disk",),
         hyperedge=HyperedgeRef("turn:t-1", role),

@@ -11,11 +11,12 @@ import pytest
 
 from grimoire.infra.settings import Settings
 from grimoire.streams.facts.timeline import assert_fact, retract
-from grimoire.streams.facts.values import Fact, fact_id_for
+from grimoire.streams.facts.values import Fact
 from grimoire.tables.facts.store import RedisFactStore
 from grimoire.tables.ports.facts import FactStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.fact_store import InMemoryFactStore
+from tests.support.facts import agent_fact
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -33,10 +34,9 @@ async def facts(request: pytest.FixtureRequest) -> AsyncIterator[FactStore]:
 
 def fact(agent: str, event: str, subject: str, obj: str, block: int, *,
          predicate: str = "works_at", entity: bool = True) -> Fact:  # fmt: skip
-    return Fact(
-        fact_id=fact_id_for(agent, event), agent_id=agent, subject=subject,
-        predicate=predicate, object=obj, object_is_entity=entity, valid_from=block,
-        known_from_ms=block * 1000, source_event_id=event,
+    return agent_fact(
+        agent, event, subject, obj, valid_from=block, known_ms=block * 1000,
+        predicate=predicate, entity=entity,
     )  # fmt: skip
 
 

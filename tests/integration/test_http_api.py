@@ -19,13 +19,14 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from grimoire.infra.http import HttpDeps, create_app
+from grimoire.infra.http import create_app
 from grimoire.infra.http.app import openapi_text
 from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
 from grimoire.topics.client import GrimoireClient
+from tests.support.http_deps import keyed_deps
 
 pytestmark = pytest.mark.integration
 
@@ -62,12 +63,12 @@ async def api(
     eventually: Eventually,
 ) -> AsyncIterator[Setup]:
     store = RedisApiKeyStore(redis_client, settings.topic_prefix)
-    deps = HttpDeps(
-        redis=redis_client,
-        prefix=settings.topic_prefix,
-        client=client,
-        authenticator=Authenticator(store, enabled=True, ttl_s=0.0),
-        settings=settings.model_copy(update={"http_metrics_cache_s": 0.0}),
+    deps = keyed_deps(
+        redis_client,
+        settings.topic_prefix,
+        client,
+        store,
+        settings.model_copy(update={"http_metrics_cache_s": 0.0}),
     )
     suffix = uuid.uuid4().hex[:8]
     fleet = f"fleet-{suffix}/"
@@ -467,13 +468,7 @@ async def test_the_deployments_defaults_are_kept_and_sent_to_every_agent(
     _, admin = await store.create(TenantScope(admin=True), "operator", now_ms=1)
     await redis_client.zadd(Keyspace(prefix).agents, {"a-1": T0, "a-2": T0})
     recorder = _Recorder()
-    deps = HttpDeps(
-        redis=redis_client,
-        prefix=prefix,
-        client=recorder,  # type: ignore[arg-type]
-        authenticator=Authenticator(store, enabled=True, ttl_s=0.0),
-        settings=settings,
-    )
+    deps = keyed_deps(redis_client, prefix, recorder, store, settings)  # type: ignore[arg-type]
     key = {"Authorization": f"Bearer {admin}"}
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api"

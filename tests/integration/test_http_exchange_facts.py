@@ -22,15 +22,17 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.exchange import export_agent
-from grimoire.infra.http import HttpDeps, create_app
+from grimoire.infra.http import create_app
 from grimoire.infra.settings import Settings
 from grimoire.streams.exchange.chunks import chunk_from_wire
 from grimoire.streams.facts.timeline import assert_fact
-from grimoire.streams.facts.values import Fact, fact_id_for
+from grimoire.streams.facts.values import fact_id_for
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.facts.store import RedisFactStore
-from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
+from tests.support.facts import agent_fact
 from tests.support.gateway import RecordingGateway
+from tests.support.http_deps import keyed_deps
 
 pytestmark = pytest.mark.integration
 
@@ -64,16 +66,14 @@ class Api:
 
 async def _seed(store: RedisFactStore) -> None:
     for order, (subject, predicate, obj, block, ts, event) in enumerate(FACTS):
-        fact = Fact(
-            fact_id=fact_id_for(AGENT, event),
-            agent_id=AGENT,
-            subject=subject,
-            predicate=predicate,
-            object=obj,
-            object_is_entity=True,
+        fact = agent_fact(
+            AGENT,
+            event,
+            subject,
+            obj,
             valid_from=block,
-            known_from_ms=ts,
-            source_event_id=event,
+            known_ms=ts,
+            predicate=predicate,
             order=order,
         )
         await store.apply(AGENT, assert_fact(await store.versions(AGENT, subject, predicate), fact))
@@ -91,13 +91,7 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
         _, rival = await keys.create(TenantScope(agent_ids=frozenset({RIVAL})), "rival", now_ms=1)
         gateway = RecordingGateway()
         scoped = settings.model_copy(update={"topic_prefix": prefix})
-        deps = HttpDeps(
-            redis=redis,
-            prefix=prefix,
-            client=gateway,
-            authenticator=Authenticator(keys, enabled=True, ttl_s=0.0),
-            settings=scoped,
-        )
+        deps = keyed_deps(redis, prefix, gateway, keys, scoped)
         transport = httpx.ASGITransport(app=create_app(deps))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
             yield Api(

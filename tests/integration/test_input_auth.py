@@ -28,13 +28,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
-from grimoire.infra.http import HttpDeps, create_app
+from grimoire.infra.http import create_app
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind, decode_entry
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.redis_client import create_redis
-from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
 from grimoire.topics.client import API_KEY_HEADER, GrimoireClient, RecallUnauthorized
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import (
@@ -48,6 +48,7 @@ from grimoire.topics.schemas import (
     TranscriptV1,
 )
 from tests.support.gateway import RecordingGateway
+from tests.support.http_deps import keyed_deps
 from tests.support.journal import journal_name_of
 from tests.support.workers import prefixed_settings
 
@@ -143,16 +144,13 @@ async def deployment(
 @pytest.fixture
 async def scrape(deployment: Deployment) -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """GET /metrics of an API over the deployment's Redis (with a bearer key or not)."""
-    deps = HttpDeps(
-        redis=deployment.redis,
-        prefix=deployment.settings.topic_prefix,
-        client=RecordingGateway(topics=deployment.topics),
-        authenticator=Authenticator(
-            RedisApiKeyStore(deployment.redis, deployment.settings.topic_prefix),
-            enabled=True,
-            ttl_s=0.0,
-        ),
-        settings=deployment.settings.model_copy(update={"http_metrics_cache_s": 0.0}),
+    prefix = deployment.settings.topic_prefix
+    deps = keyed_deps(
+        deployment.redis,
+        prefix,
+        RecordingGateway(topics=deployment.topics),
+        RedisApiKeyStore(deployment.redis, prefix),
+        deployment.settings.model_copy(update={"http_metrics_cache_s": 0.0}),
     )
     transport = httpx.ASGITransport(app=create_app(deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as http:

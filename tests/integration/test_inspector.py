@@ -34,14 +34,15 @@ import uvicorn
 from playwright.async_api import Browser, ConsoleMessage, Error, Page, async_playwright, expect
 from redis.asyncio import Redis
 
-from grimoire.infra.http import HttpDeps, create_app
+from grimoire.infra.http import create_app
 from grimoire.infra.http.inspector import inspector_routes
 from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
-from grimoire.tables.trust.api_keys import Authenticator, RedisApiKeyStore
+from grimoire.tables.trust.api_keys import RedisApiKeyStore
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
+from tests.support.http_deps import keyed_deps
 
 pytestmark = pytest.mark.integration
 
@@ -86,13 +87,7 @@ async def served(
     eventually: Eventually,
 ) -> AsyncIterator[Served]:
     store = RedisApiKeyStore(redis_client, settings.topic_prefix)
-    deps = HttpDeps(
-        redis=redis_client,
-        prefix=settings.topic_prefix,
-        client=client,
-        authenticator=Authenticator(store, enabled=True, ttl_s=0.0),
-        settings=settings,
-    )
+    deps = keyed_deps(redis_client, settings.topic_prefix, client, store, settings)
     app = create_app(deps)
     if not any(getattr(route, "path", None) == "/inspector" for route in app.routes):
         app.router.routes.extend(inspector_routes())

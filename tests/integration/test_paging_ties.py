@@ -28,14 +28,12 @@ them all past the 10,000 a search returns (its offsets stopped there).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from redis.asyncio import Redis
 
@@ -51,16 +49,7 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import Layer, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.search_replies import nocontent_keys
@@ -76,6 +65,8 @@ from grimoire.tables.routing import SearchRouting
 from grimoire.tables.trust.agent_keys import agent_memory_ids
 from grimoire.tables.trust.digest import agent_digest
 from grimoire.topics.schemas import EpisodeV1
+from tests.support.builders import memory_candidate, memory_record
+from tests.support.embedders import TextSeededEmbedder
 from tests.support.stored import drop_deployment, settled_digests
 from tests.support.workers import client_for, prefixed_settings, running_workers
 
@@ -144,37 +135,27 @@ NOW = T + 2 * DAY_MS
 POLICY = CompactionPolicy(min_age_ms=DAY_MS)
 
 
-def vector(text: str) -> bytes:
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    raw = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
-    return (raw / np.linalg.norm(raw)).astype(np.float32).tobytes()
-
-
-async def embed_bytes(texts: Sequence[str]) -> list[bytes]:
-    return [vector(text) for text in texts]
-
-
-async def embed_array(texts: Sequence[str]) -> npt.NDArray[np.float32]:
-    return np.stack([np.frombuffer(vector(text), dtype=np.float32) for text in texts])
+EMBEDDER = TextSeededEmbedder(DIMS)
+vector = EMBEDDER.vector
+embed_bytes = EMBEDDER.embed_bytes
+embed_array = EMBEDDER.embed_array
 
 
 def episode(n: int, ts: int) -> MemoryRecord:
     """Three situations (the venue), successes and failures in each."""
     text = f"swap {n} on venue {n % 3} filled after {n % 7} retries"
-    candidate = MemoryCandidate(
-        id=memory_id(A, f"ev-{n}", 0, ts),
-        agent_id=A,
-        kind=Kind.EPISODE,
+    candidate = memory_candidate(
+        A,
+        f"ev-{n}",
+        text,
+        ts=ts,
         layer=Layer.ACTION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, tool="swap"),
-        normalized_hash=normalized_hash(text),
+        tool="swap",
         tick=1,
         keys=("tool:swap", f"entity:venue-{n % 3}"),
         outcome="success" if n % 5 else "failure",
     )
-    return MemoryRecord(candidate, canonical=vector(text), eidolon=vector(text), quality=0.5)
+    return memory_record(candidate, vector(text), quality=0.5)
 
 
 def records() -> tuple[MemoryRecord, ...]:

@@ -12,8 +12,8 @@ the witness callback sees every step.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,41 +26,28 @@ from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.handlers.retraction import PLAYBOOK_OP, RetractionHandler
 from grimoire.agents.maintenance.compaction_task import CompactionTask
-from grimoire.agents.maintenance.curator_task import cycle_playbook
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.infra.settings import Settings
-from grimoire.streams.learn.curator.distill import Polarity, Situation
-from grimoire.streams.learn.curator.values import (
-    DEFAULT_CURATOR_POLICY,
-    CuratedEntry,
-    CuratorPlan,
-    CuratorReport,
-    EntryChange,
-    EntryStatus,
-)
+from grimoire.streams.learn.curator.distill import Situation
+from grimoire.streams.learn.curator.values import EntryStatus
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPolicy
 from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import EventType, Kind, MemoryRecord
 from grimoire.streams.trust.retraction import RetractionOp
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import aggregate_id
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
-from grimoire.tables.maintenance.curator_store import CuratorCycle, RedisCuratorStore
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.memory.rebuild import memory_terms
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.derivations import RedisDerivationStore
 from grimoire.topics.declarations import TopicNames
+from tests.support.curator import curated_entry, new_entries_cycle
 from tests.support.embedders import FakeEmbedder
+from tests.support.maintenance import compacted_summary
+from tests.support.retraction import Witness, swap_record
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
@@ -73,19 +60,6 @@ REPEAT = "rpc endpoint timed out on node seven"
 OOM = "worker ran out of memory loading batch"
 SWAP = "swap eth for usdc attempt"
 SITUATION = Situation("swap", ("entity:eth", "entity:usdc"), "calm", "eth-dca")
-
-
-@dataclass
-class Witness:
-    seen: list[tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
-
-    async def __call__(self, op: str, ids: Sequence[str], details: Mapping[str, object]) -> None:
-        self.seen.append((op, tuple(ids), dict(details)))
-
-    def ops(self) -> list[tuple[str, tuple[str, ...]]]:
-        found = [(op, ids) for op, ids, _ in self.seen]
-        self.seen.clear()
-        return found
 
 
 class NoUsage:
@@ -165,19 +139,7 @@ async def world(settings: Settings) -> AsyncIterator[World]:
 
 
 def record(world: World, event: str, text: str, ts: int, **fields: Any) -> MemoryRecord:
-    vector = world.fake.vector(text).astype(np.float32).tobytes()
-    candidate = MemoryCandidate(
-        id=memory_id(A, event, 0, ts),
-        agent_id=A,
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(event, EventType.EPISODE.value, tool="swap"),
-        normalized_hash=normalized_hash(text),
-        **fields,
-    )
-    return MemoryRecord(candidate, canonical=vector, eidolon=vector)
+    return swap_record(world.fake, A, event, text, ts, **fields)
 
 
 async def aggregated(world: World) -> tuple[str, str]:
@@ -202,26 +164,10 @@ async def compacted(world: World) -> tuple[list[str], str]:
         for n in (1, 2, 3)
     ]
     await world.store.commit(WriteBatch(records=tuple(records)))
-    policy = CompactionPolicy(min_age_ms=7 * DAY_MS)
-    report = await CompactionTask(world.compaction, world.embed, policy).compact(A, NOW)
-    (summary,) = report.summary_ids
-    return [r.id for r in records], summary
+    return [r.id for r in records], await compacted_summary(world.compaction, world.embed, A, NOW)
 
 
-def entry(memory: str, kind: Kind, status: EntryStatus, sources: tuple[str, ...]) -> CuratedEntry:
-    return CuratedEntry(
-        memory_id=memory,
-        kind=kind,
-        text="Tool swap tends to work." if kind is Kind.INSIGHT else "Prefer tool swap.",
-        confidence=0.8 if kind is Kind.INSIGHT else 0.9,
-        last_accessed_ms=NOW,
-        ts_ms=NOW - 10,
-        status=status,
-        signature=SITUATION.signature,
-        situation=SITUATION,
-        polarity=Polarity.WORKS,
-        source_ids=sources,
-    )
+entry = partial(curated_entry, situation=SITUATION, now=NOW)
 
 
 async def curated(world: World) -> tuple[list[str], str, str]:
@@ -232,14 +178,8 @@ async def curated(world: World) -> tuple[list[str], str, str]:
     ids = [r.id for r in episodes]
     insight = entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, tuple(ids))
     heuristic = entry("heuristic-1", Kind.HEURISTIC, EntryStatus.PLAYBOOK, ("insight-1",))
-    changes = tuple(
-        EntryChange(e, new=True, record_changed=True, text_changed=True)
-        for e in (insight, heuristic)
-    )
-    plan = CuratorPlan(changes, (), (), CuratorReport(A, 1, NOW), NOW)
     vectors = {e.memory_id: world.fake.vector(e.text).tobytes() for e in (insight, heuristic)}
-    playbook = cycle_playbook(A, NOW, plan, (), DEFAULT_CURATOR_POLICY)
-    assert await world.curator.apply(CuratorCycle(A, plan, (), vectors, playbook))
+    assert await world.curator.apply(new_entries_cycle(A, NOW, (insight, heuristic), vectors))
     return ids, insight.memory_id, heuristic.memory_id
 
 

@@ -27,14 +27,7 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.model.eidolon import state_key
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    HyperedgeRef,
-    Kind,
-    MemoryRecord,
-    Provenance,
-    Role,
-)
+from grimoire.streams.model.records import HyperedgeRef, Kind, MemoryRecord, Role
 from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import Anchor
 from grimoire.streams.write.admission import NearMemory
@@ -91,7 +84,7 @@ def rec(
         text,
         ts=ts,
         kind=kind,
-        provenance=Provenance(event, EventType.EPISODE.value, session_id="s-1"),
+        session_id="s-1",
         tick=7,
         tags=("ops/disk",),
         importance=0.3,

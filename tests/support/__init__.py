@@ -1,17 +1,27 @@
 """Builders and fakes shared by several test modules.
 
-- ``vectors``: float32 unit vectors (axis-built, seeded random, flat).
-- ``embedders``: fake embedders (hashed bag of words, constant).
+- ``vectors``: float32 unit vectors (axis-built, one-hot, seeded random or by text, flat).
+- ``embedders``: fake embedders (hashed bag of words or search terms, constant, seeded
+  by text).
 - ``builders``: ``MemoryCandidate`` / ``MemoryRecord`` with the usual defaults.
+- ``facts``: a ``Fact`` as an agent's assertion makes it.
+- ``curator``: swap episodes, curated entries and a cycle writing new entries.
+- ``maintenance``: the decay and compaction tests' records and plans, a crashing
+  compaction checkpoint, one compaction's summary.
+- ``retraction``: a recording witness callback and the swap tool's episodes.
+- ``causal``: one agent's causal graph and how it is written.
 - ``recall``: a dict-backed ``RecallSource`` and ``RecallRecord`` / query / context builders.
 - ``handlers``: the ingest, recall and outcome handlers wired to an in-memory store, with
-  payload and ``InputMessage`` builders for them.
+  payload and ``InputMessage`` builders for them (commands included).
 - ``workers``: a ready worker process, a deployment on a prefix of its own, a client for it.
 - ``stored``: what integration tests read back from Redis (memory fields, applied outcomes,
   settled digests).
 - ``learning``: one agent's run through the ingest and outcome handlers (``Learner``).
 - ``mcp_api``: a fake HTTP API and the MCP server connected to it in process.
-- ``inbound``: payloads through the worker's normalizer, which must accept them.
+- ``inbound``: payloads with fields changed or dropped, and through the worker's
+  normalizer, which must accept them.
+- ``http_deps``: the HTTP API's dependencies with tenant keys on.
+- ``cli``: a CLI connection opener replaced by one yielding a fake.
 - ``settings``: ``Settings`` with no .env file, on the ``unit`` topic prefix.
 - ``paths``: the repository root, for tests that read the project's own files.
 

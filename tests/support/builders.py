@@ -1,8 +1,8 @@
 """``MemoryCandidate`` / ``MemoryRecord`` builders with the defaults most tests want.
 
-A candidate's id is the real one, ``memory_id(agent, event, 0, ts)``; its provenance is
-the source event as an episode and its hash the real ``normalized_hash`` of its text.
-Every other ``MemoryCandidate`` field passes through as a keyword.
+A candidate's id is the real one, ``memory_id(agent, event, 0, ts)``, unless given; its
+provenance is the source event as an episode and its hash the real ``normalized_hash`` of
+its text. Every other ``MemoryCandidate`` field passes through as a keyword.
 """
 
 from __future__ import annotations
@@ -34,19 +34,23 @@ def memory_candidate(
     kind: Kind = Kind.EPISODE,
     layer: Layer = Layer.OBSERVATION,
     provenance: Provenance | None = None,
+    session_id: str = "",
+    tool: str = "",
     **fields: Any,
 ) -> MemoryCandidate:
-    """The candidate of part 0 of episode ``event``; ``fields`` are further candidate fields
-    (``normalized_hash`` included, to override the computed one)."""
+    """The candidate of part 0 of episode ``event`` (of ``session_id``, from ``tool``,
+    unless ``provenance`` says otherwise); ``fields`` are further candidate fields (``id``
+    and ``normalized_hash`` included, to override the computed ones)."""
+    fields.setdefault("id", memory_id(agent, event, 0, ts))
     fields.setdefault("normalized_hash", normalized_hash(text))
     return MemoryCandidate(
-        id=memory_id(agent, event, 0, ts),
         agent_id=agent,
         kind=kind,
         layer=layer,
         text=text,
         ts_ms=ts,
-        provenance=provenance or Provenance(event, EventType.EPISODE.value),
+        provenance=provenance
+        or Provenance(event, EventType.EPISODE.value, session_id=session_id, tool=tool),
         **fields,
     )
 

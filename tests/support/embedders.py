@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from grimoire.agents.ports import Vectors
+from grimoire.streams.model.text import search_terms
 
-from .vectors import Vector, flat_unit
+from .vectors import Vector, flat_unit, text_unit
 
 
 def bag_of_words(text: str, dims: int) -> Vector:
@@ -23,6 +24,17 @@ def bag_of_words(text: str, dims: int) -> Vector:
         out[hashlib.sha256(word.encode()).digest()[0] % dims] += 1.0
     norm = float(np.linalg.norm(out))
     return out / norm if norm else out
+
+
+def search_terms_vector(text: str, dims: int) -> Vector:
+    """The text's search terms (``search_terms``) hashed into ``dims`` buckets (the first 4
+    bytes of each term's SHA-256), counted, L2-normalised: texts sharing terms point the
+    same way. A text without terms gives the zero vector."""
+    vector = np.zeros(dims, dtype=np.float32)
+    for term in search_terms(text):
+        vector[int.from_bytes(hashlib.sha256(term.encode()).digest()[:4], "big") % dims] += 1
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm else vector
 
 
 class FakeEmbedder:
@@ -64,3 +76,20 @@ class ConstantEmbedder:
 
     async def embed_query(self, texts: Sequence[str]) -> Vectors:
         return await self.embed(texts)
+
+
+class TextSeededEmbedder:
+    """``text_unit`` of each text, ``dims`` wide, as the maintenance runners take an
+    embedder: a callable to float32 bytes (the curator's) or to an array (compaction's)."""
+
+    def __init__(self, dims: int) -> None:
+        self.dims = dims
+
+    def vector(self, text: str) -> bytes:
+        return text_unit(text, self.dims).tobytes()
+
+    async def embed_bytes(self, texts: Sequence[str]) -> list[bytes]:
+        return [self.vector(text) for text in texts]
+
+    async def embed_array(self, texts: Sequence[str]) -> Vectors:
+        return np.stack([text_unit(text, self.dims) for text in texts])

@@ -76,6 +76,11 @@ def outcome(kind: str, memory_ids: list[str], ts: int, **extra: Any) -> InputMes
     return InputMessage(orjson.dumps(data), TOPICS.outcomes, partition=0, offset=1)
 
 
+def command_message(payload: dict[str, Any], offset: int = 0) -> InputMessage:
+    """A command ``payload`` as record ``offset`` of partition 0 of the commands topic."""
+    return InputMessage(orjson.dumps(payload), TOPICS.commands, partition=0, offset=offset)
+
+
 class RecordingUsage:
     """Applies a served recall's usage at once (as the journal's fold would, later)
     and keeps what was recorded, for assertions."""

@@ -3,8 +3,9 @@ in process, for the MCP tests (tests/unit/infra/mcp/).
 
 ``FakeApi`` records every call and answers from a route table, so the MCP server is
 tested with no network and no services; ``connected`` builds the server over it and
-opens the SDK's own client on it, and ``call`` / ``refused`` make one tool call and
-return its decoded answer / its error message."""
+opens the SDK's own client on it, ``listed_tools`` lists its tools, and ``call`` /
+``refused`` make one tool call and return its decoded answer / its error message.
+``answering`` is a fake that also answers one GET route with a given body."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 from mcp import Client
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, TextContent, Tool
 
 from grimoire.infra.mcp import McpOptions, build_server
 
@@ -115,6 +116,13 @@ class FakeApi:
         return httpx.MockTransport(self.handle)
 
 
+def answering(route: str, body: Any) -> FakeApi:
+    """A fake API that also answers ``GET route`` (path and query) with 200 and ``body``."""
+    api = FakeApi()
+    api.answer("GET", route, lambda request: httpx.Response(200, json=body))
+    return api
+
+
 NOW_MS = 1_790_000_123_456
 
 
@@ -149,3 +157,9 @@ async def refused(api: FakeApi, tool: str, arguments: dict[str, Any], **options:
         result = await client.call_tool(tool, arguments)
     assert result.is_error
     return text_of(result)
+
+
+async def listed_tools(api: FakeApi, **options: Any) -> dict[str, Tool]:
+    """The tools the server lists, by name."""
+    async with connected(api, **options) as client:
+        return {tool.name: tool for tool in (await client.list_tools()).tools}

@@ -15,7 +15,6 @@ import pytest
 from redis.crc import key_slot
 
 from grimoire.streams.model.field_state import FieldState
-from grimoire.streams.model.records import EventType, Provenance
 from grimoire.streams.trust.witness import GENESIS_HASH, WitnessRecord
 from grimoire.streams.write.changes import (
     AggregateFold,
@@ -102,7 +101,7 @@ def _record(agent: str, event: str, text: str, **kwargs: Any) -> Any:
         event,
         text,
         ts=T0,
-        provenance=Provenance(event, EventType.EPISODE.value, session_id="s-1"),
+        session_id="s-1",
         keys=("tool:rpc", "err:timeout"),
         **kwargs,
     )

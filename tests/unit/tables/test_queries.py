@@ -6,14 +6,7 @@ import numpy as np
 import pytest
 
 from grimoire.streams.inbound.validators import InputLimits, is_agent_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
+from grimoire.streams.model.records import Kind
 from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.memory.store import schema_differences
 from grimoire.tables.queries import (
@@ -24,6 +17,7 @@ from grimoire.tables.queries import (
     tenant_filter,
 )
 from grimoire.tables.schema.memory_index import memory_schema, memory_schema_dict
+from tests.support.builders import memory_candidate, memory_record
 
 
 @pytest.mark.parametrize(
@@ -186,21 +180,19 @@ def test_memory_schema_dict_is_fresh_per_call() -> None:
 
 
 def test_every_indexed_field_is_written_by_the_store() -> None:
-    candidate = MemoryCandidate(
+    candidate = memory_candidate(
+        "agent-1",
+        "ev-1",
+        "disk full",
+        ts=1_767_225_600_000,
         id="0194-x",
-        agent_id="agent-1",
-        kind=Kind.EPISODE,
-        layer=Layer.OBSERVATION,
-        text="disk full",
-        ts_ms=1_767_225_600_000,
-        provenance=Provenance(source_event_id="ev-1", event_type=EventType.EPISODE.value),
         normalized_hash="h",
         tick=3,
         block=4,
         tags=("a", "b"),
     )
     vector = np.zeros(4, dtype=np.float32).tobytes()
-    written = hash_fields(MemoryRecord(candidate, vector, eidolon=vector), 0)
+    written = hash_fields(memory_record(candidate, vector), 0)
     indexed = {field["name"] for field in memory_schema_dict("p", 4)["fields"]}
     assert indexed <= set(written)
     assert written["tags"] == "a|b"
@@ -209,17 +201,12 @@ def test_every_indexed_field_is_written_by_the_store() -> None:
 
 
 def test_a_record_without_eidolon_writes_no_eidolon_field() -> None:
-    candidate = MemoryCandidate(
-        id="0194-y",
-        agent_id="agent-1",
-        kind=Kind.AGGREGATE,
-        layer=Layer.OBSERVATION,
-        text="disk full",
-        ts_ms=1,
-        provenance=Provenance(source_event_id="ev-1", event_type=EventType.EPISODE.value),
-        normalized_hash="h",
+    candidate = memory_candidate(
+        "agent-1", "ev-1", "disk full", ts=1, kind=Kind.AGGREGATE, id="0194-y", normalized_hash="h"
     )
-    record = MemoryRecord(candidate, b"\0" * 16, quarantined=True, aggregate_of="0194-x")
+    record = memory_record(
+        candidate, b"\0" * 16, eidolon=b"", quarantined=True, aggregate_of="0194-x"
+    )
     written = hash_fields(record, 7)
     assert "eidolon" not in written
     assert "tick" not in written

@@ -7,15 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
 from grimoire.agents.handlers.retraction import RetractionHandler, RetractionReport
 from grimoire.agents.ports import InputMessage
 from grimoire.streams.model.records import EventType
 from grimoire.streams.write.plan import aggregate_id
 from grimoire.tables.testing.derivations import InMemoryDerivationStore
-from tests.support.handlers import TOPICS, TS, Rig, episode, messages, mid
+from tests.support.handlers import TOPICS, TS, Rig, command_message, episode, messages, mid
 
 A = "agent-1"
 REPEAT = "rpc endpoint timed out on node seven"
@@ -46,8 +44,7 @@ class NoEraser:
 
 
 def command(**fields: Any) -> InputMessage:
-    data = {"agent_id": A, "ts": TS + 10, **fields}
-    return InputMessage(orjson.dumps(data), TOPICS.commands, partition=0, offset=3)
+    return command_message({"agent_id": A, "ts": TS + 10, **fields}, offset=3)
 
 
 def _plain(value: object) -> bool:

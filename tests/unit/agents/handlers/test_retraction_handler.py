@@ -7,8 +7,9 @@ without a source; the witness callback sees every step. Pins and unpins too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,57 +23,30 @@ from grimoire.agents.handlers.retraction import (
     RetractionHandler,
 )
 from grimoire.agents.maintenance.compaction_task import CompactionTask
-from grimoire.agents.maintenance.curator_task import cycle_playbook
-from grimoire.streams.learn.curator.distill import Polarity, Situation
+from grimoire.streams.learn.curator.distill import Situation
 from grimoire.streams.learn.curator.plan import plan_cycle
-from grimoire.streams.learn.curator.values import (
-    DEFAULT_CURATOR_POLICY,
-    CuratedEntry,
-    CuratorPlan,
-    CuratorReport,
-    EntryChange,
-    EntryStatus,
-    QuarantinedView,
-)
+from grimoire.streams.learn.curator.values import EntryStatus, QuarantinedView
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPolicy
-from grimoire.streams.model.records import (
-    EventType,
-    HyperedgeRef,
-    Kind,
-    MemoryRecord,
-    Provenance,
-)
+from grimoire.streams.model.records import EventType, HyperedgeRef, Kind, MemoryRecord
 from grimoire.streams.model.records import Role as HyperRole
 from grimoire.streams.trust.retraction import DerivationRole, Edge, RetractionOp
 from grimoire.streams.write.changes import AggregateFold, Reinforcement, WriteBatch
 from grimoire.streams.write.plan import aggregate_id
 from grimoire.tables.codec.hash_values import text_of
-from grimoire.tables.maintenance.curator_store import CuratorCycle
 from grimoire.tables.ports.trust import DerivationStore
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore, edge_index
 from grimoire.tables.trust.derivations import batch_edges
-from tests.support.builders import memory_candidate, memory_record
+from tests.support.curator import curated_entry, new_entries_cycle
 from tests.support.handlers import REPLY_TO, Rig, episode, messages, mid, recall_request
+from tests.support.maintenance import compacted_summary
+from tests.support.retraction import Witness, swap_record
 
 A, B = "agent-1", "agent-2"
 T0 = 1_790_000_000_000 - 1_790_000_000_000 % DAY_MS
 NOW = T0 + 30 * DAY_MS
 KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
-
-
-@dataclass
-class Witness:
-    seen: list[tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
-
-    async def __call__(self, op: str, ids: Sequence[str], details: Mapping[str, object]) -> None:
-        self.seen.append((op, tuple(ids), dict(details)))
-
-    def ops(self) -> list[tuple[str, tuple[str, ...]]]:
-        found = [(op, ids) for op, ids, _ in self.seen]
-        self.seen.clear()
-        return found
 
 
 class World(Rig):
@@ -111,15 +85,7 @@ class World(Rig):
 
 
 def record(world: World, agent: str, event: str, text: str, ts: int, **fields: Any) -> MemoryRecord:
-    candidate = memory_candidate(
-        agent,
-        event,
-        text,
-        ts=ts,
-        provenance=Provenance(event, EventType.EPISODE.value, tool="swap"),
-        **fields,
-    )
-    return memory_record(candidate, world.fake.vector(text).astype(np.float32).tobytes())
+    return swap_record(world.fake, agent, event, text, ts, **fields)
 
 
 # ---- the write path: a memory and its share of an aggregate -------------------------
@@ -361,10 +327,7 @@ async def compacted(world: World) -> tuple[list[str], str]:
         for n in (1, 2, 3)
     ]
     await world.store.commit(WriteBatch(records=tuple(records)))
-    policy = CompactionPolicy(min_age_ms=7 * DAY_MS)
-    report = await CompactionTask(world.compaction, world.embed, policy).compact(A, NOW)
-    (summary,) = report.summary_ids
-    return [r.id for r in records], summary
+    return [r.id for r in records], await compacted_summary(world.compaction, world.embed, A, NOW)
 
 
 async def test_compaction_records_each_summary_source() -> None:
@@ -416,21 +379,7 @@ async def test_a_summary_is_rebuilt_without_the_retracted_source_then_retracted(
 SITUATION = Situation("swap", ("entity:eth", "entity:usdc"), "calm", "eth-dca")
 
 
-def entry(memory: str, kind: Kind, status: EntryStatus, sources: tuple[str, ...]) -> CuratedEntry:
-    text = "Tool swap tends to work." if kind is Kind.INSIGHT else "Prefer tool swap."
-    return CuratedEntry(
-        memory_id=memory,
-        kind=kind,
-        text=text,
-        confidence=0.8 if kind is Kind.INSIGHT else 0.9,
-        last_accessed_ms=NOW,
-        ts_ms=NOW - 10,
-        status=status,
-        signature=SITUATION.signature,
-        situation=SITUATION,
-        polarity=Polarity.WORKS,
-        source_ids=sources,
-    )
+entry = partial(curated_entry, situation=SITUATION, now=NOW)
 
 
 async def curated(world: World) -> tuple[list[str], str, str]:
@@ -444,12 +393,8 @@ async def curated(world: World) -> tuple[list[str], str, str]:
     ids = [r.id for r in episodes]
     insight = entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, tuple(ids))
     heuristic = entry("heuristic-1", Kind.HEURISTIC, EntryStatus.PLAYBOOK, ("insight-1",))
-    changes = tuple(EntryChange(e, new=True, record_changed=True, text_changed=True)
-                    for e in (insight, heuristic))  # fmt: skip
-    plan = CuratorPlan(changes, (), (), CuratorReport(A, 1, NOW), NOW)
     vectors = {e.memory_id: world.fake.vector(e.text).tobytes() for e in (insight, heuristic)}
-    playbook = cycle_playbook(A, NOW, plan, (), DEFAULT_CURATOR_POLICY)
-    assert await world.curator.apply(CuratorCycle(A, plan, (), vectors, playbook))
+    assert await world.curator.apply(new_entries_cycle(A, NOW, (insight, heuristic), vectors))
     assert "heuristic-1" in (await world.curator.get_playbook(A) or "")
     return ids, "insight-1", "heuristic-1"
 

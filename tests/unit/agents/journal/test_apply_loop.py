@@ -28,7 +28,7 @@ from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.streams.config.agent_config import AgentConfig, apply_update
-from grimoire.streams.journal.entry import EntryKind, decode_entry, encode_entry
+from grimoire.streams.journal.entry import INGEST_KINDS, EntryKind, decode_entry, encode_entry
 from grimoire.streams.journal.usage import RecallUsage
 from grimoire.streams.trust.witness import verify_chain
 from grimoire.tables.testing.applied_marks import InMemoryAppliedMarks
@@ -42,6 +42,7 @@ from tests.support.handlers import (
     TOPICS,
     TS,
     Rig,
+    command_message,
     episode,
     messages,
     mid,
@@ -147,6 +148,9 @@ class JournalRig:
         return self.rig.on(topic)
 
 
+PIN_M1 = {"agent_id": "agent-1", "command": "pin", "memory_id": "m-1"}
+
+
 def state_of(rig: JournalRig) -> list[dict[str, Any]]:
     """Every memory hash but its transaction time, and the usage hashes."""
     store = rig.rig.store
@@ -221,7 +225,7 @@ async def _memory_after(order: str) -> dict[str, Any]:
     await rig.fold(rig.journal())
     doc = rig.rig.store.record(memory)
     assert doc is not None
-    held = await rig.rig.store.take_held_outcomes("agent-1", [memory])
+    held = await rig.rig.store.held_outcomes("agent-1", [memory])
     return {
         "confidence": doc["confidence"],
         "strength": doc.get("strength"),
@@ -290,13 +294,7 @@ async def test_a_forgotten_agents_entries_are_skipped() -> None:
 async def test_a_poison_entry_is_dead_lettered_with_its_place_and_the_fold_goes_on() -> None:
     rig = JournalRig()
     rig.commands.fail_with = RuntimeError("a bug")
-    command = InputMessage(
-        orjson.dumps({"agent_id": "agent-1", "command": "pin", "memory_id": "m-1"}),
-        TOPICS.commands,
-        partition=0,
-        offset=0,
-    )
-    await rig.sequencer.append(EntryKind.COMMAND, [command])
+    await rig.sequencer.append(EntryKind.COMMAND, [command_message(PIN_M1)])
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
     report = await rig.applier.apply(rig.journal())
     assert report.dead_lettered == 1 and report.applied == 1
@@ -307,16 +305,34 @@ async def test_a_poison_entry_is_dead_lettered_with_its_place_and_the_fold_goes_
     assert rig.rig.store.record(mid("agent-1", "a1", TS)) is not None
 
 
+async def test_an_entry_of_a_kind_with_no_rule_is_a_poison_entry() -> None:
+    # The rig registers no fact rule (a deployment without facts): the loop knows
+    # no handler, so such an entry is dead-lettered and the fold goes on.
+    rig = JournalRig()
+    assert EntryKind.FACT not in rig.applier.rules
+    fact = {"agent_id": "agent-1", "subject": "db", "predicate": "is", "object": "up", "ts": TS}
+    await rig.sequencer.append(
+        EntryKind.FACT, [InputMessage(orjson.dumps(fact), TOPICS.facts, partition=0, offset=0)]
+    )
+    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
+    report = await rig.applier.apply(rig.journal())
+    assert report.dead_lettered == 1 and report.applied == 1
+    (letter,) = rig.on(TOPICS.dead_letters)
+    assert letter["reason"] == "internal_error" and "no rule applies" in letter["detail"]
+    assert rig.rig.store.record(mid("agent-1", "a1", TS)) is not None
+
+
+def test_every_entry_kind_but_facts_has_a_rule_and_the_ingest_kinds_share_one() -> None:
+    rules = JournalRig().applier.rules
+    assert set(rules) == set(EntryKind) - {EntryKind.FACT}
+    assert len({id(rules[kind]) for kind in INGEST_KINDS}) == 1
+
+
 async def test_an_outage_is_raised_and_the_entry_stays_unapplied() -> None:
     rig = JournalRig(is_outage=lambda exc: isinstance(exc, ConnectionError))
     rig.commands.fail_with = ConnectionError("redis gone")
-    command = InputMessage(
-        orjson.dumps({"agent_id": "agent-1", "command": "forget"}),
-        TOPICS.commands,
-        partition=0,
-        offset=5,
-    )
-    await rig.sequencer.append(EntryKind.COMMAND, [command])
+    forget = command_message({"agent_id": "agent-1", "command": "forget"}, offset=5)
+    await rig.sequencer.append(EntryKind.COMMAND, [forget])
     with pytest.raises(ConnectionError):
         await rig.applier.apply(rig.journal())
     assert rig.marks.marks == {}
@@ -347,11 +363,17 @@ async def test_an_input_without_an_owner_is_dead_lettered_by_the_sequencer() -> 
     assert rig.journal() == []
 
 
-async def test_usage_entries_apply_the_uses_a_recall_served() -> None:
+async def journaling_recalls() -> JournalRig:
+    """A rig with a1 applied, whose recalls journal the uses they serve (as the worker's do)."""
     rig = JournalRig()
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
     await rig.fold(rig.journal())
     rig.rig.recall.usage = rig.sequencer
+    return rig
+
+
+async def test_usage_entries_apply_the_uses_a_recall_served() -> None:
+    rig = await journaling_recalls()
     await rig.rig.recall.handle(recall_request(as_of=TS + 500))
     memory = mid("agent-1", "a1", TS)
     assert "last_accessed" not in rig.rig.store.usage(memory)  # recall only read
@@ -478,13 +500,7 @@ async def test_a_slow_maintenance_pass_holds_up_its_own_agent_and_no_other() -> 
 async def test_a_failing_agent_leaves_the_others_applied_and_their_marks_moved() -> None:
     rig = JournalRig(is_outage=lambda exc: isinstance(exc, ConnectionError))
     rig.commands.fail_with = ConnectionError("redis gone")
-    command = InputMessage(
-        orjson.dumps({"agent_id": "agent-1", "command": "pin", "memory_id": "m-1"}),
-        TOPICS.commands,
-        partition=0,
-        offset=0,
-    )
-    await rig.sequencer.append(EntryKind.COMMAND, [command])
+    await rig.sequencer.append(EntryKind.COMMAND, [command_message(PIN_M1)])
     await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0], EPISODES[2]))
     with pytest.raises(ConnectionError):
         await rig.applier.apply(rig.journal())
@@ -499,7 +515,7 @@ async def test_a_failing_agent_leaves_the_others_applied_and_their_marks_moved()
 
 def configure(update: dict[str, Any], offset: int) -> InputMessage:
     payload = {"agent_id": "agent-1", "command": "configure", "config": update}
-    return InputMessage(orjson.dumps(payload), TOPICS.commands, partition=0, offset=offset)
+    return command_message(payload, offset)
 
 
 def configured_rig() -> tuple[JournalRig, InMemoryConfigStore]:
@@ -568,10 +584,7 @@ async def test_a_new_agent_starts_with_the_deployments_defaults_journaled() -> N
 
 
 async def test_a_usage_entry_read_again_counts_once_and_is_witnessed_once() -> None:
-    rig = JournalRig()
-    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
-    await rig.fold(rig.journal())
-    rig.rig.recall.usage = rig.sequencer
+    rig = await journaling_recalls()
     await rig.rig.recall.handle(recall_request(as_of=TS + 500))
     usage_entries = rig.journal()[1:]
     await rig.fold(usage_entries)
@@ -583,10 +596,7 @@ async def test_a_usage_entry_read_again_counts_once_and_is_witnessed_once() -> N
 
 
 async def test_a_usage_entry_applied_but_not_witnessed_is_witnessed_when_read_again() -> None:
-    rig = JournalRig()
-    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
-    await rig.fold(rig.journal())
-    rig.rig.recall.usage = rig.sequencer
+    rig = await journaling_recalls()
     await rig.rig.recall.handle(recall_request(as_of=TS + 500))
     (entry,) = rig.journal()[1:]
     opened = decode_entry(entry.value)
@@ -600,10 +610,7 @@ async def test_a_usage_entry_applied_but_not_witnessed_is_witnessed_when_read_ag
 
 
 async def test_a_recall_answered_twice_counts_its_uses_once() -> None:
-    rig = JournalRig()
-    await rig.sequencer.append(EntryKind.EPISODE, messages(EPISODES[0]))
-    await rig.fold(rig.journal())
-    rig.rig.recall.usage = rig.sequencer
+    rig = await journaling_recalls()
     request = recall_request(as_of=TS + 500)
     # Its worker killed before committing the request: the next one answers it again,
     # and journals a second usage entry (another seq, the same request).

@@ -4,7 +4,6 @@ report the maintenance handler publishes, and what the task leaves alone."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,33 +24,21 @@ from grimoire.streams.maintenance.compaction import (
     CompactionPolicy,
 )
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
-from grimoire.streams.model.records import (
-    EventType,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import search_terms
+from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.exceptions import StorageError
 from grimoire.tables.maintenance.compaction_store import PLAN_TTL_S, CompactionStalled, Phase
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
-from tests.support.builders import memory_candidate, memory_record
+from tests.support.embedders import search_terms_vector
+from tests.support.maintenance import Crash, CrashAt, ops_episode
 
 DIMS = 16
 T0 = 1_790_000_000_000 - (1_790_000_000_000 % DAY_MS)
 NOW = T0 + 30 * DAY_MS
 POLICY = CompactionPolicy(min_age_ms=7 * DAY_MS, max_rolled_keys=1)
 AGENT, OTHER = "agent-a", "agent-b"
-
-
-def bag_of_words(text: str, dims: int = DIMS) -> npt.NDArray[np.float32]:
-    vector = np.zeros(dims, dtype=np.float32)
-    for term in search_terms(text):
-        vector[int.from_bytes(hashlib.sha256(term.encode()).digest()[:4], "big") % dims] += 1
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm else vector
 
 
 @dataclass
@@ -61,36 +48,11 @@ class CountingEmbed:
 
     async def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         self.calls.append(tuple(texts))
-        return np.stack([bag_of_words(t, self.dims) for t in texts]).astype(np.float32)
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashAt:
-    def __init__(self, *phases: str) -> None:
-        self.pending = list(phases)
-        self.seen: list[str] = []
-
-    async def __call__(self, phase: str) -> None:
-        self.seen.append(phase)
-        if self.pending and phase == self.pending[0]:
-            self.pending.pop(0)
-            raise Crash(phase)
+        return np.stack([search_terms_vector(t, self.dims) for t in texts]).astype(np.float32)
 
 
 def record(agent: str, n: int, text: str, ts: int, keys: tuple[str, ...]) -> MemoryRecord:
-    candidate = memory_candidate(
-        agent,
-        f"ev-{n}",
-        text,
-        ts=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, session_id="s-1"),
-        tags=("ops/memory",),
-        keys=keys,
-    )
-    return memory_record(candidate, bag_of_words(text).tobytes(), quality=0.4)
+    return ops_episode(agent, n, text, ts, keys, search_terms_vector(text, DIMS))
 
 
 def cluster(agent: str, first: int = 0, ts: int = T0) -> list[MemoryRecord]:

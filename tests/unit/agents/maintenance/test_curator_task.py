@@ -8,13 +8,11 @@ are recording fakes.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
 
@@ -36,34 +34,22 @@ from grimoire.streams.learn.curator.values import (
 from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS
-from grimoire.streams.model.ids import memory_id
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import Kind, Layer, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.maintenance.curator_store import CuratorState
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.curator import T0, swap_episode
+from tests.support.embedders import TextSeededEmbedder
 
 DIMS = 16
-T0 = 1_790_000_000_000
 NOW = T0 + DAY_MS
 A, B = "agent-a", "agent-b"
-KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
 EMPTY_PLAYBOOK = "# PLAYBOOK — agent-a\n\n## Global\n\n_No heuristics yet._\n"
 
 
-def vector(text: str) -> bytes:
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    raw = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
-    return (raw / np.linalg.norm(raw)).astype(np.float32).tobytes()
+vector = TextSeededEmbedder(DIMS).vector
 
 
 @dataclass
@@ -87,20 +73,7 @@ class Rescheduled:
 
 
 def episode(agent: str, n: int, outcome: str) -> MemoryRecord:
-    ts, text = T0 + n, f"swap ETH for USDC through the router, attempt {n}"
-    candidate = memory_candidate(
-        agent,
-        f"ev-{n}",
-        text,
-        ts=ts,
-        layer=Layer.ACTION,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, tool="swap"),
-        tick=n,
-        regime="calm",
-        keys=KEYS,
-        outcome=outcome,
-    )
-    return memory_record(candidate, vector(text), eidolon=b"")
+    return swap_episode(agent, n, outcome, dims=DIMS, event=f"ev-{n}")
 
 
 @dataclass
@@ -311,36 +284,32 @@ SITUATIONS = [(tool, key) for tool in ("swap", "bridge", "lend") for key in ("et
 def situated(agent: str, n: int, outcome: str, situation: int, ts: int) -> MemoryRecord:
     tool, asset = SITUATIONS[situation % len(SITUATIONS)]
     text = f"{tool} {asset} attempt {n}"
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"ev-{n}", 0, ts),
-        agent_id=agent,
-        kind=Kind.EPISODE,
+    candidate = memory_candidate(
+        agent,
+        f"ev-{n}",
+        text,
+        ts=ts,
         layer=Layer.ACTION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(f"ev-{n}", EventType.EPISODE.value, tool=tool),
-        normalized_hash=normalized_hash(text),
+        tool=tool,
         regime="calm",
         keys=(f"entity:{asset}",),
         outcome=outcome,
     )
-    return MemoryRecord(candidate, canonical=vector(text))
+    return memory_record(candidate, vector(text), eidolon=b"")
 
 
 def ingested(agent: str, n: int, kind: Kind, ts: int, confidence: float) -> MemoryRecord:
     text = f"{kind.value} number {n} from the field"
-    candidate = MemoryCandidate(
-        id=memory_id(agent, f"in-{n}", 0, ts),
-        agent_id=agent,
+    candidate = memory_candidate(
+        agent,
+        f"in-{n}",
+        text,
+        ts=ts,
         kind=kind,
         layer=Layer.CONTEMPLATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(f"in-{n}", EventType.EPISODE.value),
-        normalized_hash=normalized_hash(text),
         keys=(f"entity:thing{n}",),
     )
-    return MemoryRecord(candidate, canonical=vector(text), confidence=confidence)
+    return memory_record(candidate, vector(text), eidolon=b"", confidence=confidence)
 
 
 async def _state_of(env: Env) -> dict[str, Any]:

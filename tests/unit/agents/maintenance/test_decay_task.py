@@ -10,30 +10,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
-import numpy as np
 import pytest
 
 from grimoire.agents.maintenance.decay_task import DecayRunner, decay_pass
 from grimoire.agents.maintenance.handler import TaskRunner
 from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.maintenance.decay_pass import DecayBands
-from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS, HOUR_MS
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
-from grimoire.streams.model.text import normalized_hash
+from grimoire.streams.model.records import Kind, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.memory_hash import decode_record, hash_fields, with_usage
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.maintenance import decay_plan, decaying_record
 
 DIMS = 8
 T0 = 1_790_000_000_000
@@ -41,27 +33,7 @@ H48 = 48 * HOUR_MS
 A, B = "agent-a", "agent-b"
 
 
-def record(
-    agent: str, memory_id: str, *, kind: Kind = Kind.EPISODE, confidence: float = 0.8, ts: int = T0
-) -> MemoryRecord:
-    vector = np.zeros(DIMS, dtype=np.float32)
-    vector[0] = 1.0
-    text = f"memory {memory_id}"
-    candidate = MemoryCandidate(
-        id=memory_id,
-        agent_id=agent,
-        kind=kind,
-        layer=Layer.OBSERVATION,
-        text=text,
-        ts_ms=ts,
-        provenance=Provenance(f"evt-{memory_id}", EventType.EPISODE.value),
-        normalized_hash=normalized_hash(text),
-    )
-    return MemoryRecord(candidate, vector.tobytes(), confidence=confidence, quality=0.5)
-
-
-def plan(agent: str, as_of_ms: int) -> MaintenancePlan:
-    return MaintenancePlan(agent, 1, as_of_ms, Pressure.NORMAL, (Task.DECAY,), (), 0)
+record = partial(decaying_record, ts=T0, dims=DIMS)
 
 
 class World:
@@ -108,7 +80,7 @@ async def test_first_run_seeds_then_reports_the_pass(world: World) -> None:
     )
     runner = DecayRunner(world.decay, 100)
     now = T0 + H48 + 1
-    report = await runner(plan(A, now))
+    report = await runner(decay_plan(A, now))
     ep_now = world.read_time_value(A, "ep", now)
     old_now = world.read_time_value(A, "old", now)
     assert report == {
@@ -123,7 +95,7 @@ async def test_first_run_seeds_then_reports_the_pass(world: World) -> None:
     assert set(world.decay.scheduled(A)) == {"ep", "warn"}  # "old" sits at the floor
 
     # Nothing else is due at the same time: an idempotent re-run.
-    assert await runner(plan(A, now)) == {
+    assert await runner(decay_plan(A, now)) == {
         "seeded": 0,
         "entries_decayed": 0,
         "avg_before": 0.0,
@@ -137,21 +109,21 @@ async def test_the_limit_leaves_the_rest_for_the_next_run(world: World) -> None:
     assert await world.decay.ensure_seeded(A, T0) == 5
     runner = DecayRunner(world.decay, 2)
     now = T0 + H48 + 1
-    first = await runner(plan(A, now))
+    first = await runner(decay_plan(A, now))
     assert first["entries_decayed"] == 2
     assert set(world.decay.scheduled(A)) == {f"d{i}" for i in range(5)}
     # Oldest due first: d4 has the earliest origin.
     assert world.decay.snapshot("d4") and world.decay.snapshot("d3")
     assert world.decay.snapshot("d2") == {}
-    assert (await runner(plan(A, now)))["entries_decayed"] == 2
-    assert (await runner(plan(A, now)))["entries_decayed"] == 1
-    assert (await runner(plan(A, now)))["entries_decayed"] == 0
+    assert (await runner(decay_plan(A, now)))["entries_decayed"] == 2
+    assert (await runner(decay_plan(A, now)))["entries_decayed"] == 1
+    assert (await runner(decay_plan(A, now)))["entries_decayed"] == 0
 
 
 async def test_another_agents_memories_are_never_touched(world: World) -> None:
     await world.write(record(A, "mine"), record(B, "theirs"))
     world.decay.schedule(A, "theirs", T0)  # a stray member in A's schedule
-    report = await DecayRunner(world.decay, 100)(plan(A, T0 + H48 + 1))
+    report = await DecayRunner(world.decay, 100)(decay_plan(A, T0 + H48 + 1))
     assert report["entries_decayed"] == 1
     assert world.decay.snapshot("theirs") == {}
     assert set(world.decay.scheduled(A)) == {"mine"}
@@ -162,7 +134,7 @@ async def test_outcomes_move_the_origin_and_the_next_pass_sees_it(world: World) 
     await world.write(record(A, "ep"))
     runner = DecayRunner(world.decay, 100)
     first = T0 + H48 + 1
-    await runner(plan(A, first))
+    await runner(decay_plan(A, first))
     before = world.read_time_value(A, "ep", first)
 
     # A positive outcome raises confidence and resets the decay origin.
@@ -171,7 +143,7 @@ async def test_outcomes_move_the_origin_and_the_next_pass_sees_it(world: World) 
     assert await world.memory.apply_outcome(outcome) == 1
     await world.decay.reschedule(A, ["ep"], at)
     assert world.decay.scheduled(A)["ep"] == at  # back in band 0: due at once
-    report = await runner(plan(A, at))
+    report = await runner(decay_plan(A, at))
     after = world.read_time_value(A, "ep", at)
     assert report["entries_decayed"] == 1
     assert report["avg_before"] == round(before, 6)
@@ -184,7 +156,7 @@ async def test_deleted_and_compacted_memories_drop_out(world: World) -> None:
     for doc in world.memory.hashes():
         if doc["memory_id"] == "gone":
             doc["replaced_by_summary_id"] = "sum-1"
-    report = await DecayRunner(world.decay, 100)(plan(A, T0 + H48 + 1))
+    report = await DecayRunner(world.decay, 100)(decay_plan(A, T0 + H48 + 1))
     assert report["entries_decayed"] == 1
     assert set(world.decay.scheduled(A)) == {"kept"}
     assert world.decay.snapshot("gone") == {}
@@ -205,6 +177,6 @@ async def test_the_pass_plans_with_the_stores_bands(world: World) -> None:
 
 async def test_the_report_is_what_the_maintenance_event_carries(world: World) -> None:
     await world.write(record(A, "ep"))
-    report: Mapping[str, Any] = await DecayRunner(world.decay)(plan(A, T0 + H48 + 1))
+    report: Mapping[str, Any] = await DecayRunner(world.decay)(decay_plan(A, T0 + H48 + 1))
     assert list(report) == ["seeded", "entries_decayed", "avg_before", "avg_after"]
     assert all(isinstance(v, int | float) for v in report.values())

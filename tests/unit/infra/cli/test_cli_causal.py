@@ -8,8 +8,7 @@ test, tests/integration/test_causal_http.py)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -20,18 +19,11 @@ from grimoire.infra.cli import causal, common
 from grimoire.infra.http import causal as route
 from grimoire.streams.learn.causal import CausalEdge, Direction, k_hop
 from grimoire.tables.learn import store as learn_store
-from grimoire.tables.learn.store import LearningWrite
 from grimoire.tables.testing.learning_store import InMemoryLearningStore
+from tests.support.causal import EDGES, write_edges
+from tests.support.cli import patch_opener
 
 AGENT = "fleet-a/golem-1"
-EDGES = (
-    CausalEdge("s", "a", 0.5, 2, 4),
-    CausalEdge("a", "b", 0.8, 1, 5),
-    CausalEdge("b", "c", 1.0, 1, 6),
-    CausalEdge("x", "s", 1.0, 1, 2),
-    CausalEdge("s", "d", -1.0, 3, 7),
-    CausalEdge("y", "a", 0.25, 1, 3),
-)
 
 
 class CountingStore(InMemoryLearningStore):
@@ -48,7 +40,7 @@ class CountingStore(InMemoryLearningStore):
 
 async def seeded() -> CountingStore:
     store = CountingStore()
-    await (await store.outcome_part(LearningWrite(AGENT, edges=EDGES))).apply_alone()
+    await write_edges(store, AGENT, EDGES)
     return store
 
 
@@ -106,11 +98,7 @@ def test_the_cli_limits_are_the_routes() -> None:
 async def stored(monkeypatch: pytest.MonkeyPatch) -> CountingStore:
     store = await seeded()
 
-    @contextlib.asynccontextmanager
-    async def no_redis(settings: object) -> AsyncIterator[object]:
-        yield object()
-
-    monkeypatch.setattr(common, "memory_redis", no_redis)
+    patch_opener(monkeypatch, common, "memory_redis", object())
     monkeypatch.setattr(learn_store, "RedisLearningStore", lambda redis, prefix: store)
     return store
 

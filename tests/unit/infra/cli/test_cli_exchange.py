@@ -10,8 +10,6 @@ tests/integration/test_exchange.py; the routes' in test_http_exchange_facts.py."
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.testing.api_keys import InMemoryApiKeyStore
 from grimoire.topics import client as client_module
 from grimoire.topics.schemas import CommandV1
+from tests.support.cli import patch_opener
 
 AGENT = "fleet-a/golem-1"
 HEIR = "fleet-a/golem-2"
@@ -258,15 +257,8 @@ def test_import_bad_input_is_one_line_exit_2_and_sends_nothing(
 
 @pytest.fixture
 def keys(monkeypatch: pytest.MonkeyPatch) -> InMemoryApiKeyStore:
-    store = InMemoryApiKeyStore()
-
-    @contextlib.asynccontextmanager
-    async def opened(settings: object) -> AsyncIterator[InMemoryApiKeyStore]:
-        yield store
-
-    monkeypatch.setattr(common, "api_keys", opened)
     monkeypatch.setenv("GRIMOIRE_AUTH_ENABLED", "true")
-    return store
+    return patch_opener(monkeypatch, common, "api_keys", InMemoryApiKeyStore())
 
 
 async def _token(store: InMemoryApiKeyStore, scope: TenantScope) -> str:

@@ -6,8 +6,6 @@ plain functions: each command runs its own event loop (asyncio.run)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -18,18 +16,12 @@ from grimoire.infra.cli import common
 from grimoire.streams.trust.tenancy import parse_token, secret_digest
 from grimoire.tables.testing.api_keys import InMemoryApiKeyStore
 from grimoire.tables.trust.api_keys import Authenticator
+from tests.support.cli import patch_opener
 
 
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> InMemoryApiKeyStore:
-    shared = InMemoryApiKeyStore()
-
-    @contextlib.asynccontextmanager
-    async def fake(settings: object) -> AsyncIterator[InMemoryApiKeyStore]:
-        yield shared
-
-    monkeypatch.setattr(common, "api_keys", fake)
-    return shared
+    return patch_opener(monkeypatch, common, "api_keys", InMemoryApiKeyStore())
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any], str]:

@@ -28,6 +28,7 @@ from grimoire.topics.client import (
     RecallUnauthorized,
 )
 from grimoire.topics.schemas import RecallItemV1
+from tests.support.cli import patch_opener
 from tests.support.gateway import RecordingGateway
 
 AGENT = "fleet-a/golem-1"
@@ -75,14 +76,7 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> FakeGateway:
 
 @pytest.fixture
 def configs(monkeypatch: pytest.MonkeyPatch) -> InMemoryConfigStore:
-    store = InMemoryConfigStore()
-
-    @contextlib.asynccontextmanager
-    async def opened(settings: object) -> AsyncIterator[InMemoryConfigStore]:
-        yield store
-
-    monkeypatch.setattr(commands, "_config_store", opened)
-    return store
+    return patch_opener(monkeypatch, commands, "_config_store", InMemoryConfigStore())
 
 
 @pytest.fixture
@@ -398,13 +392,9 @@ def test_the_memory_helper_shapes_the_graph_as_the_http_route(
             edges=(inspect.GraphEdge(memory_id, "key:k"),),
         )
 
-    @contextlib.asynccontextmanager
-    async def no_redis(settings: object) -> AsyncIterator[object]:
-        yield object()
-
     monkeypatch.setattr(inspect, "memory_detail", detail)
     monkeypatch.setattr(inspect, "neighbourhood", around)
-    monkeypatch.setattr(common, "memory_redis", no_redis)
+    patch_opener(monkeypatch, common, "memory_redis", object())
     settings = cli.Settings()
     assert asyncio.run(reads._memory(settings, AGENT, "m", None)) == {"id": "m", "text": "full"}
     assert asyncio.run(reads._memory(settings, "other", "m", 2)) is None

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from grimoire.agents.ports import Vectors
 from grimoire.infra.embedding.embedder import CachingEmbedder
 from tests.support.embedders import bag_of_words
+
+T = TypeVar("T")
 
 
 class GatedModel:
@@ -56,14 +59,24 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_two_calls_for_one_text_run_the_model_once() -> None:
+def gated() -> tuple[GatedModel, CachingEmbedder]:
+    """A cache over a model whose gate is shut: its calls wait until the test opens it."""
     model = GatedModel()
     model.gate.clear()
-    cache = CachingEmbedder(model)
-    first = asyncio.create_task(cache.embed_with_usage(["shared", "own"]))
+    return model, CachingEmbedder(model)
+
+
+async def started(call: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """``call`` as a task, once it has gone as far as it can."""
+    task = asyncio.create_task(call)
     await settle()
-    second = asyncio.create_task(cache.embed_with_usage(["shared"]))
-    await settle()
+    return task
+
+
+async def test_two_calls_for_one_text_run_the_model_once() -> None:
+    model, cache = gated()
+    first = await started(cache.embed_with_usage(["shared", "own"]))
+    second = await started(cache.embed_with_usage(["shared"]))
     model.gate.set()
     (one, used_one), (two, used_two) = await first, await second
     assert model.calls == [["shared", "own"]]
@@ -84,13 +97,9 @@ async def test_the_callers_error_is_its_own() -> None:
 
 
 async def test_cancelling_a_waiting_call_does_not_cancel_the_text_for_others() -> None:
-    model = GatedModel()
-    model.gate.clear()
-    cache = CachingEmbedder(model)
-    owner = asyncio.create_task(cache.embed(["kept"]))
-    await settle()
-    waiter = asyncio.create_task(cache.embed(["kept"]))
-    await settle()
+    model, cache = gated()
+    owner = await started(cache.embed(["kept"]))
+    waiter = await started(cache.embed(["kept"]))
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
@@ -100,13 +109,9 @@ async def test_cancelling_a_waiting_call_does_not_cancel_the_text_for_others() -
 
 
 async def test_cancelling_the_sender_lets_the_waiter_embed_the_text() -> None:
-    model = GatedModel()
-    model.gate.clear()
-    cache = CachingEmbedder(model)
-    owner = asyncio.create_task(cache.embed(["orphan"]))
-    await settle()
-    waiter = asyncio.create_task(cache.embed_with_usage(["orphan"]))
-    await settle()
+    model, cache = gated()
+    owner = await started(cache.embed(["orphan"]))
+    waiter = await started(cache.embed_with_usage(["orphan"]))
     owner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await owner
@@ -118,14 +123,10 @@ async def test_cancelling_the_sender_lets_the_waiter_embed_the_text() -> None:
 
 
 async def test_a_failed_sender_leaves_the_text_to_the_waiting_call() -> None:
-    model = GatedModel()
-    model.gate.clear()
+    model, cache = gated()
     model.fail_calls = 1  # the first call's
-    cache = CachingEmbedder(model)
-    sender = asyncio.create_task(cache.embed(["fragile", "other"]))
-    await settle()
-    waiter = asyncio.create_task(cache.embed_with_usage(["fragile"]))
-    await settle()
+    sender = await started(cache.embed(["fragile", "other"]))
+    waiter = await started(cache.embed_with_usage(["fragile"]))
     model.gate.set()
     with pytest.raises(RuntimeError, match="model down"):
         await sender
@@ -140,22 +141,17 @@ async def test_a_cached_vector_survives_its_eviction_while_the_call_waits() -> N
     cache = CachingEmbedder(model, capacity=1)
     await cache.embed(["old"])
     model.gate.clear()
-    other = asyncio.create_task(cache.embed(["fresh"]))
-    await settle()
+    other = await started(cache.embed(["fresh"]))
     # Hits "old", waits for "fresh"; "fresh" arriving evicts "old" meanwhile.
-    mine = asyncio.create_task(cache.embed(["old", "fresh"]))
-    await settle()
+    mine = await started(cache.embed(["old", "fresh"]))
     model.gate.set()
     await other
     np.testing.assert_array_equal(await mine, expected("old", "fresh"))
 
 
 async def test_a_query_does_not_wait_for_a_bulk_call_of_its_text() -> None:
-    model = GatedModel()
-    model.gate.clear()
-    cache = CachingEmbedder(model)
-    bulk = asyncio.create_task(cache.embed(["what failed last night"]))
-    await settle()
+    model, cache = gated()
+    bulk = await started(cache.embed(["what failed last night"]))
     query = cache.embed_query(["what failed last night"])
     np.testing.assert_array_equal(
         await asyncio.wait_for(query, 5), expected("what failed last night")

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.support.mcp_api import FakeApi, call, connected, error, refused
+from tests.support.mcp_api import FakeApi, answering, call, error, listed_tools, refused
 
 ANSWER: dict[str, Any] = {
     "memory_id": "m-1",
@@ -24,15 +23,8 @@ PATH = "/v1/agents/golem-1/causal/m-1"
 DEFAULT = f"{PATH}?hops=1&direction=effects"  # the fake routes on the raw path and query
 
 
-def answering(api: FakeApi, path: str = DEFAULT) -> FakeApi:
-    api.answer("GET", path, lambda request: httpx.Response(200, json=ANSWER))
-    return api
-
-
 async def test_it_is_listed_read_only_with_its_arguments() -> None:
-    async with connected(FakeApi()) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    tool = tools["causal_neighbours"]
+    tool = (await listed_tools(FakeApi()))["causal_neighbours"]
     assert tool.annotations is not None and tool.annotations.read_only_hint is True
     assert tool.input_schema["required"] == ["memory_id"]
     properties = tool.input_schema["properties"]
@@ -41,7 +33,7 @@ async def test_it_is_listed_read_only_with_its_arguments() -> None:
 
 
 async def test_it_calls_the_route_with_hops_and_direction() -> None:
-    api = answering(FakeApi(), f"{PATH}?hops=2&direction=both")
+    api = answering(f"{PATH}?hops=2&direction=both", ANSWER)
     answer = await call(api, "causal_neighbours", {"memory_id": "m-1", "hops": 2,
                                                    "direction": "both"})  # fmt: skip
     assert answer == ANSWER
@@ -51,14 +43,14 @@ async def test_it_calls_the_route_with_hops_and_direction() -> None:
 
 
 async def test_defaults_are_one_hop_of_effects() -> None:
-    api = answering(FakeApi())
+    api = answering(DEFAULT, ANSWER)
     assert await call(api, "causal_neighbours", {"memory_id": "m-1"}) == ANSWER
     assert api.calls[0].route == ("GET", DEFAULT)
 
 
 async def test_another_agent_and_an_encoded_id() -> None:
     path = "/v1/agents/fleet%2Fgolem-9/causal/m%2F1?hops=1&direction=effects"
-    api = answering(FakeApi(), path)
+    api = answering(path, ANSWER)
     await call(api, "causal_neighbours", {"memory_id": "m/1", "agent": "fleet/golem-9"})
     assert api.calls[0].path == path
 

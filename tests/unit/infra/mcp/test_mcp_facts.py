@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.support.mcp_api import FakeApi, call, connected, error, refused
+from tests.support.mcp_api import FakeApi, answering, call, error, listed_tools, refused
 
 FACTS: dict[str, Any] = {
     "agent_id": "golem-1",
@@ -40,15 +39,8 @@ def compact(body: dict[str, Any]) -> dict[str, Any]:
 NEIGHBOURS_PATH = "/v1/agents/golem-1/facts/neighbours"
 
 
-def answering(api: FakeApi, route: str, body: dict[str, Any]) -> FakeApi:
-    api.answer("GET", route, lambda request: httpx.Response(200, json=body))
-    return api
-
-
 async def test_it_is_listed_read_only_with_its_arguments() -> None:
-    async with connected(FakeApi()) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    tool = tools["facts"]
+    tool = (await listed_tools(FakeApi()))["facts"]
     assert tool.annotations is not None and tool.annotations.read_only_hint is True
     assert "required" not in tool.input_schema or tool.input_schema["required"] == []
     properties = tool.input_schema["properties"]
@@ -58,7 +50,7 @@ async def test_it_is_listed_read_only_with_its_arguments() -> None:
 
 
 async def test_valid_at_calls_the_facts_route() -> None:
-    api = answering(FakeApi(), f"{FACTS_PATH}?valid_at=150", FACTS)
+    api = answering(f"{FACTS_PATH}?valid_at=150", FACTS)
     assert await call(api, "facts", {"valid_at": 150}) == compact(FACTS)
     (sent,) = api.calls
     assert sent.route == ("GET", f"{FACTS_PATH}?valid_at=150")
@@ -67,7 +59,7 @@ async def test_valid_at_calls_the_facts_route() -> None:
 
 async def test_known_at_with_a_block_and_a_relation() -> None:
     route = f"{FACTS_PATH}?valid_at=250&known_at=1790000000500&subject=alice&predicate=works_at"
-    api = answering(FakeApi(), route, FACTS)
+    api = answering(route, FACTS)
     arguments = {"valid_at": 250, "known_at": 1_790_000_000_500, "subject": "alice",
                  "predicate": "works_at"}  # fmt: skip
     assert await call(api, "facts", arguments) == compact(FACTS)
@@ -76,14 +68,14 @@ async def test_known_at_with_a_block_and_a_relation() -> None:
 
 async def test_neighbours_of_calls_the_neighbours_route() -> None:
     route = f"{NEIGHBOURS_PATH}?entity=alice&hops=2"
-    api = answering(FakeApi(), route, NEIGHBOURS)
+    api = answering(route, NEIGHBOURS)
     assert await call(api, "facts", {"neighbours_of": "alice", "hops": 2}) == compact(NEIGHBOURS)
     assert api.calls[0].route == ("GET", route)
 
 
 async def test_another_agent_is_encoded_in_the_path() -> None:
     route = "/v1/agents/fleet%2Fgolem-9/facts/neighbours?entity=alice&hops=1&valid_at=7"
-    api = answering(FakeApi(), route, NEIGHBOURS)
+    api = answering(route, NEIGHBOURS)
     arguments = {"neighbours_of": "alice", "valid_at": 7, "agent": "fleet/golem-9"}
     await call(api, "facts", arguments)
     assert api.calls[0].path == route

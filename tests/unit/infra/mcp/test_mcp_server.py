@@ -20,6 +20,7 @@ from tests.support.mcp_api import (
     call,
     connected,
     error,
+    listed_tools,
     refused,
     text_of,
 )
@@ -32,8 +33,7 @@ MODES = ("auto", "legacy")
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_lists_the_memory_tools_and_hides_the_destructive_ones(mode: str) -> None:
-    async with connected(FakeApi(), mode=mode) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    tools = await listed_tools(FakeApi(), mode=mode)
     assert sorted(tools) == sorted(READ_WRITE_TOOLS)
     assert not set(DESTRUCTIVE_TOOLS) & set(tools)
     assert tools["search"].annotations is not None
@@ -44,8 +44,7 @@ async def test_lists_the_memory_tools_and_hides_the_destructive_ones(mode: str) 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_allow_destructive_lists_forget_and_retract_marked_destructive(mode: str) -> None:
-    async with connected(FakeApi(), mode=mode, allow_destructive=True) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    tools = await listed_tools(FakeApi(), mode=mode, allow_destructive=True)
     assert sorted(tools) == sorted(READ_WRITE_TOOLS + DESTRUCTIVE_TOOLS)
     for name in DESTRUCTIVE_TOOLS:
         annotations = tools[name].annotations

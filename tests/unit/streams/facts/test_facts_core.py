@@ -18,6 +18,7 @@ from grimoire.streams.facts.queries import (
 from grimoire.streams.facts.timeline import assert_fact, retract
 from grimoire.streams.facts.values import Fact, FactChanges, entity_name, fact_id_for
 from grimoire.streams.model.nexus_keys import KeySource, extract_keys
+from tests.support.facts import agent_fact
 
 AGENT = "golem-1"
 
@@ -32,16 +33,15 @@ def fact(
     predicate: str = "works_at",
     entity: bool = True,
 ) -> Fact:
-    return Fact(
-        fact_id=fact_id_for(AGENT, event),
-        agent_id=AGENT,
-        subject=subject,
-        predicate=predicate,
-        object=obj,
-        object_is_entity=entity,
+    return agent_fact(
+        AGENT,
+        event,
+        subject,
+        obj,
         valid_from=valid_from,
-        known_from_ms=known_ms,
-        source_event_id=event,
+        known_ms=known_ms,
+        predicate=predicate,
+        entity=entity,
     )
 
 

@@ -126,15 +126,17 @@ def test_the_tenant_filter_is_exact_and_escapes_every_separator() -> None:
     assert str(tenant_filter("a`b\tc")) == "@agent_id:{a\\`b\\\tc}"
 
 
-async def test_agents_differing_in_case_keep_their_own_memories() -> None:
+async def one_event_from_each(*agents: str) -> Rig:
+    """A rig after one batch: event e1, "disk full on node seven", from each agent in
+    turn, a millisecond apart."""
     rig = Rig()
-    await rig.ingest.handle(
-        EventType.EPISODE,
-        messages(
-            episode("TENV1", "disk full on node seven", TS, "e1"),
-            episode("tenV1", "disk full on node seven", TS + 1, "e1"),
-        ),
-    )
+    payloads = (episode(a, "disk full on node seven", TS + i, "e1") for i, a in enumerate(agents))
+    await rig.ingest.handle(EventType.EPISODE, messages(*payloads))
+    return rig
+
+
+async def test_agents_differing_in_case_keep_their_own_memories() -> None:
+    rig = await one_event_from_each("TENV1", "tenV1")
     events = rig.events()
     assert [(e["agent_id"], e["action"]) for e in events] == [
         ("TENV1", "admit"),
@@ -145,14 +147,7 @@ async def test_agents_differing_in_case_keep_their_own_memories() -> None:
 
 
 async def test_a_comma_agent_never_reaches_the_store() -> None:
-    rig = Rig()
-    await rig.ingest.handle(
-        EventType.EPISODE,
-        messages(
-            episode("tenV2", "disk full on node seven", TS, "e1"),
-            episode("tenV2,evil", "disk full on node seven", TS + 1, "e1"),
-        ),
-    )
+    rig = await one_event_from_each("tenV2", "tenV2,evil")
     assert [e["action"] for e in rig.events()] == ["admit"]
     (letter,) = rig.on(TOPICS.dead_letters)
     assert (letter["reason"], letter["field"]) == ("invalid_value", "agent_id")

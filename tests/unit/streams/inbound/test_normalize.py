@@ -11,35 +11,24 @@ import pytest
 from grimoire.streams.inbound.events import Accepted, Rejection, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.model.records import EventType, Kind, Layer, MemoryCandidate
-from tests.support.inbound import accept
+from tests.support.inbound import DROP, accept, payload
 
 LIMITS = InputLimits()
 TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 AGENT = "agent-1"
-_DROP = object()
 _ANY = object()
 
 
-def _payload(base: dict[str, Any], overrides: dict[str, Any]) -> bytes:
-    data = dict(base)
-    for key, value in overrides.items():
-        if value is _DROP:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return orjson.dumps(data)
-
-
 def episode(**overrides: Any) -> bytes:
-    return _payload({"agent_id": AGENT, "ts": TS, "text": "disk full on node 7"}, overrides)
+    return payload({"agent_id": AGENT, "ts": TS, "text": "disk full on node 7"}, overrides)
 
 
 def tool_event(**overrides: Any) -> bytes:
-    return _payload({"agent_id": AGENT, "ts": TS, "tool": "bash", "result": "ok"}, overrides)
+    return payload({"agent_id": AGENT, "ts": TS, "tool": "bash", "result": "ok"}, overrides)
 
 
 def transcript(**overrides: Any) -> bytes:
-    return _payload(
+    return payload(
         {"agent_id": AGENT, "ts": TS, "line": {"role": "user", "content": "hello"}}, overrides
     )
 
@@ -58,7 +47,7 @@ REJECTIONS: list[tuple[str, EventType, bytes, InputLimits, str, str | None, obje
     ("invalid-utf8", EPISODE, b'{"text": "\xff\xfe"}', LIMITS, "invalid_json", None, None),
     ("json-list", EPISODE, b'[{"agent_id": "agent-1"}]', LIMITS, "not_an_object", None, None),
     ("json-string", TOOL, b'"agent-1"', LIMITS, "not_an_object", None, None),
-    ("missing-agent", EPISODE, episode(agent_id=_DROP), LIMITS, "missing_field", "agent_id", None),
+    ("missing-agent", EPISODE, episode(agent_id=DROP), LIMITS, "missing_field", "agent_id", None),
     ("null-agent", EPISODE, episode(agent_id=None), LIMITS, "missing_field", "agent_id", None),
     ("empty-agent", EPISODE, episode(agent_id=""), LIMITS, "missing_field", "agent_id", None),
     ("agent-int", EPISODE, episode(agent_id=7), LIMITS, "wrong_type", "agent_id", None),
@@ -75,10 +64,10 @@ REJECTIONS: list[tuple[str, EventType, bytes, InputLimits, str, str | None, obje
     ("text-oversize", EPISODE, episode(text="x" * 51), SMALL, "oversize", "text", AGENT),
     ("text-nul", EPISODE, episode(text="a\x00b"), LIMITS, "control_characters", "text", AGENT),
     ("text-bell", EPISODE, episode(text="a\x07b"), LIMITS, "control_characters", "text", AGENT),
-    ("text-missing", EPISODE, episode(text=_DROP), LIMITS, "missing_field", "text", AGENT),
+    ("text-missing", EPISODE, episode(text=DROP), LIMITS, "missing_field", "text", AGENT),
     ("text-blank", EPISODE, episode(text=" \n\t "), LIMITS, "missing_field", "text", AGENT),
     ("text-number", EPISODE, episode(text=42), LIMITS, "wrong_type", "text", AGENT),
-    ("ts-missing", EPISODE, episode(ts=_DROP), LIMITS, "missing_field", "ts", AGENT),
+    ("ts-missing", EPISODE, episode(ts=DROP), LIMITS, "missing_field", "ts", AGENT),
     (
         "ts-before-2000",
         EPISODE,
@@ -207,7 +196,7 @@ REJECTIONS: list[tuple[str, EventType, bytes, InputLimits, str, str | None, obje
         AGENT,
     ),
     ("event-id-int", EPISODE, episode(event_id=12), LIMITS, "wrong_type", "event_id", AGENT),
-    ("tool-missing", TOOL, tool_event(tool=_DROP), LIMITS, "missing_field", "tool", AGENT),
+    ("tool-missing", TOOL, tool_event(tool=DROP), LIMITS, "missing_field", "tool", AGENT),
     ("tool-space", TOOL, tool_event(tool="rm -rf"), LIMITS, "invalid_value", "tool", AGENT),
     (
         "latency-negative",
@@ -392,7 +381,7 @@ def test_transcript_role_of_unhashable_type_is_rejected_not_raised() -> None:
 
 def test_transcript_without_line_is_a_missing_field() -> None:
     """Every other absent required field is `missing_field`; `line` reports wrong_type."""
-    outcome = normalize_event(TRANSCRIPT, transcript(line=_DROP), LIMITS)
+    outcome = normalize_event(TRANSCRIPT, transcript(line=DROP), LIMITS)
     assert isinstance(outcome, Rejection)
     assert outcome.reason == "missing_field"
     assert outcome.field == "line"
@@ -501,7 +490,7 @@ def test_iso_millisecond_timestamps_after_2038_are_exact(iso: str) -> None:
 def test_tool_event_error_text_has_tool_error_paths_and_urls() -> None:
     raw = tool_event(
         tool="bash",
-        result=_DROP,
+        result=DROP,
         error="exit 1: No such file",
         paths=["/etc/app/config.yaml"],
         urls=["https://example.com/doc"],

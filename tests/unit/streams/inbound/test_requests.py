@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import pytest
 
 from grimoire.streams.inbound.events import Rejection
@@ -16,25 +15,20 @@ from grimoire.streams.inbound.recall_request import (
 )
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.recall.options import RetrievalBudgets
+from tests.support.inbound import DROP, payload
 
 LIMITS = RecallLimits()
 INPUT = InputLimits()
-_DROP = object()
+REQUEST = {
+    "agent_id": "agent-1",
+    "query": "disk full",
+    "reply_to": "grimoire.replies.client-1",
+    "correlation_id": "c-1",
+}
 
 
 def request(**overrides: Any) -> bytes:
-    data: dict[str, Any] = {
-        "agent_id": "agent-1",
-        "query": "disk full",
-        "reply_to": "grimoire.replies.client-1",
-        "correlation_id": "c-1",
-    }
-    for key, value in overrides.items():
-        if value is _DROP:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return orjson.dumps(data)
+    return payload(REQUEST, overrides)
 
 
 def parsed(raw: bytes, limits: RecallLimits = LIMITS) -> RecallQuery:
@@ -93,7 +87,7 @@ def test_null_as_of_is_absent() -> None:
 REJECTIONS = [
     pytest.param(b"{", "invalid_json", None, id="bad-json"),
     pytest.param(b"[]", "not_an_object", None, id="list"),
-    pytest.param(request(reply_to=_DROP), "missing_field", "reply_to", id="no-reply-to"),
+    pytest.param(request(reply_to=DROP), "missing_field", "reply_to", id="no-reply-to"),
     pytest.param(request(reply_to=""), "missing_field", "reply_to", id="empty-reply-to"),
     pytest.param(request(reply_to=5), "wrong_type", "reply_to", id="reply-to-int"),
     pytest.param(request(reply_to="bad topic!"), "invalid_value", "reply_to", id="reply-to-space"),
@@ -104,13 +98,13 @@ REJECTIONS = [
     pytest.param(request(k=101), "invalid_value", "k", id="k-over-max"),
     pytest.param(request(k="5"), "wrong_type", "k", id="k-string"),
     pytest.param(request(k=True), "wrong_type", "k", id="k-bool"),
-    pytest.param(request(query=_DROP), "missing_field", "query", id="no-query"),
+    pytest.param(request(query=DROP), "missing_field", "query", id="no-query"),
     pytest.param(request(query="   "), "missing_field", "query", id="blank-query"),
     pytest.param(request(query="q" * 4001), "oversize", "query", id="query-long"),
     pytest.param(request(query="a\x00b"), "control_characters", "query", id="query-nul"),
-    pytest.param(request(correlation_id=_DROP), "missing_field", "correlation_id", id="no-corr"),
+    pytest.param(request(correlation_id=DROP), "missing_field", "correlation_id", id="no-corr"),
     pytest.param(request(correlation_id="c 1"), "invalid_value", "correlation_id", id="corr-space"),
-    pytest.param(request(agent_id=_DROP), "missing_field", "agent_id", id="no-agent"),
+    pytest.param(request(agent_id=DROP), "missing_field", "agent_id", id="no-agent"),
     pytest.param(request(as_of=1), "timestamp_out_of_range", "as_of", id="as-of-out-of-range"),
     pytest.param(request(as_of="2026-01-01"), "invalid_value", "as_of", id="as-of-naive"),
     pytest.param(

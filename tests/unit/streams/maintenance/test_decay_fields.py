@@ -9,15 +9,9 @@ import numpy as np
 
 from grimoire.streams.maintenance.decay_pass import _first_true, effective_now, initial_due_ms
 from grimoire.streams.model.decay import DAY_MS, HOUR_MS
-from grimoire.streams.model.records import (
-    EventType,
-    Kind,
-    Layer,
-    MemoryCandidate,
-    MemoryRecord,
-    Provenance,
-)
+from grimoire.streams.model.records import EventType, Kind, Provenance
 from grimoire.tables.codec.memory_hash import decode_record, decode_state, hash_fields, with_usage
+from tests.support.builders import memory_candidate, memory_record
 
 T0 = 1_790_000_000_000
 
@@ -83,20 +77,18 @@ def test_missing_lifecycle_and_snapshot() -> None:
 
 
 def test_a_freshly_encoded_record_is_due_at_its_first_crossing() -> None:
-    candidate = MemoryCandidate(
-        id="0194-x",
-        agent_id="agent-1",
+    candidate = memory_candidate(
+        "agent-1",
+        "ev-1",
+        "disk full",
+        ts=T0,
         kind=Kind.INSIGHT,
-        layer=Layer.OBSERVATION,
-        text="disk full",
-        ts_ms=T0,
-        provenance=Provenance(
-            source_event_id="ev-1", event_type=EventType.EPISODE.value, provenance="predecessor"
-        ),
+        provenance=Provenance("ev-1", EventType.EPISODE.value, provenance="predecessor"),
+        id="0194-x",
         normalized_hash="h",
     )
     vector = np.zeros(4, dtype=np.float32).tobytes()
-    fields = hash_fields(MemoryRecord(candidate, vector, confidence=0.8), 0)
+    fields = hash_fields(memory_record(candidate, vector, eidolon=b"", confidence=0.8), 0)
     state = decode_state(fields, None, None)
     assert state is not None and state.agent_id == "agent-1"
     # Insight 7 d, predecessor 3x slower: 0.8 halves to 0.4 at 21 d.

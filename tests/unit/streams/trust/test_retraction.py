@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -67,6 +68,15 @@ def view(
     edges: list[Edge], *nodes: DerivedNode, degrees: dict[str, int] | None = None
 ) -> DerivationView:
     return DerivationView(tuple(edges), {node.memory_id: node for node in nodes}, degrees or {})
+
+
+def retracted(state: DerivationView, nodes: Sequence[DerivedNode], *events: str) -> DerivationView:
+    """``state`` once each event in turn is retracted: the edges its plan drops are gone
+    (the ``nodes`` stay as they are)."""
+    for event in events:
+        plan = plan_retraction(event, state)
+        state = view([e for e in state.edges if e not in plan.dropped], *nodes)
+    return state
 
 
 def test_a_memory_goes_with_its_source_event() -> None:
@@ -136,10 +146,7 @@ def test_retracting_the_group_original_takes_its_share() -> None:
 
 def test_an_aggregate_without_shares_is_retracted() -> None:
     nodes = (episode("t", 0), replace(AGGREGATE, count=1))
-    state = view(AGG_EDGES, *nodes)
-    for event in ("ev-1", "ev-2"):
-        plan = plan_retraction(event, state)
-        state = view([e for e in state.edges if e not in plan.dropped], *nodes)
+    state = retracted(view(AGG_EDGES, *nodes), nodes, "ev-1", "ev-2")
     plan = plan_retraction("ev-t", state)
     assert [(s.op, s.memory_id) for s in plan.steps] == [
         (RetractionOp.RETRACT, "t"),
@@ -189,10 +196,7 @@ def test_a_summary_is_rebuilt_from_the_sources_left() -> None:
 
 def test_a_summary_left_without_sources_is_retracted() -> None:
     edges, nodes = _summary_world()
-    state = view(edges, *nodes)
-    for event in ("ev-1", "ev-2"):
-        plan = plan_retraction(event, state)
-        state = view([e for e in state.edges if e not in plan.dropped], *nodes)
+    state = retracted(view(edges, *nodes), nodes, "ev-1", "ev-2")
     plan = plan_retraction("ev-3", state)
     assert [(s.op, s.memory_id) for s in plan.steps] == [
         (RetractionOp.RETRACT, "m3"),

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from grimoire.streams.facts.queries import entity_links
 from grimoire.streams.facts.timeline import assert_fact
-from grimoire.streams.facts.values import Fact, fact_id_for
+from grimoire.streams.facts.values import Fact
 from grimoire.streams.ports.recall import KeyLinks
 from grimoire.streams.recall.walk.daimoi import (
     MAX_LINKED_KEYS_PER_NODE,
@@ -18,6 +18,7 @@ from grimoire.streams.recall.walk.daimoi import (
     Seed,
     walk,
 )
+from tests.support.facts import agent_fact
 
 NOW = 10_000_000
 
@@ -68,17 +69,7 @@ def node(memory_id: str, *keys: str) -> NodeInfo:
 
 
 def fact(event: str, subject: str, obj: str, predicate: str = "works_at") -> Fact:
-    return Fact(
-        fact_id=fact_id_for("a", event),
-        agent_id="a",
-        subject=subject,
-        predicate=predicate,
-        object=obj,
-        object_is_entity=True,
-        valid_from=1,
-        known_from_ms=1,
-        source_event_id=event,
-    )
+    return agent_fact("a", event, subject, obj, valid_from=1, known_ms=1, predicate=predicate)
 
 
 NODES = [
