@@ -119,28 +119,44 @@ class IngestHandler:
         validated as always, announced as `GrimoireSkipped`, never decided."""
         # Each input is validated once; the splits below pass the outcomes along.
         outcomes = [self._normalize(event_type, message) for event_type, message in messages]
+        # Which of the batch's memories an outcome waits for, looked up once: only
+        # this agent's lane holds or releases its outcomes, so the set stays true
+        # through the batch (a pair released below is merely looked at again).
+        held = await self.store.holding(
+            [
+                (cand.agent_id, cand.id)
+                for outcome in outcomes
+                if isinstance(outcome, Accepted)
+                for cand in outcome.candidates
+            ]
+        )
         if ingest_off:
-            return await self._skipping(messages, outcomes, effects, ingest_off)
-        return await self._decide(messages, outcomes, effects)
+            return await self._skipping(messages, outcomes, effects, ingest_off, held)
+        return await self._decide(messages, outcomes, effects, held)
 
     async def _decide(
         self,
         messages: Sequence[tuple[EventType, InputMessage]],
         outcomes: Sequence[Accepted | Rejection],
         effects: CommitEffects | None,
+        held: Collection[tuple[str, str]],
     ) -> IngestReport:
-        split = await self._held_split(outcomes)
+        split = _held_split(outcomes, held)
         if split is not None:
             # An outcome waits for a memory this batch writes: it must take effect
             # right after that input, before anything later is decided against the
             # memory (as when the input ends a batch), so the batch ends there.
             first = await self._decide(
-                messages[:split], outcomes[:split], effects.sliced(0, split) if effects else None
+                messages[:split],
+                outcomes[:split],
+                effects.sliced(0, split) if effects else None,
+                held,
             )
             rest = await self._decide(
                 messages[split:],
                 outcomes[split:],
                 effects.sliced(split, len(messages)) if effects else None,
+                held,
             )
             return _joined(first, rest)
         candidates: list[MemoryCandidate] = []
@@ -213,7 +229,7 @@ class IngestHandler:
                 staged.abandoned()
                 raise
             await staged.committed()
-        await self._apply_held_outcomes(batch.records)
+        await self._apply_held_outcomes(batch.records, held)
         if effects is None:
             for decided in decided_by_message:
                 for one in decided:
@@ -233,6 +249,7 @@ class IngestHandler:
         outcomes: Sequence[Accepted | Rejection],
         effects: CommitEffects | None,
         ingest_off: Collection[str],
+        held: Collection[tuple[str, str]],
     ) -> IngestReport:
         """The batch with the skipped agents' inputs taken out and announced (an
         invalid input is dead-lettered as usual, whatever its agent's configuration)."""
@@ -258,6 +275,7 @@ class IngestHandler:
                 [messages[index] for index in kept_at],
                 [outcomes[index] for index in kept_at],
                 _Picked.of(effects, kept_at) if effects else None,
+                held,
             )
             for index, decided in zip(kept_at, rest.by_message, strict=True):
                 by_message[index] = decided
@@ -285,29 +303,10 @@ class IngestHandler:
             raise
         await staged.committed()
 
-    async def _held_split(self, outcomes: Sequence[Accepted | Rejection]) -> int | None:
-        """Where a batch must end (after the first input writing a memory an outcome
-        is held for), or None when it need not."""
-        if len(outcomes) < 2:
-            return None
-        owners = [
-            []
-            if isinstance(outcome, Rejection)
-            else [(c.agent_id, c.id) for c in outcome.candidates]
-            for outcome in outcomes[:-1]
-        ]
-        held = await self.store.holding([pair for pairs in owners for pair in pairs])
-        for index, pairs in enumerate(owners):
-            if any(pair in held for pair in pairs):
-                return index + 1
-        return None
-
-    async def _apply_held_outcomes(self, records: Sequence[MemoryRecord]) -> None:
+    async def _apply_held_outcomes(
+        self, records: Sequence[MemoryRecord], held: Collection[tuple[str, str]]
+    ) -> None:
         """Outcomes that named these memories before they were written take effect now."""
-        # One look for the whole batch: outcomes are rarely held, and only agents
-        # with one pay for taking it (the agent's lane is the only writer of its
-        # held outcomes, so nothing is held between the look and the take).
-        held = await self.store.holding([(r.candidate.agent_id, r.id) for r in records])
         written: dict[str, list[str]] = {}
         for record in records:
             if (record.candidate.agent_id, record.id) in held:
@@ -416,6 +415,19 @@ class IngestHandler:
         )
         missing = await self.store.missing_memories(wanted)
         return {group for agent_id, group in wanted if (agent_id, group) not in missing}
+
+
+def _held_split(
+    outcomes: Sequence[Accepted | Rejection], held: Collection[tuple[str, str]]
+) -> int | None:
+    """Where a batch must end (after the first input writing a memory an outcome is
+    held for), or None when it need not."""
+    for index, outcome in enumerate(outcomes[:-1]):
+        if isinstance(outcome, Accepted) and any(
+            (cand.agent_id, cand.id) in held for cand in outcome.candidates
+        ):
+            return index + 1
+    return None
 
 
 def _written(record: MemoryRecord | None) -> dict[str, object] | None:

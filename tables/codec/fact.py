@@ -1,5 +1,7 @@
 """A fact version as stored (`Keyspace.facts`), and the id lists and links of
-its indexes: JSON with sorted keys, so equal facts are equal bytes (digests)."""
+its indexes: JSON with sorted keys, so equal facts are equal bytes (digests).
+`confidence` is stored only when it is not 1.0 (an inherited version's), so an
+agent's own facts are the bytes they always were."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def pair_field(subject: str, predicate: str) -> str:
 
 
 def fact_to_json(fact: Fact) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "fact_id": fact.fact_id,
         "agent_id": fact.agent_id,
         "subject": fact.subject,
@@ -46,6 +48,9 @@ def fact_to_json(fact: Fact) -> dict[str, Any]:
         "born_until": fact.born_until,
         "closures": [[c.at_ms, c.valid_until, c.by] for c in fact.closures],
     }
+    if fact.confidence != 1.0:
+        data["confidence"] = fact.confidence
+    return data
 
 
 def encode_fact(fact: Fact) -> bytes:
@@ -68,6 +73,7 @@ def decode_fact(raw: bytes | str) -> Fact:
             order=int(data["order"]),
             born_until=None if data["born_until"] is None else int(data["born_until"]),
             closures=tuple(Closure(int(a), int(u), str(b)) for a, u, b in data["closures"]),
+            confidence=float(data.get("confidence", 1.0)),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidFact) as exc:
         raise CorruptRecord(f"stored fact is unreadable: {exc!r}") from exc

@@ -10,7 +10,7 @@ counts only the apply loop folding them.
 Before issue 35 a batch of 64 events over 8 agents cost 204 requests, 220 over 16
 agents and 332 for 128 events: opening each entry read its agent's name and key (the
 composition here used no key cache, unlike a worker), and each agent of a batch paid
-its own look for aggregates and held outcomes. Now all three cost the same (72 over
+its own look for aggregates and held outcomes. Now all three cost the same (68 over
 the four journal partitions). `python -m pytest tests/integration/test_round_trips.py
 -s` prints the counts.
 """
