@@ -104,7 +104,7 @@ bench-faults: setup ## every input kind on the durable stack; SIGKILLs of ingest
 	mkdir -p bench-results
 	$(PY) -m bench faults --events $${EVENTS:-20000} | tee bench-results/faults.json
 
-bench-learning: setup ## agents learning from run outcomes: success-first recall against the same recalls without learning (RUNS per agent)
+bench-learning: setup ## agents acting on their recalls against oracle, Thompson sampling, learning off and uniform choice: regret, late success, success-first recall (RUNS per agent)
 	mkdir -p bench-results
 	$(PY) -m bench learning --runs $${RUNS:-60} | tee bench-results/learning.json
 

@@ -59,7 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     learning = bench_kind.add_parser(
         "learning", help="agents learning from run outcomes: success-first recall vs no learning"
     )
-    learning.add_argument("--agents", type=int, default=4, help="learning agents (+ a shadow each)")
+    learning.add_argument(
+        "--agents",
+        type=int,
+        default=4,
+        help="learning agents (each with two ranking shadows: learning off, outcome prior off)",
+    )
     learning.add_argument("--situations", type=int, default=3)
     learning.add_argument("--actions", type=int, default=4, help="candidate actions (2..4)")
     learning.add_argument("--runs", type=int, default=60, help="runs per agent")

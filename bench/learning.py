@@ -1,24 +1,34 @@
-"""`python -m bench learning`: do agents that learn from run outcomes recall their
-successful experience first?
+"""`python -m bench learning`: do agents that act on Grimoire's recall learn what
+works, against the same world played by reference learners?
 
 A generated world (`learning_env.py`): agents meet recurring situations whose
-candidate actions have hidden success probabilities. Each run, through the real
-pipeline (tansu + Redis + a worker process), an agent recalls before acting (the
-request names the run it serves), follows the action of the top memory of the
-situation it recalled, unless that memory's run failed (it then tries another
-action) or the ε draw says explore, publishes the run's trigger, action and
-outcome episodes under one `run_id`, then the run's end (`run_ended` with the
-run's quality). The next recall of that agent waits until the run is applied (its
-episodes decided, then its end witnessed, read on memory-events).
+candidate actions have hidden success probabilities. Five arms play it with the
+same situations in the same order and the same outcome draw per (agent, run)
+(common random numbers), scored alike (`learning_arms.py`):
+- `oracle`: always the best action; `thompson`: Thompson sampling with Beta(1, 1)
+  priors per situation x action, per agent, seeded; `uniform`: a seeded uniform
+  choice. These need no pipeline.
+- `grimoire`: per agent slot a learner that, through the real pipeline (tansu +
+  Redis + a worker process), recalls before acting (the request names the run it
+  serves), acts on what it recalled (`learning_env.recalled_choice` and
+  `choose_action`: the first recalled item about one of the situation's actions;
+  a failed run's action is not repeated; ε-greedy exploration, decaying), publishes
+  the run's trigger, action and outcome episodes under one `run_id`, then the run's
+  end (`run_ended` with the run's quality). The next recall waits until the run is
+  applied (its episodes decided, then its end witnessed, read on memory-events).
+- `grimoire_learning_off`: the same agent and policy with learning switched off
+  (`configure`), acting on its own recalls: its own runs.
 
-"Without learning" is the same recalls: every learning agent has a shadow agent
-with learning switched off (`configure`) that receives byte-identical events (same
-texts, event ids, runs, outcomes, event times; its own agent id) and makes the
-same recall at the same point. The shadow does not act on its recalls: its runs
-are the learner's, so the two differ only by what learning did to the ranking.
+Ranking alone: every learner has two shadows that receive byte-identical events
+(same texts, event ids, runs, outcomes, event times; their own agent ids) and make
+the same recall at the same point without acting on it: one with learning off, one
+with learning on and the fixed outcome prior off (`outcome_bias` 0). Their
+`success_first_rate` against the learner's says what learning, and what the fixed
+prior alone, did to the ranking.
 
-Last line: one JSON object (runs, success_first_rate and the rate without learning,
-regret, the learned weights from the recall's explain section, and the details).
+Last line: one JSON object (per arm `regret` and `late_success_rate`, the targets,
+`success_first_rate` with learning, without it and without the outcome prior, the
+learned weights from the recall's explain section, and the details).
 """
 
 from __future__ import annotations
@@ -36,7 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.event_tail import EventTail
+from bench.learning_arms import ARMS, arm_summary, reference_arms, targets
 from bench.learning_env import (
+    EPS0,
+    EPS_DECAY,
+    EPS_MIN,
     RUN_SPACING_MS,
     SUCCESS_QUALITY,
     T0_MS,
@@ -46,12 +60,13 @@ from bench.learning_env import (
     build_environment,
     choose_action,
     draw_outcome,
-    regret,
+    recalled_choice,
     render_run,
     run_id,
     schedule,
     success_first,
     top_run,
+    uniform_regret,
 )
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
@@ -61,8 +76,10 @@ from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1
 
 __all__ = [
+    "GRIMOIRE_CONFIG",
     "LEARNING_OFF",
     "LEARNING_ON",
+    "NO_OUTCOME_PRIOR_CONFIG",
     "LearningOptions",
     "recall_before_run",
     "run_learning",
@@ -81,11 +98,17 @@ LEARNING_ON: Mapping[str, bool] = {
     "use_causal_scoring": True,
 }
 LEARNING_OFF: Mapping[str, bool] = {name: False for name in LEARNING_ON}
+# The learner's configuration (the `grimoire` arm): learning on, the fixed outcome
+# prior at its default, said explicitly; its second shadow's: the prior off (the
+# run record's premium `1 + outcome_bias * (2 * outcome - 1)` is then 1; the
+# outcome factor the learned weights can grow stays).
+GRIMOIRE_CONFIG: Mapping[str, bool | float] = {**LEARNING_ON, "outcome_bias": 1.0}
+NO_OUTCOME_PRIOR_CONFIG: Mapping[str, bool | float] = {**LEARNING_ON, "outcome_bias": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
 class LearningOptions:
-    agents: int = 4  # learning agents (each with its shadow)
+    agents: int = 4  # agent slots: a learner, its two shadows, a learning-off actor each
     situations: int = 3
     actions: int = 4
     runs: int = 60  # per agent
@@ -132,11 +155,16 @@ def learned_weights(reply: Mapping[str, Any]) -> dict[str, float] | None:
 
 
 def learning_source(reply: Mapping[str, Any]) -> dict[str, Any]:
-    """Where the weights came from and how many runs they learned from, if said."""
+    """Where the weights came from, how many runs they learned from, the outcome
+    bias and whether causal scoring is on, as far as the reply says."""
     section = reply.get("learning")
     if not isinstance(section, Mapping):
         return {}
-    return {key: section[key] for key in ("source", "updates") if key in section}
+    return {
+        key: section[key]
+        for key in ("source", "updates", "outcome_bias", "causal_scoring")
+        if key in section
+    }
 
 
 # -- what the pipeline says it did ---------------------------------------------------
@@ -203,19 +231,28 @@ class _Watch(EventTail):
 # -- the bench -----------------------------------------------------------------------
 
 
+# The agents that receive the learner's runs, as the report names them: the learner,
+# its shadow with learning off, its shadow with the fixed outcome prior off.
+_SCORED_ROLES = ("learning", "without_learning", "without_outcome_prior")
+
+
 @dataclass
 class _Tally:
-    runs: list[Run] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # the `grimoire` arm's (the learners')
+    off_runs: list[Run] = field(default_factory=list)  # the `grimoire_learning_off` arm's
     scored: list[ScoredRecall] = field(default_factory=list)
-    explored: int = 0
+    explored: Counter[str] = field(default_factory=Counter)  # arm -> ε or failure explorations
+    advice: Counter[str] = field(default_factory=Counter)  # arm -> choices read as advice
     recall_ms: list[float] = field(default_factory=list)
     run_ms: list[float] = field(default_factory=list)
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
-    shadow_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    no_prior_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    off_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     configured: dict[str, dict[str, str]] = field(default_factory=dict)
     weight_sources: dict[str, dict[str, Any]] = field(default_factory=dict)
-    top_roles: Counter[str] = field(default_factory=Counter)  # the top memory's episode
-    shadow_top_roles: Counter[str] = field(default_factory=Counter)
+    top_roles: dict[str, Counter[str]] = field(
+        default_factory=lambda: {role: Counter() for role in _SCORED_ROLES}
+    )
 
 
 def _role(event_id: str) -> str:
@@ -223,19 +260,36 @@ def _role(event_id: str) -> str:
     return event_id.rsplit("-", 1)[-1]
 
 
-def _learner(slot: int) -> str:
-    return f"learner-{slot}"
+@dataclass(frozen=True, slots=True)
+class _Agents:
+    """The four agents of one slot: the learner (the `grimoire` arm), its two
+    shadows (same events, recalls not acted on) and the learning-off actor (the
+    `grimoire_learning_off` arm, its own runs)."""
 
+    learner: str
+    shadow: str  # learning off
+    no_prior: str  # learning on, the fixed outcome prior off
+    off: str
 
-def _shadow(slot: int) -> str:
-    return f"shadow-{slot}"
+    @classmethod
+    def of(cls, slot: int) -> _Agents:
+        return cls(f"learner-{slot}", f"shadow-{slot}", f"noprior-{slot}", f"off-{slot}")
+
+    @property
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.learner, self.shadow, self.no_prior, self.off)
+
+    @property
+    def scored(self) -> tuple[str, str, str]:
+        """The agents that receive the learner's runs, in `_SCORED_ROLES` order."""
+        return (self.learner, self.shadow, self.no_prior)
 
 
 async def _configure(
     client: GrimoireClient,
     watch: _Watch,
     agent_id: str,
-    settings: Mapping[str, bool],
+    settings: Mapping[str, bool | float],
     *,
     bench_id: str,
     timeout: float,
@@ -266,11 +320,11 @@ def _answered(watch: _Watch, event_id: str) -> Callable[[], bool]:
 
 
 def _decided(
-    watch: _Watch, agents: tuple[str, ...], event_ids: set[str], used: Counter[str]
+    watch: _Watch, wanted: Mapping[str, set[str]], used: Counter[str]
 ) -> Callable[[], bool]:
     return lambda: all(
         event_ids <= watch.decided.get(agent, set()) and watch.usages[agent] >= used[agent]
-        for agent in agents
+        for agent, event_ids in wanted.items()
     )
 
 
@@ -317,6 +371,36 @@ def _episodes(agent_id: str, run: Run, texts: Any, ts: int) -> list[EpisodeV1]:
     ]
 
 
+def _event_ids(run: Run) -> set[str]:
+    return {f"{run.run_id}-{role}" for role in ("trigger", "action", "outcome")}
+
+
+def _act(
+    env: Environment,
+    slot: int,
+    index: int,
+    situation: int,
+    visits: int,
+    items: Any,
+    runs_by_event: Mapping[str, Run],
+    rid: str,
+) -> tuple[Run, bool, bool]:
+    """One agent's run on its recall: (the run, explored, acted on advice)."""
+    read = recalled_choice(env, situation, items or (), runs_by_event)
+    action, explored = choose_action(
+        env,
+        slot,
+        index,
+        situation,
+        visits,
+        read.action if read else None,
+        recalled_failed=read is not None and read.succeeded is False,
+    )
+    success, quality = draw_outcome(env, slot, index, situation, action)
+    advice = read is not None and read.succeeded is None and not explored
+    return Run(rid, slot, index, situation, action, success, quality), explored, advice
+
+
 async def _slot(
     client: GrimoireClient,
     watch: _Watch,
@@ -326,68 +410,93 @@ async def _slot(
     bench_id: str,
     tally: _Tally,
 ) -> None:
-    learner, shadow = _learner(slot), _shadow(slot)
-    agents = (learner, shadow)
+    who = _Agents.of(slot)
     timeout = options.step_timeout_s
-    tally.configured[learner] = await _configure(
-        client, watch, learner, LEARNING_ON, bench_id=bench_id, timeout=timeout
-    )
-    tally.configured[shadow] = await _configure(
-        client, watch, shadow, LEARNING_OFF, bench_id=bench_id, timeout=timeout
-    )
-    runs_by_event: dict[str, Run] = {}
+    for agent, config in (
+        (who.learner, GRIMOIRE_CONFIG),
+        (who.shadow, LEARNING_OFF),
+        (who.no_prior, NO_OUTCOME_PRIOR_CONFIG),
+        (who.off, LEARNING_OFF),
+    ):
+        tally.configured[agent] = await _configure(
+            client, watch, agent, config, bench_id=bench_id, timeout=timeout
+        )
+    runs_by_event: dict[str, Run] = {}  # the learner's runs (its shadows' too)
+    off_by_event: dict[str, Run] = {}  # the learning-off actor's runs
     visits: Counter[int] = Counter()
-    succeeded: set[int] = set()  # situations with a successful run so far
+    succeeded: set[int] = set()  # situations where a learner's run succeeded so far
     used: Counter[str] = Counter()
     for index, situation in enumerate(schedule(env, slot)):
         began = time.perf_counter()
-        rid = run_id(bench_id, slot, index)
+        rid, off_rid = run_id(bench_id, slot, index), run_id(f"{bench_id}x", slot, index)
+        serving = {who.learner: rid, who.shadow: rid, who.no_prior: rid, who.off: off_rid}
         query = env.situations[situation].query
-        replies = await asyncio.gather(
+        answers = await asyncio.gather(
             *(
                 recall_before_run(
-                    client, agent, query, serving_run_id=rid, k=options.k, timeout=timeout
+                    client, agent, query, serving_run_id=run, k=options.k, timeout=timeout
                 )
-                for agent in agents
+                for agent, run in serving.items()
             )
         )
+        replies = dict(zip(serving, answers, strict=True))
         tally.recall_ms.append((time.perf_counter() - began) * 1000)
-        for agent, reply in zip(agents, replies, strict=True):
+        for agent, reply in replies.items():
             used[agent] += bool(reply.get("items"))  # a recall that returned items is a use
-        tops = [top_run(reply.get("items") or (), runs_by_event, situation) for reply in replies]
-        for counts, top in zip((tally.top_roles, tally.shadow_top_roles), tops, strict=True):
-            counts[_role(top[1]) if top else "none"] += 1
-        mine, theirs = (top[0] if top else None for top in tops)
-        action, explored = choose_action(
+        tops = {
+            role: top_run(replies[agent].get("items") or (), runs_by_event, situation)
+            for role, agent in zip(_SCORED_ROLES, who.scored, strict=True)
+        }
+        for role, top in tops.items():
+            tally.top_roles[role][_role(top[1]) if top else "none"] += 1
+        learner_top, shadow_top, no_prior_top = (
+            top[0].success if top else None for top in tops.values()
+        )
+        run, explored, advice = _act(
             env,
             slot,
             index,
             situation,
             visits[situation],
-            mine.action if mine else None,
-            recalled_failed=mine is not None and not mine.success,
+            replies[who.learner].get("items"),
+            runs_by_event,
+            rid,
         )
-        tally.explored += explored
-        success, quality = draw_outcome(env, slot, index, situation, action)
-        run = Run(rid, slot, index, situation, action, success, quality)
+        off_run, off_explored, off_advice = _act(
+            env,
+            slot,
+            index,
+            situation,
+            visits[situation],
+            replies[who.off].get("items"),
+            off_by_event,
+            off_rid,
+        )
+        tally.explored.update({"grimoire": explored, "grimoire_learning_off": off_explored})
+        tally.advice.update({"grimoire": advice, "grimoire_learning_off": off_advice})
         tally.scored.append(
             ScoredRecall(
                 slot,
                 situation,
                 visits[situation],
-                mine.success if mine else None,
-                theirs.success if theirs else None,
+                learner_top,
+                shadow_top,
                 success_known=situation in succeeded,
+                no_prior=no_prior_top,
             )
         )
         tally.runs.append(run)
-        if success:
+        tally.off_runs.append(off_run)
+        if run.success:
             succeeded.add(situation)
-        texts = render_run(env, slot, index, situation, action, success)
         ts = T0_MS + index * RUN_SPACING_MS
-        for agent in agents:
-            for episode in _episodes(agent, run, texts, ts):
-                runs_by_event[episode.event_id or ""] = run
+        published: list[tuple[str, Run]] = [(agent, run) for agent in who.scored]
+        published.append((who.off, off_run))
+        for agent, played in published:
+            texts = render_run(env, slot, index, situation, played.action, played.success)
+            book = off_by_event if played is off_run else runs_by_event
+            for episode in _episodes(agent, played, texts, ts):
+                book[episode.event_id or ""] = played
                 await client.publish_raw(
                     client.topics.episodes, agent, episode.dumps_json(), wait=False
                 )
@@ -396,32 +505,36 @@ async def _slot(
         # (which names the run it served) is applied: they reach the journal by
         # other paths, and the end must find the run's memories and what served it.
         await watch.until(
-            _decided(watch, agents, {f"{rid}-trigger", f"{rid}-action", f"{rid}-outcome"}, used),
+            _decided(watch, {agent: _event_ids(played) for agent, played in published}, used),
             timeout=timeout,
             what=f"the episodes of {rid}",
         )
-        for agent in agents:
+        for agent, played in published:
             await client.publish_outcome(
                 OutcomeV1(
                     agent_id=agent,
                     ts=ts + 180_000,
                     outcome="run_ended",
-                    run_id=rid,
-                    quality=quality,
-                    event_id=f"{rid}-end",
+                    run_id=played.run_id,
+                    quality=played.quality,
+                    event_id=f"{played.run_id}-end",
                 )
             )
         await watch.until(
-            _ended(watch, agents, index + 1),
+            _ended(watch, who.all, index + 1),
             timeout=timeout,
             what=f"the end of {rid}",
         )
         visits[situation] += 1
         tally.run_ms.append((time.perf_counter() - began) * 1000)
-        for agent, reply in zip(agents, replies, strict=True):
+        for agent, reply in replies.items():
             weights = learned_weights(reply)
             if weights is not None:
-                (tally.weights if agent == learner else tally.shadow_weights)[agent] = weights
+                book_of = {
+                    who.learner: tally.weights,
+                    who.no_prior: tally.no_prior_weights,
+                }.get(agent, tally.off_weights)
+                book_of[agent] = weights
             source = learning_source(reply)
             if source:
                 tally.weight_sources[agent] = source
@@ -446,6 +559,31 @@ def _mean_weights(per_agent: Mapping[str, Mapping[str, float]]) -> dict[str, flo
     }
 
 
+def _gain_share(on: float | None, off: float | None, no_prior: float | None) -> float | None:
+    """The share of learning's success-first gain (on - off) that the fixed outcome
+    prior gives on its own (on - no prior)."""
+    if on is None or off is None or no_prior is None or on <= off:
+        return None
+    return round((on - no_prior) / (on - off), 4)
+
+
+def _sorted_runs(runs: list[Run]) -> list[Run]:
+    return sorted(runs, key=lambda r: (r.slot, r.index))
+
+
+def _arms(env: Environment, tally: _Tally) -> dict[str, dict[str, Any]]:
+    played = reference_arms(env)
+    played["grimoire"] = _sorted_runs(tally.runs)
+    played["grimoire_learning_off"] = _sorted_runs(tally.off_runs)
+    arms = {arm: arm_summary(env, played[arm]) for arm in ARMS}
+    for arm in ("grimoire", "grimoire_learning_off"):
+        runs = arms[arm]["runs"]
+        arms[arm]["explored_share"] = round(tally.explored[arm] / runs, 4) if runs else None
+        arms[arm]["advice_followed"] = tally.advice[arm]
+    arms["uniform"]["regret_expected"] = uniform_regret(env)
+    return arms
+
+
 def _report(
     env: Environment, options: LearningOptions, tally: _Tally, watch: _Watch
 ) -> dict[str, Any]:
@@ -454,40 +592,59 @@ def _report(
     rates = success_first([r for r in tally.scored if r.success_known], options.warmup)
     every = success_first(tally.scored, options.warmup)
     runs = len(tally.runs)
-    total_regret = regret(env, tally.runs)
-    uniform = sum(
-        env.situations[r.situation].p_best
-        - statistics.fmean(a.p_success for a in env.situations[r.situation].actions)
-        for r in tally.runs
+    arms = _arms(env, tally)
+    refused = sorted(
+        f"{agent}: {name} {answer}"
+        for agent, answers in tally.configured.items()
+        for name, answer in answers.items()
+        if answer != "applied"
     )
-    half = tally.runs[len(tally.runs) // 2 :]
-    best_share = sum(1 for r in half if r.action == env.situations[r.situation].best)
+    prior_settable = all(
+        answers.get("outcome_bias") == "applied"
+        for agent, answers in tally.configured.items()
+        if agent.startswith("noprior-")
+    )
+    no_prior_rate = rates.no_prior.rate if prior_settable else None
     report: dict[str, Any] = {
         "runs": runs,
+        "arms": arms,
+        "targets": targets(arms),
         "success_first_rate": rates.learner.rate,
         "success_first_rate_without_learning": rates.shadow.rate,
+        "success_first_rate_without_outcome_prior": no_prior_rate,
+        "outcome_prior_gain_share": _gain_share(
+            rates.learner.rate, rates.shadow.rate, no_prior_rate
+        ),
         "success_first_rate_all_recalls": every.learner.rate,
         "success_first_rate_all_recalls_without_learning": every.shadow.rate,
+        "success_first_rate_all_recalls_without_outcome_prior": every.no_prior.rate
+        if prior_settable
+        else None,
         "recalls_before_any_success": sum(1 for r in tally.scored if not r.success_known),
         "target": TARGET,
-        "regret": total_regret,
-        "regret_per_run": round(total_regret / runs, 4) if runs else None,
-        "regret_uniform_choice": round(uniform, 4),
         "weights": {agent: tally.weights[agent] for agent in sorted(tally.weights)},
     }
+    if not prior_settable:
+        report["outcome_prior_note"] = (
+            "not configurable: the pipeline refused `outcome_bias` in `configure`"
+        )
     if tally.weights:
         report["weights_mean"] = _mean_weights(tally.weights)
     else:
         report["weights_note"] = (
             "no weights in the recall replies' learning/explain section (not in this pipeline)"
         )
+    if tally.no_prior_weights:
+        report["weights_mean_without_outcome_prior"] = _mean_weights(tally.no_prior_weights)
     report["success_first"] = {
-        "rule": "per recall before a run: the first recalled item that is a memory of the "
-        "situation's runs (any role); success-first when that run's quality >= "
+        "rule": "per recall before a learner's run: the first recalled item that is a memory "
+        "of the situation's runs (any role); success-first when that run's quality >= "
         f"{SUCCESS_QUALITY}; an agent's first {options.warmup} visits of each situation "
         "are not scored, recalls with no memory of the situation are counted apart, and so "
         "are recalls made before any run of the situation succeeded (no ranking can put a "
-        "success first then; success_first_rate_all_recalls includes them)",
+        "success first then; success_first_rate_all_recalls includes them); the shadows "
+        "(learning off; learning on with outcome_bias 0) receive the learner's events and "
+        "make the same recalls",
         "warmup_visits": options.warmup,
         "warmup_recalls_skipped": every.warmup_skipped,
         # past warm-up, the recalls made while no run of the situation had succeeded
@@ -495,29 +652,34 @@ def _report(
         + every.learner.without_memory
         - rates.learner.scored
         - rates.learner.without_memory,
-        "learning": {
-            "scored": rates.learner.scored,
-            "success_first": rates.learner.success_first,
-            "without_situation_memory": rates.learner.without_memory,
-        },
-        "without_learning": {
-            "scored": rates.shadow.scored,
-            "success_first": rates.shadow.success_first,
-            "without_situation_memory": rates.shadow.without_memory,
+        **{
+            role: {
+                "scored": rate.scored,
+                "success_first": rate.success_first,
+                "without_situation_memory": rate.without_memory,
+            }
+            for role, rate in zip(
+                _SCORED_ROLES, (rates.learner, rates.shadow, rates.no_prior), strict=True
+            )
         },
         "top_memory_differs": rates.top_differs,
-        "top_memory_role": dict(sorted(tally.top_roles.items())),
-        "top_memory_role_without_learning": dict(sorted(tally.shadow_top_roles.items())),
+        "top_memory_role": dict(sorted(tally.top_roles["learning"].items())),
+        "top_memory_role_without_learning": dict(
+            sorted(tally.top_roles["without_learning"].items())
+        ),
+        "top_memory_role_without_outcome_prior": dict(
+            sorted(tally.top_roles["without_outcome_prior"].items())
+        ),
     }
     report.update(
         {
-            "run_success_rate": round(sum(r.success for r in tally.runs) / runs, 4)
-            if runs
-            else None,
-            "explored_share": round(tally.explored / runs, 4) if runs else None,
-            "best_action_share_second_half": round(best_share / len(half), 4) if half else None,
+            "policy": "each run: the first recalled item about one of the situation's actions "
+            "(a memory of the agent's own run of it, or an entry naming one action); a "
+            "failed run's action is not repeated (another is tried); else that action, "
+            f"unless the ε draw (ε = max({EPS_MIN}, {EPS0} / (1 + visits / {EPS_DECAY}))) "
+            "says explore; nothing recalled: a uniform choice",
             "agents": options.agents,
-            "shadow_agents": options.agents,
+            "pipeline_agents": 4 * options.agents,
             "situations": options.situations,
             "actions": options.actions,
             "runs_per_agent": options.runs,
@@ -525,19 +687,25 @@ def _report(
             "k": options.k,
             "environment": env.to_json(),
             "learning_config": tally.configured,
-            "shadow_weights": {a: tally.shadow_weights[a] for a in sorted(tally.shadow_weights)},
+            "configure_refused": refused,
+            "weights_without_outcome_prior": {
+                a: tally.no_prior_weights[a] for a in sorted(tally.no_prior_weights)
+            },
+            "weights_learning_off": {a: tally.off_weights[a] for a in sorted(tally.off_weights)},
             "weights_source": {a: tally.weight_sources[a] for a in sorted(tally.weight_sources)},
             "decisions": dict(sorted(watch.decisions.items())),
             "dead_letters": dict(sorted(watch.dead_letters.items())),
-            "events_published": runs * 2 * 4,
-            "recalls": runs * 2,
+            "events_published": runs * 4 * 4,
+            "recalls": runs * 4,
             "maintenance": False,
             "timings": {
-                "recall_pair_ms": _percentiles(tally.recall_ms),
+                "recall_round_ms": _percentiles(tally.recall_ms),
                 "run_ms": _percentiles(tally.run_ms),
             },
         }
     )
+    if refused:
+        logger.warning("bench learning: configure refused: %s", "; ".join(refused))
     return report
 
 

@@ -2,16 +2,25 @@
 
 Agents meet recurring situations (a disk filling up, an RPC endpoint timing out, …);
 each situation has a few candidate actions whose success probabilities are hidden
-from the agent: one good (~0.85), the others poor (0.15 to 0.35). An agent recalls
-before acting, follows the action of the top memory it recalled for the situation
-(or explores), and the world draws the run's outcome.
+from the agent: one good (0.80 to 0.90), the others poor (0.15 to 0.35). Every arm
+of the bench (`learning_arms.py` for the reference arms, `learning.py` for the
+agents acting on Grimoire's recall) meets the same situations in the same order
+and draws its outcomes from the same numbers.
 
 Everything is drawn from `random.Random` seeded with strings (seeded by SHA-512,
 so the same in every process), one stream per (agent slot, run, purpose): the
 details of a run's texts and its outcome draw never depend on how the bench's
-agents interleave or on what any recall returned. The outcome is drawn as one
-uniform number per run whatever the action (common random numbers): the learner's
-and the shadow's world is the same run for run.
+agents interleave, on which arm acts or on what any recall returned. The outcome
+is one uniform number per (slot, run) compared with the chosen action's
+probability whatever the action (common random numbers): two arms that choose the
+same action in the same run get the same result, and an arm whose action is more
+likely to succeed never fails where a less likely one succeeds.
+
+The texts are neutral: a successful run's trigger, action and outcome texts are the
+failed run's, word for word, except one verdict word ("success" or "failure", in no
+query), so what a run's memories say matches a query equally well whatever its
+result; only the outcome the agent reports (`outcome` of the episode, the run's
+`quality`) says how it went.
 
 How the bench scores a recall (`success_first`): among the recalled items that are
 memories of the situation's own runs, the first (top) one; the recall counts as
@@ -23,6 +32,7 @@ recall with no memory of the situation is counted apart.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +40,10 @@ from typing import Any
 __all__ = [
     "SUCCESS_QUALITY",
     "T0_MS",
+    "VERDICTS",
     "ActionSpec",
     "Environment",
+    "Recalled",
     "Run",
     "RunTexts",
     "ScoredRecall",
@@ -40,17 +52,27 @@ __all__ = [
     "choose_action",
     "draw_outcome",
     "epsilon",
+    "late_start",
+    "outcome_draw",
+    "recalled_choice",
     "regret",
     "render_run",
     "run_id",
+    "run_stream",
     "schedule",
     "success_first",
     "top_run",
+    "uniform_regret",
+    "verdict",
 ]
 
 T0_MS = 1_790_000_000_000
 RUN_SPACING_MS = 300_000  # event time between an agent's runs
 SUCCESS_QUALITY = 0.5  # a run with quality at or above this succeeded
+# The only words in which a successful run's texts differ from a failed one's: the
+# outcome memory ends "…, verdict success." or "…, verdict failure.", and neither
+# word is in any situation's query (tested), so neither text matches a query better.
+VERDICTS = ("success", "failure")
 
 # ε-greedy with a decaying ε: ε(n) = max(EPS_MIN, EPS0 / (1 + n / EPS_DECAY)),
 # n = the agent's earlier visits of the situation.
@@ -105,7 +127,7 @@ _CHECK = (
     "Verified against the {region} dashboards.",
     "Synthetic checks confirmed it after {n} runs.",
     "Noted in the postmortem draft for {ticket}.",
-    "The pager stayed {quiet} for the next hour.",
+    "The pager was watched for the next hour.",
     "{who} signed off on the incident ticket.",
     "Graphs reviewed at the {n} o'clock standup.",
     "Customer support reported back within {m}0 minutes.",
@@ -118,8 +140,7 @@ class _Template:
     query: str
     trigger: str  # format fields: host, region, n, m, pct, ticket, ver, who
     actions: tuple[tuple[str, str], ...]  # (name, text template)
-    fixed: str
-    broken: str
+    result: str  # what was checked after the action, the same words whatever the result
 
 
 _TEMPLATES = (
@@ -134,8 +155,7 @@ _TEMPLATES = (
             ("expand-volume", "grew the data volume on {host} by {m}0 GB"),
             ("restart-database", "restarted the database service on {host}"),
         ),
-        "disk usage on {host} back down to {m}0%, alert cleared",
-        "disk usage on {host} still climbing past {pct}%, alert still firing",
+        "disk usage on {host} checked again after {m} minutes",
     ),
     _Template(
         "rpc-timeouts",
@@ -148,8 +168,7 @@ _TEMPLATES = (
             ("retry-backoff", "enabled jittered retries with backoff on {host}"),
             ("restart-client", "restarted the RPC client pool of {host}"),
         ),
-        "RPC calls from {host} healthy again, error rate under 1%",
-        "RPC calls from {host} still timing out, {m} failures in the last minute",
+        "RPC calls from {host} checked again after {m} minutes",
     ),
     _Template(
         "consumer-lag",
@@ -161,8 +180,7 @@ _TEMPLATES = (
             ("reset-offsets", "reset the offsets of {host} to the latest position"),
             ("restart-consumers", "restarted every consumer of group {host}"),
         ),
-        "consumer lag of {host} drained to zero within {m} minutes",
-        "consumer lag of {host} kept growing, now {pct}{n}00 messages",
+        "consumer lag of {host} checked again after {m} minutes",
     ),
     _Template(
         "oom-kills",
@@ -175,8 +193,7 @@ _TEMPLATES = (
             ("rollback-release", "rolled {host} back to the previous release"),
             ("shed-load", "shed {pct}% of the traffic away from {host}"),
         ),
-        "{host} stable for {m} hours without another OOM kill",
-        "{host} OOM-killed again {m} minutes later",
+        "memory of {host} checked again after {m} minutes",
     ),
     _Template(
         "cert-expiry",
@@ -189,8 +206,7 @@ _TEMPLATES = (
             ("manual-certificate", "installed a manually issued certificate on {host}"),
             ("restart-ingress", "restarted the ingress controllers serving {host}"),
         ),
-        "certificate of {host}.example.org renewed, valid for 90 days",
-        "certificate of {host}.example.org still expiring in {m} days",
+        "certificate of {host}.example.org checked again after {m} minutes",
     ),
     _Template(
         "latency-slo",
@@ -203,8 +219,7 @@ _TEMPLATES = (
             ("kill-slow-queries", "killed the slow queries behind {host}"),
             ("drain-region", "drained traffic of {host} away from {region}"),
         ),
-        "p99 latency of {host} back under the SLO after {m} minutes",
-        "p99 latency of {host} still over the SLO at {n}{pct}0 ms",
+        "p99 latency of {host} checked again after {m} minutes",
     ),
 )
 
@@ -222,8 +237,7 @@ class Situation:
     query: str  # what the agent asks before acting
     trigger: str
     actions: tuple[ActionSpec, ...]
-    fixed: str
-    broken: str
+    result: str
 
     @property
     def best(self) -> int:
@@ -274,14 +288,13 @@ def build_environment(
                 template.query,
                 template.trigger,
                 specs,
-                template.fixed,
-                template.broken,
+                template.result,
             )
         )
     return Environment(seed, agents, runs_per_agent, tuple(built))
 
 
-def _rng(env: Environment, slot: int, run: int, purpose: str) -> random.Random:
+def run_stream(env: Environment, slot: int, run: int, purpose: str) -> random.Random:
     return random.Random(f"learning/{env.seed}/{slot}/{run}/{purpose}")
 
 
@@ -318,7 +331,7 @@ def render_run(
     """The run's three episode texts. Hosts, numbers, tickets and two context
     clauses vary per run so that no two runs' texts are near-duplicates (the write
     path folds those into one aggregate memory)."""
-    rng = _rng(env, slot, run, "texts")
+    rng = run_stream(env, slot, run, "texts")
     details = {
         "host": f"{rng.choice(_HOSTS)}-{rng.randrange(2, 99)}",
         "region": rng.choice(_REGIONS),
@@ -329,14 +342,13 @@ def render_run(
         "ver": f"v{rng.randrange(1, 9)}.{rng.randrange(0, 30)}.{rng.randrange(0, 9)}",
         "who": rng.choice(_PEOPLE),
     }
-    details["quiet"] = "quiet" if success else "loud"
     when = f"{rng.choice(_OPENERS)} {_fill(rng.choice(_WHEN), details)}"
     note = " ".join(_fill(n, details) for n in rng.sample(_NOTES, 2))
     how = _fill(rng.choice(_HOW), details)
     check = _fill(rng.choice(_CHECK), details)
     spec = env.situations[situation]
     chosen = spec.actions[action]
-    result = _fill(spec.fixed if success else spec.broken, details)
+    result = f"{_fill(spec.result, details)}, verdict {verdict(success)}"
     return RunTexts(
         trigger=f"{when.capitalize()}, {_fill(spec.trigger, details)}. {note}",
         action=f"{how.capitalize()}, {_fill(chosen.text, details)} ({chosen.name}) for "
@@ -345,8 +357,61 @@ def render_run(
     )
 
 
+def verdict(success: bool) -> str:
+    """The one word of a run's texts that says how it turned out."""
+    return VERDICTS[0] if success else VERDICTS[1]
+
+
 def epsilon(visits: int) -> float:
     return max(EPS_MIN, EPS0 / (1.0 + visits / EPS_DECAY))
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What the agent reads off the first recalled item that tells it about an action
+    of the situation: the action, whether that run succeeded (None: the item is not
+    a memory of one of the agent's own runs, e.g. an entry distilled from several,
+    and it is read as advice) and the item's source event id."""
+
+    action: int
+    succeeded: bool | None
+    source: str
+
+
+def _names(text: str, names: Sequence[str]) -> list[int]:
+    return [
+        i
+        for i, name in enumerate(names)
+        if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)
+    ]
+
+
+def recalled_choice(
+    env: Environment,
+    situation: int,
+    items: Iterable[Mapping[str, Any]],
+    runs_by_event: Mapping[str, Run],
+) -> Recalled | None:
+    """The policy's reading of a recall, items in the order Grimoire ranked them: the
+    first item that is a memory of one of the agent's own runs of the situation
+    (any role: the agent knows its runs by their event ids, and an outcome
+    memory says its verdict) gives that run's action and result; the first item
+    that is none of the agent's runs and whose text or gist names exactly one of
+    the situation's actions gives that action as advice. Items of other
+    situations, and items naming no action or several, are skipped."""
+    names = [a.name for a in env.situations[situation].actions]
+    for item in items:
+        source = str(item.get("source_event_id", ""))
+        run = runs_by_event.get(source)
+        if run is not None:
+            if run.situation == situation:
+                return Recalled(run.action, run.success, source)
+            continue
+        text = f"{item.get('text') or ''} {item.get('gist') or ''}"
+        named = _names(text, names)
+        if len(named) == 1:
+            return Recalled(named[0], None, source)
+    return None
 
 
 def choose_action(
@@ -358,12 +423,11 @@ def choose_action(
     recalled: int | None,
     recalled_failed: bool = False,
 ) -> tuple[int, bool]:
-    """(action, explored): the recalled run's action, unless nothing of the
-    situation was recalled or the ε draw says explore (uniform over the actions).
-    When the top memory says its run failed (as its outcome memory does, to an
-    agent reading it) the agent does not repeat that action: it explores the
+    """(action, explored): the recalled action, unless nothing of the situation was
+    recalled or the ε draw says explore (uniform over the actions). When the
+    recalled run failed the agent does not repeat that action: it explores the
     others."""
-    rng = _rng(env, slot, run, "policy")
+    rng = run_stream(env, slot, run, "policy")
     explore_draw = rng.random()
     count = len(env.situations[situation].actions)
     pick = rng.randrange(count)
@@ -375,13 +439,19 @@ def choose_action(
     return recalled, False
 
 
+def outcome_draw(env: Environment, slot: int, run: int) -> tuple[float, float]:
+    """(draw, grade): the two uniform numbers of the slot's run `run`, the same
+    whichever arm acts and whatever it chooses (common random numbers)."""
+    rng = run_stream(env, slot, run, "outcome")
+    return rng.random(), rng.random()
+
+
 def draw_outcome(
     env: Environment, slot: int, run: int, situation: int, action: int
 ) -> tuple[bool, float]:
-    """(success, quality): one uniform draw against the action's hidden probability;
+    """(success, quality): the run's draw against the action's hidden probability;
     quality in [0.7, 1.0] for a success, [0.0, 0.3] for a failure."""
-    rng = _rng(env, slot, run, "outcome")
-    draw, grade = rng.random(), rng.random()
+    draw, grade = outcome_draw(env, slot, run)
     success = draw < env.situations[situation].actions[action].p_success
     quality = 0.7 + 0.3 * grade if success else 0.3 * grade
     return success, round(quality, 3)
@@ -389,7 +459,9 @@ def draw_outcome(
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """What the bench remembers of one run it published (learner and shadow alike)."""
+    """One run of one arm: the slot (agent) and its run index, the situation, the
+    action chosen and how it turned out. The pipeline's learner and its two
+    shadows share their runs."""
 
     run_id: str
     slot: int
@@ -415,17 +487,19 @@ def top_run(
 
 @dataclass(frozen=True, slots=True)
 class ScoredRecall:
-    """One recall made before a run, learner and shadow side by side: whether the
-    top memory of the situation came from a successful run (None: none recalled)."""
+    """One recall made before a run, the learner and its shadows side by side:
+    whether the top memory of the situation came from a successful run (None: none
+    recalled)."""
 
     slot: int
     situation: int
     visit: int  # the slot's earlier visits of the situation
     learner: bool | None
-    shadow: bool | None
+    shadow: bool | None  # learning off
     # Whether any earlier run of the slot in this situation succeeded: when none
     # did, no ranking can put a successful run's memory first.
     success_known: bool = True
+    no_prior: bool | None = None  # learning on, the fixed outcome prior off
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +519,7 @@ class SuccessFirst:
     shadow: _Rate = field(default_factory=_Rate)
     warmup_skipped: int = 0
     top_differs: int = 0  # scored recalls where learner and shadow disagree
+    no_prior: _Rate = field(default_factory=_Rate)
 
 
 def success_first(recalls: Sequence[ScoredRecall], warmup: int) -> SuccessFirst:
@@ -460,13 +535,31 @@ def success_first(recalls: Sequence[ScoredRecall], warmup: int) -> SuccessFirst:
         shadow=rate([r.shadow for r in counted]),
         warmup_skipped=len(recalls) - len(counted),
         top_differs=sum(1 for r in counted if r.learner != r.shadow),
+        no_prior=rate([r.no_prior for r in counted]),
     )
 
 
 def regret(env: Environment, runs: Iterable[Run]) -> float:
-    """sum of (p_best - p_chosen) over the runs: what the choices cost in expectation."""
+    """sum of (p_best - p_chosen) over the runs: what the choices cost in expectation
+    (the hidden probabilities, not the draws)."""
     total = 0.0
     for run in runs:
         spec = env.situations[run.situation]
         total += spec.p_best - spec.actions[run.action].p_success
     return round(total, 4)
+
+
+def uniform_regret(env: Environment) -> float:
+    """The expected regret of choosing uniformly at random, in closed form: per run,
+    p_best minus the mean of the situation's probabilities."""
+    total = 0.0
+    for slot in range(env.agents):
+        for situation in schedule(env, slot):
+            spec = env.situations[situation]
+            total += spec.p_best - sum(a.p_success for a in spec.actions) / len(spec.actions)
+    return round(total, 4)
+
+
+def late_start(runs_per_agent: int) -> int:
+    """The first run index of an agent's last third of runs (at least its last run)."""
+    return runs_per_agent - max(1, runs_per_agent // 3)

@@ -4,18 +4,22 @@ weights are scored."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
 
 from bench.learning import learned_weights, learning_source
 from bench.learning_env import (
+    VERDICTS,
+    Recalled,
     Run,
     ScoredRecall,
     build_environment,
     choose_action,
     draw_outcome,
     epsilon,
+    recalled_choice,
     regret,
     render_run,
     schedule,
@@ -75,7 +79,35 @@ def test_run_texts_are_distinct_and_name_the_action_and_result() -> None:
     failed = render_run(env, 0, 5, 1, 2, False)
     assert spec.actions[2].name in worked.action
     assert worked.trigger == failed.trigger  # the world is the same; only the result differs
+    assert worked.action == failed.action
     assert worked.outcome != failed.outcome
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_success_and_failure_texts_use_the_same_words_but_the_verdict() -> None:
+    """Neutral wording: a successful run's texts are the failed run's but for the
+    verdict word, which is in no query, so neither matches a query better."""
+    env = build_environment(seed=5, agents=2, situations=6, actions=4, runs_per_agent=12)
+    queries = [_words(s.query) for s in env.situations]
+    success_word, failure_word = VERDICTS
+    for query in queries:
+        assert success_word not in query and failure_word not in query
+    for slot in range(2):
+        for run in range(12):
+            for situation in range(6):
+                for action in range(4):
+                    worked = render_run(env, slot, run, situation, action, True)
+                    failed = render_run(env, slot, run, situation, action, False)
+                    assert worked.trigger == failed.trigger
+                    assert worked.action == failed.action
+                    good, bad = _words(worked.outcome), _words(failed.outcome)
+                    assert good - bad == {success_word}
+                    assert bad - good == {failure_word}
+                    query = queries[situation]
+                    assert len(good & query) == len(bad & query)
 
 
 def test_outcome_draws_are_common_random_numbers_with_quality_on_the_right_side() -> None:
@@ -108,6 +140,38 @@ def test_the_policy_follows_the_recall_and_explores_less_with_visits() -> None:
 
 def _run(situation: int, success: bool, action: int = 0, index: int = 0) -> Run:
     return Run(f"r{index}", 0, index, situation, action, success, 0.9 if success else 0.1)
+
+
+def test_the_policy_reads_the_first_recalled_item_about_an_action_of_the_situation() -> None:
+    env = build_environment(seed=7, agents=1, situations=2, actions=4, runs_per_agent=1)
+    names = [a.name for a in env.situations[0].actions]
+    mine = {
+        "a-outcome": _run(0, False, action=2, index=1),
+        "b-trigger": _run(1, True, action=1, index=2),
+        "c-action": _run(0, True, action=3, index=3),
+    }
+    other_situation = {"source_event_id": "b-trigger"}
+    unrelated = {"source_event_id": "x", "gist": "the incident channel has 4 people in it"}
+    both = {"source_event_id": "y", "text": f"{names[0]} or {names[1]}, unclear"}
+    advice = {"source_event_id": "z", "gist": f"In this situation {names[1]} works best."}
+    # Items of other situations, naming no action or several, are skipped; the agent's
+    # own run's memory gives its action and result.
+    items = [other_situation, unrelated, both, {"source_event_id": "a-outcome"}, advice]
+    assert recalled_choice(env, 0, items, mine) == Recalled(2, False, "a-outcome")
+    # An entry that is none of the agent's runs and names one action is advice.
+    assert recalled_choice(env, 0, [unrelated, advice], mine) == Recalled(1, None, "z")
+    # A name inside a longer one is not a mention of it.
+    longer = {"source_event_id": "w", "gist": f"pre-{names[0]}-post"}
+    assert recalled_choice(env, 0, [longer], mine) is None
+    assert recalled_choice(env, 0, [], mine) is None
+    assert recalled_choice(env, 1, items, mine) == Recalled(1, True, "b-trigger")
+
+
+def test_a_failed_recalled_action_is_not_repeated() -> None:
+    env = build_environment(seed=7, agents=1, situations=1, actions=4, runs_per_agent=1)
+    for run in range(100):
+        action, explored = choose_action(env, 0, run, 0, 50, 2, recalled_failed=True)
+        assert action != 2 and explored
 
 
 def test_the_top_memory_is_the_first_item_of_the_situations_runs() -> None:
