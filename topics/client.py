@@ -135,10 +135,14 @@ class FactVersion:
     known_from: int
     superseded_at: int | None
     source_event_id: str
+    # 1.0 for what the agent asserted itself; an inherited fact carries the
+    # successor discount (an older worker's reply has none: 1.0).
+    confidence: float = 1.0
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> FactVersion:
-        return cls(**{name: data.get(name) for name in cls.__slots__})  # type: ignore[arg-type]
+        fields = {name: data.get(name) for name in cls.__slots__ if name != "confidence"}
+        return cls(**fields, confidence=float(data.get("confidence", 1.0)))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

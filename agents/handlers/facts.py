@@ -67,6 +67,7 @@ def fact_wire(fact: Fact) -> dict[str, Any]:
         "known_from": fact.known_from_ms,
         "superseded_at": fact.superseded_at_ms,
         "source_event_id": fact.source_event_id,
+        "confidence": fact.confidence,  # < 1.0: inherited from a predecessor
     }
 
 

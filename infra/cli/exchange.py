@@ -18,6 +18,7 @@ import orjson
 
 from grimoire.infra.cli import common
 from grimoire.infra.settings import Settings
+from grimoire.streams.exchange.inherit import DEFAULT_INHERITANCE_DISCOUNT
 
 __all__ = ["COMMANDS"]
 
@@ -153,8 +154,9 @@ def _add_import(sub: common.Subparsers) -> None:
     importing.add_argument(
         "--inheritance-discount",
         type=float,
-        default=0.5,
-        help="a successor's confidence = the predecessor's x this (default 0.5)",
+        default=DEFAULT_INHERITANCE_DISCOUNT,
+        help="a successor's confidence (its memories', facts' and causal edges') = the "
+        f"predecessor's x this (default {DEFAULT_INHERITANCE_DISCOUNT})",
     )
     importing.add_argument("--prefix", default=None, help="the deployment (default: settings)")
     importing.add_argument(

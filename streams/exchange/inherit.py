@@ -20,14 +20,19 @@ The rule, applied to an export's lines (docs/export-format.md):
   layer, quality, importance, hyperedge ids, lineage fields) is kept.
 - hyperedges, nexus keys and the decay schedule: remapped to the new ids, members
   that were not inherited dropped (a key left empty is dropped).
+- facts and causal edges (`inherit_knowledge.py`): every fact version, under a
+  new id derived from the old one, `confidence` multiplied by the discount; the
+  causal edges between two inherited memories, between their new ids, `weight`
+  multiplied by the discount (an edge naming a memory left behind is dropped).
 - the successor's watermark: moved up to the newest inherited memory's event
   time (never back), so the successor counts as an agent with memories (recall
   answers `none` for an agent with no watermark).
 - nothing else: usage counters are reset, the predecessor's field state,
-  watermark, configuration, decisions, curator state and PLAYBOOK.md, derivation
-  index and maintenance history stay its own (curated insights and heuristics are
-  memories, and are inherited as such). The walk's node table and the term counts
-  are derived from the inherited memories where they are written.
+  watermark, configuration, decisions, outcomes, learned weights, curator state
+  and PLAYBOOK.md, derivation index and maintenance history stay its own
+  (curated insights and heuristics are memories, and are inherited as such).
+  The walk's node table and the term counts are derived from the inherited
+  memories where they are written.
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ from grimoire.streams.exchange.format import (
     hash_line,
     hash_of,
     zset_of,
+)
+from grimoire.streams.exchange.inherit_knowledge import (
+    KNOWLEDGE_FAMILIES,
+    KnowledgeRemap,
+    causal_uplifts,
 )
 from grimoire.streams.model.ids import memory_id
 
@@ -65,11 +75,11 @@ COUNTERS: Final = (
     "reinforced_count",
 )
 _NOT_LIVE: Final = ("deleted", "archived", "quarantined", "retracted")
-# Families carried over, remapped; everything else stays the predecessor's.
-# TODO(causal edges, facts): a successor inherits neither yet; when it should, a
-# remapping of their families (memory ids in their values) goes here.
-REMAPPED: Final = frozenset({"hyperedge", "nexus", "decay"})
+# Families carried over, remapped; everything else stays the predecessor's. The
+# facts' and causal graph's are remapped (and discounted) by `inherit_knowledge`.
+REMAPPED: Final = frozenset({"hyperedge", "nexus", "decay"}) | KNOWLEDGE_FAMILIES
 _FORWARD: Final = b"predecessor:"  # an `aggregate_of` awaiting its remapping
+_UPLIFT: Final = b"causal_uplift"  # recall's causal uplift, of the memory's out-edges
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +107,8 @@ class Inheritance:
     options: InheritanceOptions = field(default_factory=InheritanceOptions)
     ids: dict[bytes, bytes] = field(default_factory=dict)  # old id -> new id
     latest_ts: int | None = None  # the newest inherited memory's event time
+    # new id -> the causal uplift its inherited out-edges give (`lines` fills it)
+    uplifts: dict[bytes, float] = field(default_factory=dict)
     _past_memories: bool = False
 
     def __post_init__(self) -> None:
@@ -104,18 +116,16 @@ class Inheritance:
             raise ValueError("a successor needs an agent id of its own")
 
     def lines(self, lines: Iterable[StateLine]) -> Iterator[StateLine]:
-        """The successor's lines. Inherited memories are held until the last memory
-        line is in, so an `aggregate_of` naming a later one is resolved."""
+        """The successor's lines, memories first. Inherited memories are held until
+        every line is in, so an `aggregate_of` naming a later one is resolved and a
+        `causal_uplift` is the one the inherited causal edges give."""
         held: list[StateLine] = []
+        rest: list[StateLine] = []
         for line in lines:
-            out = self.line(line)
-            if line.type == "memory":
-                held.extend(out)
-                continue
-            yield from (self.finish_memory(m) for m in held)
-            held = []
-            yield from out
+            (held if line.type == "memory" else rest).extend(self.line(line))
+        self.uplifts = causal_uplifts(line for line in rest if line.type == "causal_edges")
         yield from (self.finish_memory(m) for m in held)
+        yield from rest
         if self.latest_ts is not None:
             # The successor now holds memories up to this event time; its watermark
             # is moved up to it, never back (the writer adds it with GT).
@@ -168,19 +178,30 @@ class Inheritance:
 
     def finish_memory(self, line: StateLine) -> StateLine:
         """An inherited memory line with its `aggregate_of` remapped (or dropped,
-        when its target was not inherited); once every memory line is in."""
+        when its target was not inherited) and its `causal_uplift` the one of its
+        inherited out-edges (`uplifts`; none: no uplift stored); once every memory
+        line and the causal edges are in."""
         fields = hash_of(line)
+        changed = False
         aggregate = fields.get(b"aggregate_of")
-        if aggregate is None or not aggregate.startswith(_FORWARD):
-            return line
-        target = self.ids.get(aggregate.removeprefix(_FORWARD))
-        if target is None:
-            del fields[b"aggregate_of"]
-        else:
-            fields[b"aggregate_of"] = target
-        return hash_line(line, fields)
+        if aggregate is not None and aggregate.startswith(_FORWARD):
+            target = self.ids.get(aggregate.removeprefix(_FORWARD))
+            if target is None:
+                del fields[b"aggregate_of"]
+            else:
+                fields[b"aggregate_of"] = target
+            changed = True
+        uplift = self.uplifts.get(line.name.encode())
+        if uplift is not None:
+            fields[_UPLIFT] = repr(uplift).encode()  # as the memory store writes it
+            changed = True
+        elif fields.pop(_UPLIFT, None) is not None:
+            changed = True
+        return hash_line(line, fields) if changed else line
 
     def _remap(self, line: StateLine) -> StateLine | None:
+        if line.type in KNOWLEDGE_FAMILIES:
+            return KnowledgeRemap(self.successor, self.options.discount, self.ids).line(line)
         if line.kind == "hash":  # hyperedge: member id -> role
             fields = {self.ids[f]: v for f, v in hash_of(line).items() if f in self.ids}
             return hash_line(line, fields) if fields else None

@@ -92,7 +92,9 @@ class Fact:
     are applied in journal order, which event times need not follow, so the
     timeline is rebuilt (after a retraction) in this order. `born_until`: a fact
     asserted for a time before the current one is stored closed from the start
-    (valid up to the next version's `valid_from`)."""
+    (valid up to the next version's `valid_from`). `confidence`: 1.0 for the
+    agent's own asserts; an inherited version's is its predecessor's times the
+    successor discount (`grimoire.streams.exchange.inherit_knowledge`)."""
 
     fact_id: str
     agent_id: str
@@ -106,8 +108,11 @@ class Fact:
     order: int = 0
     born_until: int | None = None
     closures: tuple[Closure, ...] = ()
+    confidence: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.confidence <= 1.0:
+            raise InvalidFact(f"confidence must be within [0, 1], got {self.confidence}")
         if self.valid_from < 0:
             raise InvalidFact(f"valid_from must be >= 0, got {self.valid_from}")
         if self.born_until is not None and self.born_until < self.valid_from:
@@ -164,6 +169,7 @@ class Fact:
             known_from_ms=self.known_from_ms,
             source_event_id=self.source_event_id,
             order=self.order,
+            confidence=self.confidence,
         )
 
 

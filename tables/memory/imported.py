@@ -11,18 +11,21 @@ Writing puts each line back under the importing prefix, by the same family table
 in one MULTI/EXEC per chunk together with the chunk's mark (`applied_imports`): a
 chunk read again changes nothing. A successor's chunk also gets what the write
 path derives for a new memory: its search-term counts (counted only when the
-memory is new), its walk node, and for a curated entry its first curator look.
+memory is new), its walk node, and for a curated entry its first curator look;
+and its inherited facts' index entries (ids by relation, by entity, entity links)
+are joined to those of the successor's own facts, not written over them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from grimoire.streams.exchange.format import StateLine, hash_of, split_line
+from grimoire.streams.exchange.format import StateLine, hash_line, hash_of, split_line
+from grimoire.tables.codec.fact import decode_ids, decode_links, encode_ids, encode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import Phase
@@ -56,6 +59,13 @@ logger = logging.getLogger(__name__)
 VECTOR_FIELDS: Final = (b"canonical", b"eidolon")
 MAX_ENTRIES: Final = 500  # entries of a hash, sorted set or set per line
 _PAGE: Final = 500
+# A successor's fact index entries, joined to what the successor holds: family ->
+# (decode, encode) of an entry (a set of fact ids, or of entity links).
+_JOINED: Final[Mapping[str, tuple[Callable[[Any], list[Any]], Callable[[Any], bytes]]]] = {
+    "fact_pairs": (decode_ids, encode_ids),
+    "fact_entities": (decode_ids, encode_ids),
+    "fact_links": (decode_links, encode_links),
+}
 
 
 class ImportRefused(ValueError):
@@ -147,6 +157,8 @@ class ImportWriter:
         node (a successor's memories come without the predecessor's derived keys).
         Raises `ImportRefused` when a memory id is held by another agent."""
         targets = [(line, self.key_of(agent_id, line)) for line in lines]
+        if derive:
+            targets = [(await self._joined(line, key), key) for line, key in targets]
         memories = [(line, key) for line, key in targets if line.type == "memory"]
         if memories:
             owners = await self._owners([key for _, key in memories])
@@ -169,6 +181,22 @@ class ImportWriter:
             pipe.sadd(self.keys.applied_imports(agent_id), chunk_id)
             await pipe.execute()
         return written
+
+    async def _joined(self, line: StateLine, key: str) -> StateLine:
+        """A successor's fact index line joined to the entries it already holds
+        (its own facts'); any other line as it is."""
+        codec = _JOINED.get(line.type)
+        fields = hash_of(line)
+        if codec is None or not fields:
+            return line
+        decode, encode = codec
+        names = sorted(fields)
+        held = await self._redis.hmget(key, [text_of(name) for name in names])
+        joined = {
+            name: fields[name] if old is None else encode([*decode(old), *decode(fields[name])])
+            for name, old in zip(names, held, strict=True)
+        }
+        return hash_line(line, joined)
 
     async def _owners(self, keys: Sequence[str]) -> list[Any]:
         async with self._redis.pipeline(transaction=False) as pipe:
