@@ -70,8 +70,6 @@ async def _memory(
 ) -> dict[str, Any] | None:
     """The memory with every stored field; with `depth`, its nexus-key
     neighbourhood under "graph" (as GET …/memories/{id} and …/graph)."""
-    from dataclasses import asdict
-
     from grimoire.tables.memory.inspect import memory_detail, neighbourhood
 
     async with common.memory_redis(settings) as redis:
@@ -81,20 +79,7 @@ async def _memory(
         graph = await neighbourhood(redis, settings.topic_prefix, agent_id, memory_id, depth=depth)
     if graph is None:  # gone between the two reads
         return None
-    nodes = []
-    for node in graph.nodes:
-        shown: dict[str, Any] = {"id": node.id, "type": node.type, "label": node.label}
-        if node.type == "memory":
-            shown.update(kind=node.kind, status=node.status)
-        else:
-            shown["degree"] = node.degree
-        nodes.append(shown)
-    found["graph"] = {
-        "depth": depth,
-        "nodes": nodes,
-        "edges": [asdict(edge) for edge in graph.edges],
-        "truncated": graph.truncated,
-    }
+    found["graph"] = graph.to_json(depth)
     return found
 
 

@@ -4,8 +4,6 @@ nexus-key neighbourhood). A memory of another agent is a 404, like a missing one
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -53,23 +51,7 @@ async def graph(request: Request, agent_id: str) -> Response:
     )
     if found is None:
         raise _not_found(agent_id, memory_id)
-    nodes = []
-    for node in found.nodes:
-        shown = {"id": node.id, "type": node.type, "label": node.label}
-        if node.type == "memory":
-            shown.update(kind=node.kind, status=node.status)
-        else:
-            shown["degree"] = node.degree
-        nodes.append(shown)
-    return json_response(
-        {
-            "memory_id": memory_id,
-            "depth": depth,
-            "nodes": nodes,
-            "edges": [asdict(edge) for edge in found.edges],
-            "truncated": found.truncated,
-        }
-    )
+    return json_response({"memory_id": memory_id, **found.to_json(depth)})
 
 
 def routes() -> list[Route]:

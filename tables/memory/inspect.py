@@ -186,6 +186,24 @@ class Neighbourhood:
     edges: tuple[GraphEdge, ...]
     truncated: bool = False  # a limit left nodes out
 
+    def to_json(self, depth: int) -> dict[str, Any]:
+        """The shape the HTTP API (`.../graph`) and the CLI (`memory --depth`) show:
+        a memory node with its kind and status, a key node with its degree."""
+        nodes: list[dict[str, Any]] = []
+        for node in self.nodes:
+            shown: dict[str, Any] = {"id": node.id, "type": node.type, "label": node.label}
+            if node.type == "memory":
+                shown.update(kind=node.kind, status=node.status)
+            else:
+                shown["degree"] = node.degree
+            nodes.append(shown)
+        return {
+            "depth": depth,
+            "nodes": nodes,
+            "edges": [{"source": e.source, "target": e.target} for e in self.edges],
+            "truncated": self.truncated,
+        }
+
 
 def key_node_id(nexus_key: str) -> str:
     return f"key:{nexus_key}"
