@@ -50,7 +50,7 @@ from grimoire.streams.write.plan import (
 from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.learn.store import LearningWrite
 from grimoire.tables.ports.learn import LearningStore
-from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.memory import IngestStore
 from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
@@ -81,7 +81,7 @@ class IngestReport:
 
 @dataclass
 class IngestHandler:
-    store: MemoryStore
+    store: IngestStore
     embedder: Embedder
     sink: EventSink
     topics: TopicNames

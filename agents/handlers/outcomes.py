@@ -38,7 +38,7 @@ from grimoire.streams.recall.rerank import DEFAULT_RERANK_WEIGHTS, RerankWeights
 from grimoire.tables.learn.store import LearningWrite
 from grimoire.tables.ports.config import ConfigStore
 from grimoire.tables.ports.learn import LearningStore
-from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.memory import OutcomeEffects
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class OutcomeHandler:
-    store: MemoryStore
+    store: OutcomeEffects
     sink: EventSink
     topics: TopicNames
     limits: InputLimits = field(default_factory=InputLimits)

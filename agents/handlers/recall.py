@@ -54,7 +54,7 @@ from grimoire.streams.recall.walk.circuits import circuits_for
 from grimoire.streams.write.changes import StateVector
 from grimoire.tables.ports.config import ConfigStore
 from grimoire.tables.ports.learn import LearningStore
-from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.memory import RecallReads
 from grimoire.tables.ports.trust import AuthMetrics
 from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.declarations import TopicNames
@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RecallHandler:
-    store: MemoryStore
+    store: RecallReads
     embedder: Embedder
     sink: EventSink
     topics: TopicNames

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from grimoire.streams.journal.entry import SourceRef
 from grimoire.streams.journal.usage import RecallUsage
 from grimoire.tables.ports.learn import LearningStore
-from grimoire.tables.ports.memory import MemoryStore
+from grimoire.tables.ports.memory import UsageLedger
 
 __all__ = ["ImmediateUsage", "StoreUsage"]
 
 
 @dataclass
 class StoreUsage:
-    store: MemoryStore
+    store: UsageLedger
     # Where a recall made for a run leaves what it returned and how it was ranked,
     # for the run's outcome to learn from (None: not kept).
     learning: LearningStore | None = None

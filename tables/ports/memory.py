@@ -1,8 +1,9 @@
-"""The port of the memory store: the write path's and the read path's storage.
-
-Ingest, recall, usage and outcomes reach an agent's memories only through
-`MemoryStore`; its `recall_source` is the core's `RecallSource` port
-(`grimoire.streams.ports.recall`) bound to one agent.
+"""The ports of the memory store, one per concern: the write path (`MemoryWrites`),
+learning's effects (`OutcomeEffects`), the read path (`RecallReads`) and recall
+usage (`UsageLedger`); `MemoryStore` is all of them, as the Redis store and its
+in-memory twin implement it (one contract suite,
+`tests/integration/test_store_contract.py`). A `recall_source` is the core's
+`RecallSource` port (`grimoire.streams.ports.recall`) bound to one agent.
 """
 
 from __future__ import annotations
@@ -23,20 +24,28 @@ if TYPE_CHECKING:
     # Type-only: `grimoire.tables.memory.store` imports this module at import time.
     from grimoire.tables.memory.store import ScoredHit
 
-__all__ = ["MemoryStore"]
+__all__ = [
+    "FieldReads",
+    "IngestStore",
+    "MemoryStore",
+    "MemoryWrites",
+    "OutcomeEffects",
+    "RecallReads",
+    "UsageLedger",
+]
 
 
-class MemoryStore(Protocol):
-    async def ensure_schema(self) -> None: ...
+class FieldReads(Protocol):
+    """Each agent's field state (tick, watermark, regime): what every concern reads."""
 
-    # write path
-    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
     async def load_fields(self, agent_ids: Sequence[str]) -> dict[str, FieldState]: ...
-    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
-        """Each agent's last stored state vector (`WriteBatch.state_vectors`); an
-        agent without one is left out."""
-        ...
 
+
+class MemoryWrites(FieldReads, Protocol):
+    """The write path's storage: what was decided, the nearest stored neighbours,
+    the batch's commit, and the outcomes that wait for a memory not yet written."""
+
+    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
     async def nearest(
         self, queries: Sequence[tuple[str, bytes]]
     ) -> list[StoredNeighbour | None]: ...
@@ -44,35 +53,15 @@ class MemoryStore(Protocol):
         """Write the batch, and `also` in the same transaction."""
         ...
 
-    # read path
-    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
-    async def knn(
-        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
-    ) -> list[ScoredHit]: ...
-    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
-    async def count(self, agent_id: str) -> int: ...
-    async def metrics(self) -> dict[str, float]: ...
-    async def watermark(self, agent_id: str) -> int | None: ...
-    async def contrarian_served(self, agent_id: str) -> int | None: ...
-    async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
-    async def apply_usage_once(
-        self,
-        agent_id: str,
-        seq: int,
-        memory_ids: Sequence[str],
-        as_of_ms: int,
-        contrarian_window: int | None,
-        request: str | None = None,
-    ) -> bool:
-        """Apply a usage entry's uses (counters, last access, the window served)
-        unless the entry `seq` was applied before, or an entry for the same recall
-        `request` (its topic:partition:offset) was; whether it was applied now."""
-        ...
+    async def missing_memories(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
+    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
+    async def held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]: ...
+    async def release_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> None: ...
 
-    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
-        """Whether another usage entry than `seq` was applied for `request`: the
-        recall was answered twice (its worker killed before committing it)."""
-        ...
+
+class OutcomeEffects(FieldReads, Protocol):
+    """Learning's storage: an outcome's effects and a run's credits, each once per
+    outcome id, and the outcomes held for memories not written yet."""
 
     def recall_source(self, agent_id: str) -> RecallSource: ...
     async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
@@ -98,6 +87,63 @@ class MemoryStore(Protocol):
 
     async def missing_memories(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
     async def hold_outcome(self, outcome: Outcome, memory_ids: Sequence[str]) -> None: ...
-    async def held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]: ...
-    async def release_held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> None: ...
-    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
+
+
+class IngestStore(MemoryWrites, OutcomeEffects, Protocol):
+    """What ingest needs: the write path, and learning's effects for the outcomes
+    and run credits that wait for the memories a batch writes."""
+
+
+class RecallReads(FieldReads, Protocol):
+    """The read path's storage: the agent's memories through its `RecallSource`,
+    its state vector, watermark and the contrarian window served."""
+
+    def recall_source(self, agent_id: str) -> RecallSource: ...
+    async def state_vectors(self, agent_ids: Sequence[str]) -> dict[str, StateVector]:
+        """Each agent's last stored state vector (`WriteBatch.state_vectors`); an
+        agent without one is left out."""
+        ...
+
+    async def watermark(self, agent_id: str) -> int | None: ...
+    async def contrarian_served(self, agent_id: str) -> int | None: ...
+
+
+class UsageLedger(Protocol):
+    """What a served recall's usage entry writes, once per entry and per request."""
+
+    def recall_source(self, agent_id: str) -> RecallSource: ...
+    async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
+    async def apply_usage_once(
+        self,
+        agent_id: str,
+        seq: int,
+        memory_ids: Sequence[str],
+        as_of_ms: int,
+        contrarian_window: int | None,
+        request: str | None = None,
+    ) -> bool:
+        """Apply a usage entry's uses (counters, last access, the window served)
+        unless the entry `seq` was applied before, or an entry for the same recall
+        `request` (its topic:partition:offset) was; whether it was applied now."""
+        ...
+
+    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
+        """Whether another usage entry than `seq` was applied for `request`: the
+        recall was answered twice (its worker killed before committing it)."""
+        ...
+
+
+class MemoryStore(IngestStore, RecallReads, UsageLedger, Protocol):
+    """The whole memory store, one per deployment: each concern above is a port of
+    it, and each handler depends on its own (ingest on `IngestStore`, outcomes on
+    `OutcomeEffects`, recall on `RecallReads`, usage on `UsageLedger`). The rest is
+    the deployment's: the index schema, reads by id and by lane, counts, metrics."""
+
+    async def ensure_schema(self) -> None: ...
+    async def get_many(self, agent_id: str, ids: Sequence[str]) -> list[StoredMemory | None]: ...
+    async def knn(
+        self, agent_id: str, vector: Sequence[float], k: int, *, lane: str = "canonical"
+    ) -> list[ScoredHit]: ...
+    async def full_text(self, agent_id: str, terms: Sequence[str], k: int) -> list[ScoredHit]: ...
+    async def count(self, agent_id: str) -> int: ...
+    async def metrics(self) -> dict[str, float]: ...
