@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user browser stunnel run wipe smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet services-up services-down services-status clean
+.PHONY: help setup qemu-user browser stunnel run wipe smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet bench-fold services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -107,6 +107,10 @@ bench-faults: setup ## every input kind on the durable stack; SIGKILLs of ingest
 bench-learning: setup ## agents acting on their recalls against oracle, Thompson sampling, learning off and uniform choice: regret, late success, success-first recall (RUNS per agent)
 	mkdir -p bench-results
 	$(PY) -m bench learning --runs $${RUNS:-60} | tee bench-results/learning.json
+
+bench-fold: setup ## the apply loop alone (no model, no broker): CPU per folded event, Redis requests per batch (FOLD_ARGS)
+	mkdir -p bench-results
+	$(PY) -m bench fold $(FOLD_ARGS) | tee bench-results/fold.log | tail -1 > bench-results/fold.json; cat bench-results/fold.json
 
 bench-fleet: setup ## AGENTS (1,000) on the 12 s block cadence: lag, recall, maintenance share, the largest fleet under one block (FLEET_ARGS)
 	mkdir -p bench-results

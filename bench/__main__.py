@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
     locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
+    fold = bench_kind.add_parser(
+        "fold", help="the apply loop alone: CPU per folded event, Redis requests per batch"
+    )
+    fold.add_argument("--agents", type=int, default=600)
+    fold.add_argument("--events", type=int, default=6_000)
+    fold.add_argument("--batch", type=int, default=256, help="journal records per apply call")
     fleet = bench_kind.add_parser("fleet", help="N agents on the 12 s block cadence (lag, recall)")
     fleet.add_argument("--agents", type=int, default=1_000)
     fleet.add_argument("--blocks", type=int, default=10)
@@ -167,6 +173,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             return 2
         wanted = tuple(c for c in args.conversations.split(",") if c)
         return _print_result(run_locomo_bench(settings, data_path=data, conversation_ids=wanted))
+    if args.bench == "fold":
+        from bench.fold import FoldOptions, run_fold_bench
+
+        options_fold = FoldOptions(agents=args.agents, events=args.events, batch=args.batch)
+        return _print_result(run_fold_bench(settings, options_fold))
     if args.bench == "fleet":
         from bench.fleet import FleetOptions, run_fleet_bench
 

@@ -18,7 +18,16 @@ from grimoire.infra import cli
 
 def test_every_benchmark_kind_is_a_subcommand() -> None:
     parser = build_parser()
-    for kind in ("ingest", "recall", "maintenance", "faults", "learning", "locomo", "fleet"):
+    for kind in (
+        "ingest",
+        "recall",
+        "maintenance",
+        "faults",
+        "learning",
+        "locomo",
+        "fleet",
+        "fold",
+    ):
         assert parser.parse_args([kind]).bench == kind
 
 
