@@ -125,8 +125,10 @@ class AgentStateStore:
         present = await present_fields(self._redis, self.decided_key, pairs)
         return {candidate_id for _, candidate_id in present}
 
-    def record_decision(self, pipe: Any, agent_id: str, candidate_id: str, action: str) -> None:
-        pipe.hset(self.decided_key(agent_id), candidate_id, action)
+    def record_decisions(self, pipe: Any, agent_id: str, actions: Mapping[str, str]) -> None:
+        """The batch's decisions of one agent (candidate id -> action), one command."""
+        if actions:
+            pipe.hset(self.decided_key(agent_id), mapping=dict(actions))
 
     def count(self, pipe: Any, agent_id: str, counters: Sequence[tuple[str, float]]) -> None:
         """Each increment in order (a name may repeat: fractional amounts are added

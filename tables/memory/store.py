@@ -335,13 +335,11 @@ class RedisMemoryStore:
                 self.key(reinforcement.agent_id, reinforcement.target_id),
                 reinforcement.ts_ms,
             )
-        for decision in batch.decisions:
-            self.state.record_decision(
-                tx.agent(decision.agent_id),
-                decision.agent_id,
-                decision.candidate_id,
-                decision.action,
-            )
+        decided: dict[str, dict[str, str]] = {}
+        for decision in batch.decisions:  # a later decision of a candidate wins, as in HSET
+            decided.setdefault(decision.agent_id, {})[decision.candidate_id] = decision.action
+        for agent_id, actions in decided.items():
+            self.state.record_decisions(tx.agent(agent_id), agent_id, actions)
         for vector in batch.state_vectors:
             self.state.save_state_vector(tx.agent(vector.agent_id), vector)
         for state in batch.fields:
