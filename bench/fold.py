@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import EpisodeV1
 
-__all__ = ["FoldOptions", "run_fold_bench"]
+__all__ = ["FoldOptions", "redis_traffic", "run_fold_bench"]
 
 T0_MS = 1_790_000_000_000
 DIMS = 384
@@ -75,34 +75,10 @@ class _HashedEmbedder:
         return await self.embed(texts)
 
 
-@dataclass
-class _JournalSink(MemorySink):
-    """Keeps the partition each record was sent to, to read the journal back."""
-
-    partitions: list[int | None] = field(default_factory=list)
-
-    async def send(
-        self, topic: str, key: str, value: bytes, *, partition: int | None = None
-    ) -> None:
-        await super().send(topic, key, value, partition=partition)
-        self.partitions.append(partition)
-
-    def journal(self, topic: str) -> dict[int, list[InputMessage]]:
-        offsets: Counter[int] = Counter()
-        out: dict[int, list[InputMessage]] = {}
-        for (name, _, value), partition in zip(self.sent, self.partitions, strict=True):
-            if name != topic or partition is None:
-                continue
-            out.setdefault(partition, []).append(
-                InputMessage(value, topic, partition, offsets[partition])
-            )
-            offsets[partition] += 1
-        return dict(sorted(out.items()))
-
-
 @contextmanager
-def _counted() -> Iterator[Counter[str]]:
-    """Redis requests (`requests`) and the commands inside them (`commands`)."""
+def redis_traffic() -> Iterator[Counter[str]]:
+    """Redis requests (`requests`: a pipeline or a transaction is one) and the
+    commands inside them (`commands`) sent by any connection while open."""
     seen: Counter[str] = Counter()
     original = AbstractConnection.send_packed_command
 
@@ -159,7 +135,7 @@ async def _fold(settings: Settings, options: FoldOptions) -> dict[str, Any]:
         update={"topic_prefix": prefix, "auth_enabled": False, "maintenance_enabled": False}
     )
     redis = create_redis(configured.redis_url, configured.redis_max_connections)
-    sink = _JournalSink()
+    sink = MemorySink()
     topics = TopicNames(prefix)
     try:
         composed = await compose(
@@ -176,10 +152,12 @@ async def _fold(settings: Settings, options: FoldOptions) -> dict[str, Any]:
             await composed.handlers.sequencer.append(
                 EntryKind.EPISODE, inputs[start : start + options.batch]
             )
-        journal = sink.journal(topics.journal)
+        journal: dict[int, list[InputMessage]] = {}
+        for record in sink.as_consumed(topics.journal):
+            journal.setdefault(record.partition or 0, []).append(record)
         applier = composed.handlers.applier
         batches = 0
-        with _counted() as seen:
+        with redis_traffic() as seen:
             cpu, wall = time.process_time(), time.perf_counter()
             for records in journal.values():
                 for start in range(0, len(records), options.batch):

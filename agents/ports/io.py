@@ -83,18 +83,37 @@ class MemorySink:
     """The in-memory `EventSink`: records what was sent, for tests and benchmarks."""
 
     sent: list[tuple[str, str, bytes]] = field(default_factory=list)
+    # The partition each record of `sent` was sent to (None: left to its key).
+    partitions: list[int | None] = field(default_factory=list)
     flushes: int = 0
 
     async def send(
         self, topic: str, key: str, value: bytes, *, partition: int | None = None
     ) -> None:
         self.sent.append((topic, key, value))
+        self.partitions.append(partition)
 
     async def flush(self) -> None:
         self.flushes += 1
 
     def on(self, topic: str) -> list[bytes]:
         return [value for name, _, value in self.sent if name == topic]
+
+    def as_consumed(self, topic: str) -> list[InputMessage]:
+        """What was sent to `topic` as a consumer reads it back: each record at its
+        partition, offsets in send order (the journal's apply loop, in process). A
+        record sent without a partition has no place to be read from."""
+        offsets: dict[int, int] = {}
+        out: list[InputMessage] = []
+        for (name, _, value), partition in zip(self.sent, self.partitions, strict=True):
+            if name != topic:
+                continue
+            if partition is None:
+                raise ValueError(f"a record sent to {topic} without its partition")
+            offset = offsets.get(partition, 0)
+            offsets[partition] = offset + 1
+            out.append(InputMessage(value=value, topic=topic, partition=partition, offset=offset))
+        return out
 
 
 class Embedder(Protocol):

@@ -2,10 +2,10 @@
 
 Issue 35 asks the fold to load the agents' state in one pipelined read and commit
 once, so the round trips of a batch stop growing with its agents and events. This
-counts them through the worker's composition (`compose`, real Redis): every
-`send_packed_command` of a redis-py connection is one request on the wire (a
-pipeline or a transaction is one). Each case journals its inputs first, then
-counts only the apply loop folding them.
+counts them through the worker's composition (`compose`, real Redis) with the fold
+bench's counter (`bench.fold.redis_traffic`): every `send_packed_command` of a
+redis-py connection is one request on the wire (a pipeline or a transaction is one).
+Each case journals its inputs first, then counts only the apply loop folding them.
 
 Before issue 35 a batch of 64 events over 8 agents cost 204 requests, 220 over 16
 agents and 332 for 128 events: opening each entry read its agent's name and key (the
@@ -18,43 +18,23 @@ the four journal partitions). `python -m pytest tests/integration/test_round_tri
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
-from grimoire.agents.ports import InputMessage
+from bench.fold import redis_traffic
+from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import EpisodeV1
-from tests.support.composed import PartitionedSink, compose_in_process, fold, journal_of
+from tests.support.composed import compose_in_process, fold
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
 
 BASE_TS = 1_790_000_000_000
-
-
-@contextmanager
-def counted() -> Iterator[list[int]]:
-    """Counts requests sent to Redis by any connection while open."""
-    sent = [0]
-    original = AbstractConnection.send_packed_command
-
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        sent[0] += 1
-        await original(self, command, check_health)
-
-    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
 
 
 async def _round_trips(settings: Settings, agents: int, events: int) -> int:
@@ -63,7 +43,7 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
     prefix = f"rt{uuid.uuid4().hex[:8]}"
     configured = settings.model_copy(update={"topic_prefix": prefix, "auth_enabled": False})
     redis: Redis = create_redis(configured.redis_url, 8)
-    sink = PartitionedSink()
+    sink = MemorySink()
     try:
         composed = await compose_in_process(configured, redis, sink, "round-trips")
         topics = TopicNames(prefix)
@@ -80,8 +60,8 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
             for a in range(agents)
         ]
         await composed.handlers.sequencer.append(EntryKind.EPISODE, warm)
-        await fold(composed.handlers.applier, journal_of(sink, topics))
-        before = len(journal_of(sink, topics))
+        await fold(composed.handlers.applier, sink.as_consumed(topics.journal))
+        before = len(sink.as_consumed(topics.journal))
         batch = [
             InputMessage(
                 EpisodeV1(
@@ -97,11 +77,11 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
             for i in range(events)
         ]
         await composed.handlers.sequencer.append(EntryKind.EPISODE, batch)
-        fresh = journal_of(sink, topics)[before:]
+        fresh = sink.as_consumed(topics.journal)[before:]
         assert len(fresh) == events
-        with counted() as sent:
+        with redis_traffic() as sent:
             await fold(composed.handlers.applier, fresh)
-        return sent[0]
+        return sent["requests"]
     finally:
         await drop_deployment(redis, prefix)
         await redis.aclose()

@@ -5,7 +5,7 @@ the apply loop's consumer reads it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, is_dataclass, replace
+from dataclasses import is_dataclass, replace
 
 from redis.asyncio import Redis
 
@@ -14,30 +14,14 @@ from grimoire.agents.ports import InputMessage, MemorySink, WitnessPort
 from grimoire.infra.runtime import Composed, compose
 from grimoire.infra.settings import Settings
 from grimoire.tables.journal.keystore import CachedKeyStore, RedisKeyStore
-from grimoire.topics.declarations import TopicNames
 from tests.support.embedders import FakeEmbedder
 
 __all__ = [
-    "PartitionedSink",
     "by_partition",
     "compose_in_process",
     "fold",
-    "journal_of",
     "with_witness",
 ]
-
-
-@dataclass
-class PartitionedSink(MemorySink):
-    """A `MemorySink` that also keeps the partition each record was sent to."""
-
-    partitions: list[int | None] = field(default_factory=list)
-
-    async def send(
-        self, topic: str, key: str, value: bytes, *, partition: int | None = None
-    ) -> None:
-        await super().send(topic, key, value, partition=partition)
-        self.partitions.append(partition)
 
 
 async def compose_in_process(
@@ -55,21 +39,6 @@ async def compose_in_process(
         sink=sink,
         worker_id=worker_id,
     )
-
-
-def journal_of(sink: PartitionedSink, topics: TopicNames) -> list[InputMessage]:
-    """What the sequencer sent to the journal, as a consumer reads it: per partition,
-    offsets in send order (the sequencer always names the partition)."""
-    offsets: dict[int, int] = {}
-    out: list[InputMessage] = []
-    for (topic, _, value), partition in zip(sink.sent, sink.partitions, strict=True):
-        if topic != topics.journal:
-            continue
-        assert partition is not None, "a journal record sent without its partition"
-        offset = offsets.get(partition, 0)
-        offsets[partition] = offset + 1
-        out.append(InputMessage(value=value, topic=topic, partition=partition, offset=offset))
-    return out
 
 
 def by_partition(messages: Sequence[InputMessage]) -> dict[int, list[InputMessage]]:

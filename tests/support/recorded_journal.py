@@ -43,7 +43,7 @@ from grimoire.topics.schemas import (
     ToolEventV1,
     TranscriptV1,
 )
-from tests.support.composed import PartitionedSink, compose_in_process, journal_of
+from tests.support.composed import compose_in_process
 from tests.support.composed import fold as fold_journal
 
 __all__ = ["AGENTS", "RecordedJournal", "fold", "record"]
@@ -271,7 +271,7 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
     prefix = f"rec{uuid.uuid4().hex[:8]}"
     settings = _settings(base, prefix)
     topics = TopicNames(prefix)
-    sink = PartitionedSink()
+    sink = MemorySink()
     composed = await compose_in_process(settings, redis, sink, "recorded-journal")
     sequencer, applier = composed.handlers.sequencer, composed.handlers.applier
     offsets: dict[str, int] = {}
@@ -283,7 +283,7 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
         offsets[topic] = offset + 1
         message = InputMessage(value=value, topic=topic, partition=0, offset=offset)
         await sequencer.append(kind, [message])
-        everything = journal_of(sink, topics)
+        everything = sink.as_consumed(topics.journal)
         await fold_journal(applier, everything[folded:])
         folded = len(everything)
 
@@ -310,10 +310,12 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
             value=request.dumps_json(), topic=topics.recall_requests, partition=0, offset=n
         )
         await composed.handlers.recall.handle(message)
-        everything = journal_of(sink, topics)
+        everything = sink.as_consumed(topics.journal)
         await fold_journal(applier, everything[folded:])
         folded = len(everything)
-    records = tuple((m.partition or 0, m.offset or 0, m.value) for m in journal_of(sink, topics))
+    records = tuple(
+        (m.partition or 0, m.offset or 0, m.value) for m in sink.as_consumed(topics.journal)
+    )
     digests = {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
     return RecordedJournal(
         records=records,
