@@ -11,10 +11,14 @@ same situations in the same order and the same outcome draw per (agent, run)
 - `grimoire`: per agent slot a learner that, through the real pipeline (tansu +
   Redis + a worker process), recalls before acting (the request names the run it
   serves), acts on what it recalled (`learning_env.recalled_choice` and
-  `choose_action`: the first recalled item about one of the situation's actions;
-  a failed run's action is not repeated; ε-greedy exploration, decaying), publishes
-  the run's trigger, action and outcome episodes under one `run_id`, then the run's
-  end (`run_ended` with the run's quality). The next recall waits until the run is
+  `choose_action`: the first recalled item about one of the situation's actions,
+  an evidence entry (followed unless its posterior mean is under 0.5, when an
+  action the reply holds no evidence for is tried) or a memory of one of its
+  runs (a failed run's action is not repeated); ε-greedy exploration, decaying),
+  publishes the run's trigger (an alert episode tagged with the alert's name, as
+  a monitoring system names it), action (a tool event: the tool is the action)
+  and outcome report under one `run_id`, then the run's end (`run_ended` with the
+  run's quality). The next recall waits until the run is
   applied (its episodes decided, then its end witnessed, read on memory-events).
 - `grimoire_learning_off`: the same agent and policy with learning switched off
   (`configure`), acting on its own recalls: its own runs.
@@ -73,7 +77,7 @@ from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
-from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1
+from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1
 
 __all__ = [
     "GRIMOIRE_CONFIG",
@@ -243,6 +247,10 @@ class _Tally:
     scored: list[ScoredRecall] = field(default_factory=list)
     explored: Counter[str] = field(default_factory=Counter)  # arm -> ε or failure explorations
     advice: Counter[str] = field(default_factory=Counter)  # arm -> choices read as advice
+    # arm -> recalls whose first item was an evidence entry of the situation, and
+    # recalls made once the agent had ended a run of the situation
+    evidence_led: Counter[str] = field(default_factory=Counter)
+    evidence_due: Counter[str] = field(default_factory=Counter)
     recall_ms: list[float] = field(default_factory=list)
     run_ms: list[float] = field(default_factory=list)
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -338,7 +346,14 @@ def _ended(watch: _Watch, agents: tuple[str, ...], runs: int) -> Callable[[], bo
 _IMPORTANCE: Mapping[str, float] = {"trigger": 0.7, "action": 0.6, "outcome": 0.8}
 
 
-def _episodes(agent_id: str, run: Run, texts: Any, ts: int) -> list[EpisodeV1]:
+def _episodes(
+    agent_id: str, run: Run, texts: Any, ts: int, env: Environment
+) -> list[EpisodeV1 | ToolEventV1]:
+    """The run's three inputs: the alert that triggered it (tagged with the alert's
+    name, as a monitoring system names its alerts: the situation), the tool call
+    that was the action (the tool is the action's name) and the report of how it
+    went."""
+    situation = env.situations[run.situation]
     return [
         EpisodeV1(
             agent_id=agent_id,
@@ -348,14 +363,14 @@ def _episodes(agent_id: str, run: Run, texts: Any, ts: int) -> list[EpisodeV1]:
             episode_type="alert",
             importance=_IMPORTANCE["trigger"],
             run_id=run.run_id,
+            tags=[f"alert/{situation.key}"],
         ),
-        EpisodeV1(
+        ToolEventV1(
             agent_id=agent_id,
             ts=ts + 60_000,
-            text=texts.action,
+            tool=situation.actions[run.action].name,
+            result=texts.action,
             event_id=f"{run.run_id}-action",
-            episode_type="action",
-            importance=_IMPORTANCE["action"],
             run_id=run.run_id,
         ),
         EpisodeV1(
@@ -395,6 +410,7 @@ def _act(
         visits,
         read.action if read else None,
         recalled_failed=read is not None and read.succeeded is False,
+        known=read.known if read else (),
     )
     success, quality = draw_outcome(env, slot, index, situation, action)
     advice = read is not None and read.succeeded is None and not explored
@@ -474,6 +490,11 @@ async def _slot(
         )
         tally.explored.update({"grimoire": explored, "grimoire_learning_off": off_explored})
         tally.advice.update({"grimoire": advice, "grimoire_learning_off": off_advice})
+        if visits[situation]:
+            for arm, agent in (("grimoire", who.learner), ("grimoire_learning_off", who.off)):
+                items = replies[agent].get("items") or ()
+                tally.evidence_due[arm] += 1
+                tally.evidence_led[arm] += bool(items and items[0].get("evidence"))
         tally.scored.append(
             ScoredRecall(
                 slot,
@@ -495,11 +516,14 @@ async def _slot(
         for agent, played in published:
             texts = render_run(env, slot, index, situation, played.action, played.success)
             book = off_by_event if played is off_run else runs_by_event
-            for episode in _episodes(agent, played, texts, ts):
+            for episode in _episodes(agent, played, texts, ts, env):
                 book[episode.event_id or ""] = played
-                await client.publish_raw(
-                    client.topics.episodes, agent, episode.dumps_json(), wait=False
+                topic = (
+                    client.topics.tool_events
+                    if isinstance(episode, ToolEventV1)
+                    else client.topics.episodes
                 )
+                await client.publish_raw(topic, agent, episode.dumps_json(), wait=False)
         await client.flush()
         # The run's end goes out once its episodes are decided and the recall's use
         # (which names the run it served) is applied: they reach the journal by
@@ -580,6 +604,8 @@ def _arms(env: Environment, tally: _Tally) -> dict[str, dict[str, Any]]:
         runs = arms[arm]["runs"]
         arms[arm]["explored_share"] = round(tally.explored[arm] / runs, 4) if runs else None
         arms[arm]["advice_followed"] = tally.advice[arm]
+        due = tally.evidence_due[arm]
+        arms[arm]["evidence_led_share"] = round(tally.evidence_led[arm] / due, 4) if due else None
     arms["uniform"]["regret_expected"] = uniform_regret(env)
     return arms
 
@@ -674,8 +700,10 @@ def _report(
     report.update(
         {
             "policy": "each run: the first recalled item about one of the situation's actions "
-            "(a memory of the agent's own run of it, or an entry naming one action); a "
-            "failed run's action is not repeated (another is tried); else that action, "
+            "(an evidence entry, a memory of the agent's own run of it, or an entry naming "
+            "one action); an evidence entry with a posterior mean under 0.5 is not followed "
+            "(an action the reply holds no evidence for is tried, else another), nor is a "
+            "failed run's action (another is tried); else that action, "
             f"unless the ε draw (ε = max({EPS_MIN}, {EPS0} / (1 + visits / {EPS_DECAY}))) "
             "says explore; nothing recalled: a uniform choice",
             "agents": options.agents,

@@ -376,6 +376,9 @@ class Recalled:
     action: int
     succeeded: bool | None
     source: str
+    # The actions the reply holds evidence entries for: the others are untried, at
+    # the prior's mean (0.5), which an action failing more often than not is under.
+    known: tuple[int, ...] = ()
 
 
 def _names(text: str, names: Sequence[str]) -> list[int]:
@@ -393,15 +396,36 @@ def recalled_choice(
     runs_by_event: Mapping[str, Run],
 ) -> Recalled | None:
     """The policy's reading of a recall, items in the order Grimoire ranked them: the
-    first item that is a memory of one of the agent's own runs of the situation
+    first evidence entry about one of the situation's actions gives that action
+    (followed unless its posterior mean is under 0.5); the first item that is a
+    memory of one of the agent's own runs of the situation
     (any role: the agent knows its runs by their event ids, and an outcome
     memory says its verdict) gives that run's action and result; the first item
     that is none of the agent's runs and whose text or gist names exactly one of
     the situation's actions gives that action as advice. Items of other
     situations, and items naming no action or several, are skipped."""
     names = [a.name for a in env.situations[situation].actions]
-    for item in items:
+    items_seen = list(items)
+    for item in items_seen:
         source = str(item.get("source_event_id", ""))
+        evidence = item.get("evidence")
+        if isinstance(evidence, Mapping) and evidence.get("action") in names:
+            # An evidence entry: the action's record over the agent's runs. One
+            # that fails more often than not (a posterior mean under the uniform
+            # prior's 0.5) is read like a failed run: try an untried action.
+            works = float(evidence.get("posterior_mean", 0.0)) >= 0.5
+            known = tuple(
+                sorted(
+                    {
+                        names.index(str(e["action"]))
+                        for each in items_seen
+                        if isinstance(e := each.get("evidence"), Mapping)
+                        and e.get("action") in names
+                    }
+                )
+            )
+            action = names.index(str(evidence["action"]))
+            return Recalled(action, None if works else False, source, known)
         run = runs_by_event.get(source)
         if run is not None:
             if run.situation == situation:
@@ -422,17 +446,19 @@ def choose_action(
     visits: int,
     recalled: int | None,
     recalled_failed: bool = False,
+    known: Sequence[int] = (),
 ) -> tuple[int, bool]:
     """(action, explored): the recalled action, unless nothing of the situation was
     recalled or the ε draw says explore (uniform over the actions). When the
     recalled run failed the agent does not repeat that action: it explores the
-    others."""
+    others, those the reply holds no evidence for (`known`) first."""
     rng = run_stream(env, slot, run, "policy")
     explore_draw = rng.random()
     count = len(env.situations[situation].actions)
     pick = rng.randrange(count)
     if recalled is not None and recalled_failed:
-        others = [a for a in range(count) if a != recalled]
+        untried = [a for a in range(count) if a not in known and a != recalled]
+        others = untried or [a for a in range(count) if a != recalled]
         return others[pick % len(others)], True
     if recalled is None or explore_draw < epsilon(visits):
         return pick, True

@@ -19,6 +19,7 @@ from grimoire.agents.dead_letters import CountedDeadLetters
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.folding import fold_rules
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
+from grimoire.agents.handlers.evidence import EvidenceWriter
 from grimoire.agents.handlers.facts import FactHandler, FactQueryHandler
 from grimoire.agents.handlers.forgetting import Forgetting
 from grimoire.agents.handlers.importing import ImportHandler
@@ -457,6 +458,7 @@ async def compose(
             learning=learning,
             configs=configs,
             rerank=settings.ranking_policy.weights,
+            evidence=EvidenceWriter(store, embedder),
         ),
         maintenance=maintenance,
         usage=StoreUsage(store, learning),

@@ -348,6 +348,8 @@ class RecallItemV1(_Wire):
     episode: list[dict[str, str]] | None = None  # siblings {id, role, gist} on request
     # its causal edges on request: {cause, effect, weight, evidence, last_block}
     causal: list[dict[str, Any]] | None = None
+    # an evidence entry's {situation, action, successes, failures, posterior_mean}
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

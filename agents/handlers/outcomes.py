@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass, field
 
 from grimoire.agents.dead_letters import dead_letter
+from grimoire.agents.handlers.evidence import EvidenceWriter
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.inbound.events import Rejection
@@ -56,6 +57,8 @@ class OutcomeHandler:
     configs: ConfigStore | None = field(default=None, kw_only=True)
     run_policy: RunPolicy = field(default=DEFAULT_RUN_POLICY, kw_only=True)
     rerank: RerankWeights = field(default=DEFAULT_RERANK_WEIGHTS, kw_only=True)
+    # Evidence per situation x action (None: a run's end counts no evidence).
+    evidence: EvidenceWriter | None = field(default=None, kw_only=True)
 
     async def handle(self, message: InputMessage, journal: tuple[int, int] | None = None) -> int:
         """How many memories changed; -1 for an outcome applied before (redelivery).
@@ -134,6 +137,16 @@ class OutcomeHandler:
             causal_active=config.use_causal_scoring,
             policy=self.run_policy,
         )
+        credits = plan.credits
+        if self.evidence is not None:
+            run_evidence = await self.evidence.prepare(
+                agent,
+                self.store.recall_source(agent),
+                success=outcome.quality >= self.run_policy.success_line,
+                members=members,
+                recalled=recalled.keys(),
+            )
+            credits = run_evidence.merged(credits)
         block = fields[agent].block or 0
         ended = EndedRun(outcome.run_id, outcome.outcome_id, outcome.quality, outcome.ts_ms, block)
         part = await learning.outcome_part(
@@ -141,7 +154,7 @@ class OutcomeHandler:
         )
         changed = await self.store.apply_credits(
             outcome,
-            plan.credits,
+            credits,
             dict(plan.uplifts),
             [part],
             counters=run_recall_counters(plan.credits, recalled),

@@ -40,6 +40,7 @@ from grimoire.streams.model.eidolon import (
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.anti_rumination import is_due, window_of
+from grimoire.streams.recall.evidence_first import evidence_summary
 from grimoire.streams.recall.flow import (
     QueryVectors,
     RankingPolicy,
@@ -348,7 +349,13 @@ def _learning_policy(
         "causal_scoring": config.use_causal_scoring,
         "outcome_bias": weights.outcome_bias,
     }
-    return replace(policy, weights=weights), explained
+    evidence = replace(
+        policy.evidence_first,
+        evidence=replace(
+            policy.evidence_first.evidence, exploration_bonus=config.exploration_bonus
+        ),
+    )
+    return replace(policy, weights=weights, evidence_first=evidence), explained
 
 
 def _prior_total(weights: RerankWeights) -> float:
@@ -438,6 +445,7 @@ def _item(query: RecallQuery, item: RecalledItem) -> RecallItemV1:
             for s in item.episode
         ]
         or None,
+        evidence=evidence_summary(record),
     )
 
 

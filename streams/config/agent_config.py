@@ -29,6 +29,7 @@ __all__ = [
 LANES: Final = ("bm25", "canonical", "eidolon", "walk")
 MAX_TOP_K: Final = 200
 MAX_WEIGHT: Final = 10.0
+MAX_EXPLORATION: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class AgentConfig:
     # How much a memory's run record (successful vs failed runs) scales its score,
     # with learned weights on: 0.8 gives 0.2x-1.8x (one success 1.4x, one failure 0.6x).
     outcome_bias: float = 1.0
+    # Optimism for rarely tried actions when recall orders a situation's evidence
+    # (0: by posterior mean alone; see grimoire.streams.learn.evidence).
+    exploration_bonus: float = 0.0
 
     @property
     def ingests(self) -> bool:
@@ -79,6 +83,7 @@ class AgentConfig:
             "causal_beta": self.causal_beta,
             "causal_gamma": self.causal_gamma,
             "outcome_bias": self.outcome_bias,
+            "exploration_bonus": self.exploration_bonus,
         }
 
 
@@ -123,10 +128,10 @@ def _parsed(name: str, value: Any) -> Any:
         if not 1 <= value <= ceiling:
             raise InvalidEvent(INVALID_VALUE, f"'{name}' must be 1..{ceiling}", where)
         return value
-    if name in ("causal_alpha", "causal_beta", "causal_gamma", "outcome_bias"):
+    if name in ("causal_alpha", "causal_beta", "causal_gamma", "outcome_bias", "exploration_bonus"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidEvent(WRONG_TYPE, f"'{name}' must be a number", where)
-        upper = 1.0 if name == "outcome_bias" else MAX_WEIGHT
+        upper = {"outcome_bias": 1.0, "exploration_bonus": MAX_EXPLORATION}.get(name, MAX_WEIGHT)
         if not 0.0 <= float(value) <= upper:
             raise InvalidEvent(INVALID_VALUE, f"'{name}' must be 0..{upper}", where)
         return float(value)

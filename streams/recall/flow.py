@@ -27,6 +27,12 @@ from grimoire.streams.recall.anti_rumination import (
     inject,
 )
 from grimoire.streams.recall.episodes import EpisodeSibling, attach_episodes
+from grimoire.streams.recall.evidence_first import (
+    DEFAULT_EVIDENCE_FIRST_POLICY,
+    EVIDENCE_REASON,
+    EvidenceFirstPolicy,
+    evidence_first,
+)
 from grimoire.streams.recall.fusion import reciprocal_rank_fusion
 from grimoire.streams.recall.mode_decision import lanes_for, walks
 from grimoire.streams.recall.options import RetrievalMode
@@ -76,6 +82,8 @@ class RankingPolicy:
     # Measured on LoCoMo (make bench-locomo): equal weights lost 0.05-0.10 R@5.
     lane_weights: tuple[tuple[str, float], ...] = DEFAULT_LANE_WEIGHTS
     contrarian: ContrarianPolicy = DEFAULT_CONTRARIAN_POLICY
+    # A situation's evidence entries lead the reply when the query matches it.
+    evidence_first: EvidenceFirstPolicy = DEFAULT_EVIDENCE_FIRST_POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +203,22 @@ async def run_recall(
         recency_half_life_ms=policy.recency_half_life_ms,
     )
     main = [s for s in scored if s.memory_id in shortlisted] if against else scored
-    diverse = mmr(main, vectors, lambda_=policy.mmr_lambda, limit=query.budgets.max_items)
+    first = evidence_first(
+        main,
+        {s.memory_id: members[s.memory_id].record for s in main},
+        {i: r.total for i, r in relevance.items()},
+        policy.evidence_first,
+    )[: query.budgets.max_items]
+    led = {s.memory_id for s in first}
+    diverse = [
+        *first,
+        *mmr(
+            [s for s in main if s.memory_id not in led],
+            vectors,
+            lambda_=policy.mmr_lambda,
+            limit=query.budgets.max_items - len(first),
+        ),
+    ]
     injected: tuple[str, ...] = ()
     if against and ctx.affect is not None:
         diverse, injected = inject(
@@ -211,6 +234,7 @@ async def run_recall(
                 related.get(s.memory_id),
                 query.explain,
                 contrarian=s.memory_id in injected,
+                evidence=s.memory_id in led,
             )
             for s in diverse
         ],
@@ -352,6 +376,7 @@ def _pack_input(
     explain: bool,
     *,
     contrarian: bool = False,
+    evidence: bool = False,
 ) -> PackInput:
     record = member.record
     keys = via.via_keys if via is not None else ()
@@ -384,6 +409,7 @@ def _pack_input(
             *keys,
             *(f"lane:{lane}" for lane in member.lanes),
             *((CONTRARIAN_REASON,) if contrarian else ()),
+            *((EVIDENCE_REASON,) if evidence else ()),
         ),
     )
 

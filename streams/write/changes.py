@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grimoire.streams.model.field_state import FieldState
-from grimoire.streams.model.records import MemoryRecord
+from grimoire.streams.model.records import HyperedgeRef, MemoryRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,9 @@ class AggregateFold:
     member_id: str
     ts_ms: int
     seed: MemoryRecord
+    # The folded candidate's hyperedge (its run): the aggregate joins it, so the
+    # run still has a member in that role (unless it has one there already).
+    hyperedge: HyperedgeRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +39,18 @@ class Reinforcement:
     `source_event_id` is the input event of the reinforcing candidate: the
     derivation index records the target as reinforced by it, so retracting that
     event takes back the share of `reinforced_count` it added. The planner always
-    sets it; a reinforcement built without one is recorded under `member_id`."""
+    sets it; a reinforcement built without one is recorded under `member_id`.
+
+    `hyperedge` is the candidate's (its run): the target joins it in the
+    candidate's role, unless it is a member there already, so a run whose action
+    repeated an earlier one still has its action (what a run's end learns from)."""
 
     agent_id: str
     target_id: str
     member_id: str
     ts_ms: int
     source_event_id: str = ""
+    hyperedge: HyperedgeRef | None = None
 
 
 @dataclass(frozen=True, slots=True)

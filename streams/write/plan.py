@@ -208,7 +208,11 @@ def plan_batch(
                 target if nearest_kind == Kind.AGGREGATE else aggregate_id(cand.agent_id, target)
             )
             seed = _aggregate_seed(cand, item, group, target, decision, policy)
-            folds.append(AggregateFold(cand.agent_id, group, target, cand.id, cand.ts_ms, seed))
+            folds.append(
+                AggregateFold(
+                    cand.agent_id, group, target, cand.id, cand.ts_ms, seed, cand.hyperedge
+                )
+            )
             written = group
             stored_id = item.stored.neighbour.memory_id if item.stored else None
             existed = nearest_kind == Kind.AGGREGATE or (
@@ -229,6 +233,7 @@ def plan_batch(
                     cand.id,
                     cand.ts_ms,
                     source_event_id=cand.provenance.source_event_id,
+                    hyperedge=cand.hyperedge,
                 )
             )
         outcomes.append(WriteOutcome(cand, decision, quality, written))

@@ -82,6 +82,10 @@ class RedisGraph:
         if members:
             pipe.hset(self.keys.hyperedge(agent_id, edge_id), mapping=dict(members))
 
+    def join(self, pipe: Any, agent_id: str, edge_id: str, member: str, role: str) -> None:
+        """Queue one member's joining of a hyperedge, keeping a role it has there."""
+        pipe.hsetnx(self.keys.hyperedge(agent_id, edge_id), member, role)
+
     async def degrees(self, agent_id: str, keys: Sequence[str]) -> dict[str, int]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for key in keys:

@@ -322,6 +322,9 @@ class RedisMemoryStore:
             self.graph.link(
                 pipe, fold.agent_id, fold.aggregate_id, fold.ts_ms, seed_cand.keys, latest=True
             )
+            if fold.hyperedge is not None:
+                edge = fold.hyperedge
+                self.graph.join(pipe, fold.agent_id, edge.edge_id, fold.aggregate_id, edge.role)
         touched: dict[str, set[str]] = {}
         for record in batch.records:
             touched.setdefault(record.candidate.agent_id, set()).add(record.id)
@@ -335,6 +338,15 @@ class RedisMemoryStore:
                 self.key(reinforcement.agent_id, reinforcement.target_id),
                 reinforcement.ts_ms,
             )
+            if reinforcement.hyperedge is not None:
+                edge = reinforcement.hyperedge
+                self.graph.join(
+                    tx.agent(reinforcement.agent_id),
+                    reinforcement.agent_id,
+                    edge.edge_id,
+                    reinforcement.target_id,
+                    edge.role,
+                )
         decided: dict[str, dict[str, str]] = {}
         for decision in batch.decisions:  # a later decision of a candidate wins, as in HSET
             decided.setdefault(decision.agent_id, {})[decision.candidate_id] = decision.action

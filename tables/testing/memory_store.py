@@ -17,6 +17,7 @@ import numpy as np
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.model.records import HyperedgeRef
 from grimoire.streams.model.text import search_terms
 from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.write.admission import NearMemory
@@ -124,6 +125,10 @@ class InMemoryMemoryStore:
             found.append(best)
         return found
 
+    def _join(self, agent_id: str, edge: HyperedgeRef, member: str) -> None:
+        """A member joins a hyperedge, keeping a role it has there (HSETNX)."""
+        self._hyperedges.setdefault((agent_id, edge.edge_id), {}).setdefault(member, str(edge.role))
+
     async def commit(self, batch: WriteBatch, also: Sequence[TransactionPart] = ()) -> None:
         """Apply a batch in the order RedisMemoryStore pipelines it."""
         now_ms = self._clock_ms() if self._clock_ms else 0
@@ -148,12 +153,16 @@ class InMemoryMemoryStore:
             _keep_latest(aggregate, fold.ts_ms)
             keys = fold.seed.candidate.keys
             self._link(fold.agent_id, fold.aggregate_id, fold.ts_ms, keys, latest=True)
+            if fold.hyperedge is not None:
+                self._join(fold.agent_id, fold.hyperedge, fold.aggregate_id)
         for reinforcement in batch.reinforcements:
             target = self._records.get(reinforcement.target_id)
             if target is None:  # deleted meanwhile: left alone, like the Lua script
                 continue
             target["reinforced_count"] = str(int(_text(target.get("reinforced_count", "0"))) + 1)
             _keep_latest(target, reinforcement.ts_ms)
+            if reinforcement.hyperedge is not None:
+                self._join(reinforcement.agent_id, reinforcement.hyperedge, reinforcement.target_id)
         for decision in batch.decisions:
             self._decided.setdefault(decision.agent_id, {})[decision.candidate_id] = decision.action
         for vector in batch.state_vectors:

@@ -10,6 +10,9 @@ an empty prefix and folds the records with the current code.
 
 Regenerate only on purpose (a change of the stored format, with a migration):
 ``python -m tests.support.recorded_journal tests/data/recorded-journal.json``.
+When the fold is meant to decide differently (a new behaviour, say why in the
+commit), keep the recorded entries and fold them again for new digests:
+``python -m tests.support.recorded_journal --redigest tests/data/recorded-journal.json``.
 """
 
 from __future__ import annotations
@@ -343,7 +346,7 @@ async def fold(
     return {agent: (await agent_digest(redis, prefix, agent)).sha256 for agent in AGENTS}
 
 
-async def _main(out: Path) -> None:
+async def _main(out: Path, *, redigest: bool = False) -> None:
     from grimoire.infra.local.services import LocalServices, ServicePorts
 
     state = Path(".grimoire") / "recorded-journal"
@@ -352,8 +355,15 @@ async def _main(out: Path) -> None:
     try:
         redis = Redis.from_url(services.redis_url)
         try:
-            recorded = await record(redis, Settings(redis_url=services.redis_url))
-            again = await fold(redis, Settings(redis_url=services.redis_url), recorded)
+            settings = Settings(redis_url=services.redis_url)
+            if redigest:
+                kept = RecordedJournal.loads(out.read_bytes())
+                recorded = RecordedJournal(
+                    kept.records, kept.keystore, await fold(redis, settings, kept), kept.partitions
+                )
+            else:
+                recorded = await record(redis, settings)
+            again = await fold(redis, settings, recorded)
             if again != dict(recorded.digests):
                 raise SystemExit(f"a second fold differs: {again} != {recorded.digests}")
         finally:
@@ -365,4 +375,7 @@ async def _main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_main(Path(sys.argv[1])))
+    arguments = sys.argv[1:]
+    asyncio.run(
+        _main(Path(arguments[-1]), redigest="--redigest" in arguments[:-1]),
+    )

@@ -244,7 +244,11 @@ async def test_redelivered_batch_changes_nothing() -> None:
     # one record, then two repeats folded into its aggregate (count 1 + 2)
     assert before["count"] == 2
     assert before["degrees"] == {"tag:ops/heartbeat": 2, "run:r1": 2}
-    assert before["edge"] == {original: "context"}
+    # the aggregate joins the repeats' run in their role (a run keeps its members)
+    assert before["edge"] == {
+        original: "context",
+        aggregate_id("agent-1", original): "context",
+    }
     assert before["aggregate"]["count"] == "3"
     assert before["aggregate"]["last_seen"] == str(TS + 2)
     assert before["embed_calls"] == 1
