@@ -244,6 +244,7 @@ def register_agents(app: faust.App, runtime: HandlerSource, settings: WorkerTopo
         sequencer_agent(EntryKind.OUTCOME, names.outcomes)
         sequencer_agent(EntryKind.COMMAND, names.commands)
         sequencer_agent(EntryKind.FACT, names.facts)
+        sequencer_agent(EntryKind.CLADE, names.clade)
         if settings.maintenance_enabled:
             sequencer_agent(EntryKind.MAINTENANCE, names.maintenance)
         app.agent(raw_topic(names.journal), name="grimoire.apply")(apply)

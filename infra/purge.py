@@ -83,6 +83,7 @@ class StagingTargets:
                 names.facts,
                 names.commands,
                 names.maintenance,
+                names.clade,
                 names.recall_requests,
                 names.fact_queries,
             ),

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from grimoire.agents.dead_letters import CountedDeadLetters
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.folding import fold_rules
+from grimoire.agents.handlers.clade import CladeReceiver, CladeSender, Sharing
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
 from grimoire.agents.handlers.evidence import EvidenceWriter
 from grimoire.agents.handlers.facts import FactHandler, FactQueryHandler
@@ -45,6 +46,7 @@ from grimoire.infra.embedding.embedder import CachingEmbedder, SentenceTransform
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import Task, assess_pressure
+from grimoire.tables.clade.store import RedisCladeCopies, RedisCladeRegistry, RedisPublishedStore
 from grimoire.tables.config.store import RedisConfigStore, RedisDefaultConfig
 from grimoire.tables.exceptions import is_outage, is_store_lost
 from grimoire.tables.facts.store import RedisFactStore
@@ -433,6 +435,8 @@ async def compose(
         enabled=settings.auth_enabled,
     )
     auth_metrics = RedisAuthMetrics(redis, prefix)
+    # Clade membership lives in the key store (kept by a wipe, like tenant keys).
+    clade_registry = RedisCladeRegistry(keystore_redis or redis, prefix)
     sequencer = Sequencer(
         keys,
         sink,
@@ -442,12 +446,31 @@ async def compose(
         auth_metrics=auth_metrics,
         defaults=RedisDefaultConfig(keystore_redis or redis, prefix),
         partitions=settings.partitions,
+        clades=clade_registry,
     )
     steps = StepLog()
     configs = RedisConfigStore(redis, prefix)
     fact_store = RedisFactStore(redis, prefix)
     facts = FactHandler(fact_store, sink, topics, settings.input_limits)
     publication = Publication(witness, RedisOutbox(redis, prefix), sink, topics)
+    sharing = Sharing(
+        clade_registry,
+        RedisPublishedStore(redis, prefix),
+        store.recall_source,
+        CladeSender(sink, topics, worker_id),
+    )
+    derivations = RedisDerivationStore(redis, prefix, dims=embedder.dims)
+    clade = CladeReceiver(
+        store,
+        RedisCladeCopies(redis, prefix),
+        store.recall_source,
+        embedder,
+        RetractionHandler(derivations, embedder, curator=RedisCuratorStore(redis, prefix)),
+        sink,
+        topics,
+        settings.input_limits,
+        discount=settings.clade_discount,
+    )
     rules = fold_rules(
         ingest=ingest,
         outcomes=OutcomeHandler(
@@ -459,12 +482,13 @@ async def compose(
             configs=configs,
             rerank=settings.ranking_policy.weights,
             evidence=EvidenceWriter(store, embedder),
+            sharing=sharing,
         ),
         maintenance=maintenance,
         usage=StoreUsage(store, learning),
         commands=CommandHandler(
             retractor=RetractionHandler(
-                RedisDerivationStore(redis, prefix, dims=embedder.dims),
+                derivations,
                 embedder,
                 curator=RedisCuratorStore(redis, prefix),
                 witness=steps,
@@ -477,12 +501,14 @@ async def compose(
             configs=configs,
             facts=facts,
             importer=ImportHandler(ImportWriter(redis, prefix), embedder),
+            sharing=sharing,
         ),
         witness=PublishedWitness(witness, sink, topics),
         publication=publication,
         configs=configs,
         facts=facts,
         due=RedisWitnessDue(redis, prefix),
+        clade=clade,
     )
     applier = JournalApplier(
         keys=keys,

@@ -14,6 +14,7 @@ from grimoire.streams.inbound.recall_request import RecallLimits
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.maintenance.schedule import MaintenancePolicy
 from grimoire.streams.recall.anti_rumination import ContrarianPolicy
+from grimoire.streams.recall.evidence_first import EvidenceFirstPolicy
 from grimoire.streams.recall.flow import RankingPolicy
 from grimoire.streams.recall.options import RetrievalBudgets
 from grimoire.streams.recall.relevance import RelevancePolicy
@@ -103,6 +104,12 @@ class Settings(BaseSettings):
     embed_lane_nice: int = Field(10, ge=0, le=19)
     embed_cache_size: int = Field(50_000, ge=0)
     eidolon_state_weight: float = Field(0.25, ge=0, lt=1)
+    # What a clade sibling's shared knowledge weighs at a recipient: its confidence,
+    # and its evidence pooled with the recipient's own (docs/clades.md).
+    clade_discount: float = Field(0.8, gt=0, le=1)
+    # How relevant to a query a situation's evidence entry must be, against the
+    # best candidate's relevance, for its situation's evidence to lead the reply.
+    evidence_match_ratio: float = Field(0.8, ge=0, le=1)
 
     max_text_chars: int = Field(16_000, ge=1)
     max_parts_per_event: int = Field(64, ge=1)  # memories one transcript line may become
@@ -347,5 +354,8 @@ class Settings(BaseSettings):
                 items=self.contrarian_items,
                 min_valence=self.contrarian_min_valence,
                 scan=self.contrarian_scan,
+            ),
+            evidence_first=EvidenceFirstPolicy(
+                match_ratio=self.evidence_match_ratio, clade_weight=self.clade_discount
             ),
         )

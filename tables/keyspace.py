@@ -395,6 +395,29 @@ class Keyspace:
     def maintenance_log(self, agent_id: str) -> str:
         return f"{self.prefix}:maint:log:{{{agent_id}}}"
 
+    # -- clades: named sets of agents that share knowledge ----------------------------
+    # The registry is the deployment's, admin-managed, in the key store (kept by a
+    # wipe, like tenant keys): the sequencer reads it to journal where a publish goes.
+    @property
+    def clade_names(self) -> str:
+        """SET of the deployment's clade names."""
+        return f"{self.keystore_prefix}:clades"
+
+    def clade_members(self, clade: str) -> str:
+        """SET of a clade's member agent ids."""
+        return f"{self.keystore_prefix}:clade:{clade}:members"
+
+    def agent_clades(self, agent_id: str) -> str:
+        """SET of the clades an agent belongs to (the registry's reverse index:
+        membership is not a fold of the agent's journal, so not its state)."""
+        return f"{self.keystore_prefix}:agent-clades:{agent_id}"
+
+    def clade_published(self, agent_id: str) -> str:
+        """HASH memory id -> JSON {routes: {clade: [recipients]}}: what the agent
+        published, and to whom each copy went through which clade (its `unpublish`,
+        retraction and forgetting withdraw the copies from exactly those)."""
+        return f"{self.prefix}:clade-published:{{{agent_id}}}"
+
     # -- per agent: the witness chain ----------------------------------------------
     def witness(self, agent_id: str) -> str:
         """STREAM of the agent's witness records (entry id `<seq>-0`), oldest first."""

@@ -64,6 +64,13 @@ class TopicNames:
         return self._name("maintenance")
 
     @property
+    def clade(self) -> str:
+        """What the workers send an agent on behalf of its clade (shares, their
+        withdrawal, credit for a shared entry): the workers' own topic, like
+        maintenance, journaled into the recipient's journal."""
+        return self._name("clade")
+
+    @property
     def commands(self) -> str:
         """Operator commands: retract, forget, pin, unpin."""
         return self._name("commands")
@@ -91,6 +98,7 @@ class TopicNames:
             self.memory_events,
             self.dead_letters,
             self.maintenance,
+            self.clade,
             self.commands,
             self.journal,
             self.facts,

@@ -21,6 +21,7 @@ from typing import Any, Self
 import orjson
 
 __all__ = [
+    "CladeMessageV1",
     "CommandV1",
     "DeadLetterV1",
     "EpisodeV1",
@@ -255,7 +256,7 @@ class CommandV1(_Wire):
     `config`, the agent's runtime settings, effective from its next event."""
 
     agent_id: str
-    command: str  # retract | forget | pin | unpin | configure | import
+    command: str  # retract | forget | pin | unpin | configure | import | publish | unpublish
     source_event_id: str | None = None
     memory_id: str | None = None
     # configure: the settings to change (memory_enabled, ingest_enabled,
@@ -263,6 +264,9 @@ class CommandV1(_Wire):
     config: dict[str, Any] | None = None
     # import: one chunk of an export (`grimoire import`; docs/export-format.md)
     import_chunk: dict[str, Any] | None = None
+    # publish / unpublish: `memory_id` to (or from) this clade; none: every clade
+    # the agent belongs to
+    clade: str | None = None
     ts: int | None = None
     event_id: str | None = None
     # The tenant key (`gmk_…`) the command is sent with; checked, then stripped
@@ -270,6 +274,30 @@ class CommandV1(_Wire):
     # header, which every input may carry.
     api_key: str | None = None
     schema: str = "grimoire.command/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CladeMessageV1(_Wire):
+    """What a worker sends an agent on behalf of its clade, keyed by the recipient
+    on `{prefix}.clade` (the workers' topic) and journaled into its journal.
+
+    share: a copy of the origin's memory `origin_memory_id` (`entry`: kind, text,
+    confidence, counts, keys, situation edge, event type, ts), written or updated
+    at the recipient with provenance `clade`; withdraw: the copy is removed;
+    credit: the recipient is the origin, and a sibling's run that used the copy
+    ended (`success`): clade evidence for the entry."""
+
+    agent_id: str  # the recipient
+    op: str  # share | withdraw | credit
+    origin_agent_id: str
+    origin_memory_id: str
+    clade: str
+    ts: int
+    event_id: str
+    entry: dict[str, Any] | None = None
+    success: bool | None = None
+    issued_by: str | None = None  # the worker that sent it
+    schema: str = "grimoire.clade/1"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -350,6 +378,8 @@ class RecallItemV1(_Wire):
     causal: list[dict[str, Any]] | None = None
     # an evidence entry's {situation, action, successes, failures, posterior_mean}
     evidence: dict[str, Any] | None = None
+    # a copy shared by a clade sibling: {agent_id, memory_id} of the original
+    origin: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from grimoire.agents.folding.clade import CladeRule
 from grimoire.agents.folding.command import FORGOTTEN_CHAIN, CommandRule
 from grimoire.agents.folding.fact import FactRule
 from grimoire.agents.folding.ingest import IngestRule
 from grimoire.agents.folding.maintenance import MaintenanceRule
 from grimoire.agents.folding.outcome import OutcomeRule
 from grimoire.agents.folding.usage import UsageRule
+from grimoire.agents.handlers.clade import CladeReceiver
 from grimoire.agents.handlers.facts import FactHandler
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
@@ -29,6 +31,7 @@ from grimoire.tables.ports.journal import WitnessDueReader
 
 __all__ = [
     "FORGOTTEN_CHAIN",
+    "CladeRule",
     "CommandRule",
     "FactRule",
     "IngestRule",
@@ -51,13 +54,15 @@ def fold_rules(
     configs: ConfigStore | None = None,
     facts: FactHandler | None = None,
     due: WitnessDueReader | None = None,
+    clade: CladeReceiver | None = None,
 ) -> Mapping[EntryKind, EntryRule]:
     """The registry of a worker's fold: every entry kind to the rule applying it.
 
     `publication` stores an ingest run's witness records and events with its
     decisions (an outbox; without it they are recorded and sent after the
     commit); `configs` may turn an agent's ingest off; `due` reads the witness
-    records an outcome's or a fact's effects left due (a retry after a crash)."""
+    records an outcome's or a fact's effects left due (a retry after a crash);
+    `clade` folds what siblings share (None: a clade entry is a poison entry)."""
     reader = due if due is not None else NoWitnessDue()
     ingest_rule = IngestRule(ingest, witness, publication, configs)
     rules: dict[EntryKind, EntryRule] = dict.fromkeys(INGEST_KINDS, ingest_rule)
@@ -67,4 +72,6 @@ def fold_rules(
     rules[EntryKind.COMMAND] = CommandRule(commands, witness)
     if facts is not None:
         rules[EntryKind.FACT] = FactRule(facts, witness, reader)
+    if clade is not None:
+        rules[EntryKind.CLADE] = CladeRule(clade, witness)
     return rules

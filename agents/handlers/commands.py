@@ -1,4 +1,5 @@
-"""Commands (retract, forget, pin, unpin), applied at their place in the journal.
+"""Commands (retract, forget, pin, unpin, configure, import, publish, unpublish),
+applied at their place in the journal.
 
 The command is decoded here (a malformed one is dead-lettered), and carried out by
 the concern that owns it: the retraction cascade and pinning by the retraction
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grimoire.agents.dead_letters import dead_letter
+from grimoire.agents.handlers.clade import Sharing
 from grimoire.agents.handlers.facts import FactHandler
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.agents.ports.commands import Eraser, Importer, Retractor
@@ -62,6 +64,9 @@ class CommandHandler:
     facts: FactHandler | None = None
     # Where `import` chunks are written (wired by the composition root; required for it).
     importer: Importer | None = None
+    # Clades: `publish` / `unpublish`, and the withdrawal of what a retraction or a
+    # forget takes from a published memory (None: publishing is refused).
+    sharing: Sharing | None = None
     # The step log is one per handler, and journal partitions fold side by side:
     # one command at a time, or two commands' steps would mix.
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -108,6 +113,7 @@ class CommandHandler:
             # the dataclasses' shape.
             facts = await self._retract_fact(command)
             if facts:
+                await self._withdraw(command, report.retracted)
                 return (
                     "retract",
                     (*report.memory_ids, *facts),
@@ -116,6 +122,7 @@ class CommandHandler:
                         "facts": list(facts),
                     },
                 )
+            await self._withdraw(command, report.retracted)
             return "retract", report.memory_ids, report.details()
         if command.kind is CommandKind.PIN:
             changed = await self.retractor.pin(agent_id, command.target)
@@ -138,9 +145,36 @@ class CommandHandler:
             if self.importer is None:
                 raise RuntimeError("no importer is wired to the command handler")
             return await self.importer.apply_chunk(agent_id, command.chunk)
+        if command.kind in (CommandKind.PUBLISH, CommandKind.UNPUBLISH):
+            if self.sharing is None:
+                raise RuntimeError("no clade sharing is wired to the command handler")
+            ts_ms, cause = command.ts_ms or 0, command.command_id
+            if command.kind is CommandKind.PUBLISH:
+                return await self.sharing.publish(
+                    agent_id, command.target, command.route, ts_ms, cause
+                )
+            return await self.sharing.unpublish(
+                agent_id, command.target, command.clade, ts_ms, cause
+            )
+        # What it published goes from every sibling before the agent goes, and the
+        # agent from its clades.
+        await self._withdraw(command, None)
+        if self.sharing is not None:
+            await self.sharing.leave_all(agent_id)
         removed = await self.eraser.forget(agent_id)
         # Recorded without content: that the agent was forgotten, and how much went.
         return "forget", (), {"keys_removed": removed}
+
+    async def _withdraw(self, command: Command, memory_ids: Sequence[str] | None) -> None:
+        """Withdraw the copies of what the command took (None: everything the agent
+        published), each withdrawal a step of the command's witness."""
+        if self.sharing is None or memory_ids == ():
+            return
+        steps = await self.sharing.withdraw_all(
+            command.agent_id, memory_ids or (), command.ts_ms or 0, command.command_id
+        )
+        for op, ids, details in steps:
+            await self.steps(op, ids, details)
 
     async def _retract_fact(self, command: Command) -> tuple[str, ...]:
         """The ids of the facts a retraction changed (the retracted one first)."""

@@ -62,6 +62,8 @@ class RunEvidence:
     plan: EvidencePlan
     success: bool
     recalled_entries: frozenset[str] = field(default_factory=frozenset)
+    # The run's members and recalled memories as read (what else its end needs).
+    records: Mapping[str, RecallRecord] = field(default_factory=dict)
 
     def credits(self) -> tuple[MemoryCredit, ...]:
         return tuple(
@@ -129,7 +131,7 @@ class EvidenceWriter:
         )
         if plan.created:
             await self._create(agent_id, plan.created)
-        return RunEvidence(plan, success, recalled_entries)
+        return RunEvidence(plan, success, recalled_entries, records)
 
     async def _create(self, agent_id: str, created: tuple[NewEvidence, ...]) -> None:
         vectors = await self.embedder.embed([entry.text for entry in created])

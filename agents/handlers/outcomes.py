@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from grimoire.agents.dead_letters import dead_letter
-from grimoire.agents.handlers.evidence import EvidenceWriter
+from grimoire.agents.handlers.clade import Sharing, copies_used
+from grimoire.agents.handlers.evidence import EvidenceWriter, RunEvidence
 from grimoire.agents.ports import EventSink, InputMessage
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.outcome import parse_outcome
 from grimoire.streams.inbound.validators import InputLimits
-from grimoire.streams.learn.hedge import initial_weights
+from grimoire.streams.learn.hedge import RANK, initial_weights
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import (
     DEFAULT_RUN_POLICY,
@@ -59,6 +61,9 @@ class OutcomeHandler:
     rerank: RerankWeights = field(default=DEFAULT_RERANK_WEIGHTS, kw_only=True)
     # Evidence per situation x action (None: a run's end counts no evidence).
     evidence: EvidenceWriter | None = field(default=None, kw_only=True)
+    # Clades: evidence reaches the agent's clades (published entries, and all with
+    # `share_policy` auto); a run that used siblings' copies credits their origins.
+    sharing: Sharing | None = field(default=None, kw_only=True)
 
     async def handle(self, message: InputMessage, journal: tuple[int, int] | None = None) -> int:
         """How many memories changed; -1 for an outcome applied before (redelivery).
@@ -138,6 +143,7 @@ class OutcomeHandler:
             policy=self.run_policy,
         )
         credits = plan.credits
+        run_evidence: RunEvidence | None = None
         if self.evidence is not None:
             run_evidence = await self.evidence.prepare(
                 agent,
@@ -162,7 +168,35 @@ class OutcomeHandler:
         )
         if changed >= 0:
             await self._report(outcome, changed, len(plan.edges), len(recalled), "")
+        if changed >= 0 and run_evidence is not None and self.sharing is not None:
+            await self._share(outcome, config, run_evidence, members, recalled)
         return changed
+
+    async def _share(
+        self,
+        outcome: Outcome,
+        config: AgentConfig,
+        evidence: RunEvidence,
+        members: Mapping[str, str],
+        recalled: Mapping[str, Mapping[str, float]],
+    ) -> None:
+        """After the run's learning: its evidence to the clades, its credit to the
+        origins of the siblings' copies it acted on."""
+        assert self.sharing is not None
+        agent, cause = outcome.agent_id, outcome.outcome_id
+        await self.sharing.share_changed(
+            agent,
+            evidence.plan.entry_ids,
+            outcome.route,
+            outcome.ts_ms,
+            cause,
+            auto=config.share_policy == "auto",
+        )
+        depth = self.run_policy.recalled_depth
+        used = set(members) | {m for m, f in recalled.items() if int(f.get(RANK, 0.0)) < depth}
+        copies = copies_used({m: r for m, r in evidence.records.items() if m in used})
+        if copies:
+            await self.sharing.credit_origins(agent, copies, evidence.success, outcome.ts_ms, cause)
 
     async def _report(
         self, outcome: Outcome, changed: int, edges: int, recalled: int, note: str

@@ -21,6 +21,7 @@ from grimoire.agents.ports import (
     UsageRecorder,
     source_of,
 )
+from grimoire.streams.clade.copies import CLADE_PROVENANCE, origin_of
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.recall_request import (
@@ -445,8 +446,15 @@ def _item(query: RecallQuery, item: RecalledItem) -> RecallItemV1:
             for s in item.episode
         ]
         or None,
-        evidence=evidence_summary(record),
+        evidence=evidence_summary(record, item.pooled),
+        origin=_origin(record.provenance, record.source_event_id),
     )
+
+
+def _origin(provenance: str, source_event_id: str) -> dict[str, str] | None:
+    """Where a clade copy came from: the original's agent and memory id."""
+    found = origin_of(source_event_id) if provenance == CLADE_PROVENANCE else None
+    return {"agent_id": found[0], "memory_id": found[1]} if found else None
 
 
 @dataclass(frozen=True, slots=True)

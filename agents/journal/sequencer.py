@@ -28,10 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+import orjson
+
 from grimoire.agents.auth import Identities, authorize, redacted, without_api_key
 from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.journal.cipher import seal
 from grimoire.agents.ports import EventSink, InputMessage, source_of
+from grimoire.streams.clade.copies import ROUTE_FIELD
 from grimoire.streams.config.agent_config import config_to_json
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import Rejection, decode_object
@@ -49,6 +52,7 @@ from grimoire.streams.journal.entry import (
     encode_entry,
 )
 from grimoire.streams.journal.usage import RecallUsage, encode_usage
+from grimoire.tables.ports.clade import CladeRegistry
 from grimoire.tables.ports.config import DefaultConfig
 from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.ports.trust import AuthMetrics
@@ -61,8 +65,10 @@ __all__ = ["SequenceReport", "Sequencer", "agent_of"]
 logger = logging.getLogger(__name__)
 
 # What a tenant's key is checked on: every kind a producer outside the workers
-# writes. Maintenance comes from the workers' own block timers, without a key.
-_CHECKED: Final = frozenset(EntryKind) - {EntryKind.MAINTENANCE}
+# writes. Maintenance comes from the workers' own block timers, and clade messages
+# from the fold of a sibling's journal, both without a key, on the workers' topics.
+_WORKERS: Final = frozenset({EntryKind.MAINTENANCE, EntryKind.CLADE})
+_CHECKED: Final = frozenset(EntryKind) - _WORKERS
 
 
 def agent_of(raw: bytes, limits: InputLimits) -> str | Rejection:
@@ -110,6 +116,9 @@ class Sequencer:
     # (never the id) but lands where the agent's id hashes, with its inputs and
     # maintenance commands (`partition_of`); None: where the name hashes.
     partitions: int | None = field(default=None, kw_only=True)
+    # Clades: a `publish` and a run's end are journaled with where they go
+    # (`clade_route`), read here from the registry (None: nothing is routed).
+    clades: CladeRegistry | None = field(default=None, kw_only=True)
 
     async def append(self, kind: EntryKind, messages: Sequence[InputMessage]) -> SequenceReport:
         """Journal `messages` (one source topic, in offset order), each agent's in order."""
@@ -118,6 +127,7 @@ class Sequencer:
         owned: list[tuple[str, InputMessage]] = []
         dead = 0
         identities: Identities = {}
+        memberships: dict[str, list[str]] = {}
         stale = 0
         for message in messages:
             data, owner = _owned(message.value, self.limits)
@@ -125,14 +135,14 @@ class Sequencer:
                 await dead_letter(self.sink, self.topics.dead_letters, redacted(message), owner)
                 dead += 1
                 continue
-            if kind is EntryKind.MAINTENANCE and await self._stale(owner, data):
+            if kind in _WORKERS and await self._stale(owner, data):
                 stale += 1
                 continue
             admitted = await self._admit(kind, owner, message, data, identities)
             if admitted is None:
                 dead += 1
                 continue
-            owned.append((owner, admitted))
+            owned.append((owner, await self._routed(kind, owner, admitted, data, memberships)))
         # One block of sequence numbers per agent and batch: a crash leaves a gap,
         # never a number used twice.
         counts: dict[str, int] = {}
@@ -212,6 +222,43 @@ class Sequencer:
                 return None
         stripped = without_api_key(message.value, data)
         return message if stripped is message.value else replace(message, value=stripped)
+
+    async def _routed(
+        self,
+        kind: EntryKind,
+        agent_id: str,
+        message: InputMessage,
+        data: dict[str, Any],
+        memberships: dict[str, list[str]],
+    ) -> InputMessage:
+        """The input with its `clade_route`: a publish gets the route of the clade it
+        names (or of every clade of the agent), a run's end that of every clade of
+        the agent (when it has any); whatever route a producer wrote is replaced,
+        or dropped where none belongs."""
+        if kind is EntryKind.COMMAND and data.get("command") == "publish":
+            named = data.get("clade") if isinstance(data.get("clade"), str) else ""
+        elif kind is EntryKind.OUTCOME and data.get("outcome") == "run_ended":
+            named = ""
+        else:
+            named = None
+        route: dict[str, list[str]] | None = None
+        if named is not None and self.clades is not None:
+            if agent_id not in memberships:
+                memberships[agent_id] = await self.clades.clades_of(agent_id)
+            mine = memberships[agent_id]
+            chosen = ([named] if named in mine else []) if named else mine
+            route = {}
+            for clade in chosen:
+                route[clade] = [m for m in await self.clades.members(clade) if m != agent_id]
+            if kind is EntryKind.OUTCOME and not route:
+                route = None  # an agent in no clade: its run's end journaled as sent
+        if route is None and ROUTE_FIELD not in data:
+            return message
+        payload = decode_object(message.value)
+        payload.pop(ROUTE_FIELD, None)
+        if route is not None:
+            payload[ROUTE_FIELD] = route
+        return replace(message, value=orjson.dumps(payload))
 
     async def record_usage(
         self, agent_id: str, usage: RecallUsage, source: SourceRef | None

@@ -20,6 +20,7 @@ from grimoire.streams.model.records import Layer
 __all__ = [
     "LANES",
     "MAX_TOP_K",
+    "SHARE_POLICIES",
     "AgentConfig",
     "apply_update",
     "config_from_json",
@@ -30,6 +31,7 @@ LANES: Final = ("bm25", "canonical", "eidolon", "walk")
 MAX_TOP_K: Final = 200
 MAX_WEIGHT: Final = 10.0
 MAX_EXPLORATION: Final = 2.0
+SHARE_POLICIES: Final = ("explicit", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,10 @@ class AgentConfig:
     # Optimism for rarely tried actions when recall orders a situation's evidence
     # (0: by posterior mean alone; see grimoire.streams.learn.evidence).
     exploration_bonus: float = 0.0
+    # What reaches the agent's clades (docs/clades.md): "explicit", only what a
+    # `publish` command names; "auto", also its warnings as they are written,
+    # its insights and heuristics once promoted, its evidence as it is counted.
+    share_policy: str = "explicit"
 
     @property
     def ingests(self) -> bool:
@@ -84,6 +90,7 @@ class AgentConfig:
             "causal_gamma": self.causal_gamma,
             "outcome_bias": self.outcome_bias,
             "exploration_bonus": self.exploration_bonus,
+            "share_policy": self.share_policy,
         }
 
 
@@ -135,6 +142,12 @@ def _parsed(name: str, value: Any) -> Any:
         if not 0.0 <= float(value) <= upper:
             raise InvalidEvent(INVALID_VALUE, f"'{name}' must be 0..{upper}", where)
         return float(value)
+    if name == "share_policy":
+        if value not in SHARE_POLICIES:
+            raise InvalidEvent(
+                INVALID_VALUE, f"'share_policy' must be one of {SHARE_POLICIES}", where
+            )
+        return value
     if name == "layers":
         if not isinstance(value, list) or not value:
             raise InvalidEvent(WRONG_TYPE, "'layers' must be a non-empty list", where)

@@ -1,4 +1,5 @@
-"""Decoding an operator's command (retract, forget, pin, unpin, configure): a
+"""Decoding an operator's command (retract, forget, pin, unpin, configure, import,
+publish, unpublish): a
 malformed one is dead-lettered, never applied.
 
 Commands are journaled like any input, so what they change replays in place. Who
@@ -15,6 +16,13 @@ from typing import Any, Final
 
 import orjson
 
+from grimoire.streams.clade.copies import (
+    ROUTE_FIELD,
+    CladeRoute,
+    parse_route,
+    valid_clade_name,
+    without_route,
+)
 from grimoire.streams.config.agent_config import AgentConfig, apply_update
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.exchange.chunks import ImportChunk, chunk_from_wire
@@ -41,12 +49,16 @@ class CommandKind(StrEnum):
     UNPIN = "unpin"
     CONFIGURE = "configure"  # the agent's runtime configuration: a partial update
     IMPORT = "import"  # one chunk of an export, written verbatim (streams/exchange)
+    PUBLISH = "publish"  # a memory: a copy to every sibling of the agent's clades
+    UNPUBLISH = "unpublish"  # a published memory: its copies withdrawn
 
 
 _TARGET: Final = {
     CommandKind.RETRACT: "source_event_id",
     CommandKind.PIN: "memory_id",
     CommandKind.UNPIN: "memory_id",
+    CommandKind.PUBLISH: "memory_id",
+    CommandKind.UNPUBLISH: "memory_id",
 }
 
 
@@ -59,6 +71,8 @@ class Command:
     ts_ms: int | None = None
     config: Mapping[str, Any] | None = None  # configure: the settings it changes
     chunk: ImportChunk | None = None  # import: the lines it writes
+    clade: str = ""  # publish, unpublish: to (from) this clade; "": every clade of the agent
+    route: CladeRoute = ()  # publish: where it goes, as the sequencer journaled it
 
 
 def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
@@ -92,17 +106,29 @@ def parse_command(raw: bytes, limits: InputLimits) -> Command | Rejection:
         chunk: ImportChunk | None = None
         if kind is CommandKind.IMPORT:
             chunk = _import_chunk(data.data.get("import_chunk"), data.agent_id())
+        clade = ""
+        route: CladeRoute = ()
+        if kind is CommandKind.PUBLISH:
+            route = parse_route(data.data.get(ROUTE_FIELD), limits)
+        if kind in (CommandKind.PUBLISH, CommandKind.UNPUBLISH):
+            clade = data.identifier("clade")
+            if clade and not valid_clade_name(clade):
+                raise InvalidEvent(INVALID_VALUE, "'clade' is not a clade name", "clade")
         ts_ms = data.timestamp_ms("ts") if data.data.get("ts") is not None else None
         event_id = data.identifier("event_id")
         return Command(
             command_id=event_id
-            or content_event_id(orjson.dumps(data.data, option=orjson.OPT_SORT_KEYS)),
+            or content_event_id(
+                orjson.dumps(without_route(data.data), option=orjson.OPT_SORT_KEYS)
+            ),
             agent_id=data.agent_id(),
             kind=kind,
             target=target,
             ts_ms=ts_ms,
             config=config,
             chunk=chunk,
+            clade=clade,
+            route=route,
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from grimoire.streams.clade.copies import ROUTE_FIELD, parse_route, without_route
 from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import UNSUPPORTED_SCHEMA, Rejection, decode_object
 from grimoire.streams.inbound.validators import (
@@ -50,13 +51,16 @@ def parse_outcome(raw: bytes, limits: InputLimits) -> Outcome | Rejection:
         event_id = data.identifier("event_id")
         return Outcome(
             outcome_id=event_id
-            or content_event_id(orjson.dumps(data.data, option=orjson.OPT_SORT_KEYS)),
+            or content_event_id(
+                orjson.dumps(without_route(data.data), option=orjson.OPT_SORT_KEYS)
+            ),
             agent_id=data.agent_id(),
             ts_ms=data.timestamp_ms("ts"),
             kind=kind,
             memory_ids=tuple(sorted(set(memory_ids))),
             run_id=run_id,
             quality=quality,
+            route=parse_route(data.data.get(ROUTE_FIELD), limits) if quality is not None else (),
         )
     except InvalidEvent as exc:
         return Rejection(exc.reason, exc.detail, exc.field, agent_id)

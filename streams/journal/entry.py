@@ -63,6 +63,7 @@ class EntryKind(StrEnum):
     COMMAND = "command"
     USAGE = "usage"  # what a recall used and which anti-rumination window it served
     FACT = "fact"  # a bi-temporal fact asserted (grimoire.fact/1)
+    CLADE = "clade"  # a clade share, its withdrawal or credit (grimoire.clade/1)
 
 
 # The kinds the write path folds in runs (one embedding batch per run).

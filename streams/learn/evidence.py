@@ -175,16 +175,16 @@ def evidence_id(agent_id: str, situation: Sequence[str], action: str) -> str:
 
 
 def posterior_mean(
-    successes: int, failures: int, policy: EvidencePolicy = DEFAULT_EVIDENCE_POLICY
+    successes: float, failures: float, policy: EvidencePolicy = DEFAULT_EVIDENCE_POLICY
 ) -> float:
     a, b = policy.prior_successes, policy.prior_failures
     return (a + successes) / (a + b + successes + failures)
 
 
 def decision_score(
-    successes: int,
-    failures: int,
-    situation_trials: int,
+    successes: float,
+    failures: float,
+    situation_trials: float,
     policy: EvidencePolicy = DEFAULT_EVIDENCE_POLICY,
 ) -> float:
     """The order recall gives a situation's entries: the posterior mean, plus the

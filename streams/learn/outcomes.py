@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from grimoire.streams.clade.copies import CladeRoute
+
 
 class OutcomeKind(StrEnum):
     POSITIVE = "positive"
@@ -58,6 +60,8 @@ class Outcome:
     memory_ids: tuple[str, ...]
     run_id: str = ""
     quality: float | None = None  # a run's result in [0, 1]; >= 0.5 is a success
+    # a run's end: where its evidence goes (the agent's clades, journaled with it)
+    route: CladeRoute = ()
 
     @property
     def ends_run(self) -> bool:

@@ -32,6 +32,8 @@ __all__ = [
     "DEFAULT_EVIDENCE_FIRST_POLICY",
     "EVIDENCE_REASON",
     "EvidenceFirstPolicy",
+    "EvidenceLead",
+    "Pooled",
     "evidence_first",
     "evidence_summary",
     "situation_of",
@@ -39,20 +41,39 @@ __all__ = [
 
 # The reason an item carries when it was put first as evidence.
 EVIDENCE_REASON = "evidence:first"
+CLADE: Final = "clade"  # the provenance of a copy a clade sibling shared
+_TOOL: Final = "tool:"
 
 
 @dataclass(frozen=True, slots=True)
 class EvidenceFirstPolicy:
+    """`clade_weight`: what a clade sibling's count weighs against the agent's own
+    when a situation's evidence is pooled (its copies carry the sibling's counts)."""
+
     enabled: bool = True
     match_ratio: float = 0.8
+    clade_weight: float = 0.8
     evidence: EvidencePolicy = field(default=DEFAULT_EVIDENCE_POLICY)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.match_ratio <= 1.0:
             raise ValueError("match_ratio must be within [0, 1]")
+        if not 0.0 <= self.clade_weight <= 1.0:
+            raise ValueError("clade_weight must be within [0, 1]")
 
 
 DEFAULT_EVIDENCE_FIRST_POLICY: Final = EvidenceFirstPolicy()
+
+Pooled = tuple[float, float]  # (successes, failures) of an action, the clade's weighted
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceLead:
+    """The entries that lead a reply, in order, and each one's pooled counts (its
+    action's, in its situation: the agent's own plus the siblings' weighted)."""
+
+    items: tuple[Scored, ...] = ()
+    pooled: Mapping[str, Pooled] = field(default_factory=dict)
 
 
 def situation_of(record: RecallRecord) -> str:
@@ -65,16 +86,23 @@ def situation_of(record: RecallRecord) -> str:
     return ""
 
 
+def _action(record: RecallRecord) -> str:
+    return next((k[len(_TOOL) :] for k in record.nexus_keys if k.startswith(_TOOL)), "")
+
+
 def evidence_first(
     scored: Sequence[Scored],
     records: Mapping[str, RecallRecord],
     relevance: Mapping[str, float],
     policy: EvidenceFirstPolicy,
-) -> tuple[Scored, ...]:
-    """The entries to put first, in order (empty: the query matches no situation).
-    `scored` in rank order; `records` and `relevance` by memory id."""
+) -> EvidenceLead:
+    """The entries to put first, in order (none: the query matches no situation).
+    `scored` in rank order; `records` and `relevance` by memory id. A situation's
+    entries are the agent's own and the copies its clade shared: an action's
+    counts are pooled (a copy's weighted by `clade_weight`), the actions ordered by
+    their pooled decision score, an action's own entry before its copies."""
     if not policy.enabled or not scored:
-        return ()
+        return EvidenceLead()
     best = max(relevance.get(s.memory_id, 0.0) for s in scored)
     matched = ""
     for each in scored:
@@ -83,37 +111,57 @@ def evidence_first(
             matched = edge
             break
     if not matched:
-        return ()
+        return EvidenceLead()
     group = [s for s in scored if situation_of(records[s.memory_id]) == matched]
-    trials = sum(
-        records[s.memory_id].validated_count + records[s.memory_id].contradicted_count
-        for s in group
-    )
-
-    def order(item: Scored) -> tuple[float, str]:
+    counts: dict[str, list[float]] = {}
+    for item in group:
         record = records[item.memory_id]
-        score = decision_score(
-            record.validated_count, record.contradicted_count, trials, policy.evidence
-        )
-        return (-score, item.memory_id)
+        weight = policy.clade_weight if record.provenance == CLADE else 1.0
+        pooled = counts.setdefault(_action(record), [0.0, 0.0])
+        pooled[0] += weight * record.validated_count
+        pooled[1] += weight * record.contradicted_count
+    trials = sum(s + f for s, f in counts.values())
 
-    return tuple(sorted(group, key=order))
+    def order(item: Scored) -> tuple[float, bool, str]:
+        record = records[item.memory_id]
+        wins, losses = counts[_action(record)]
+        score = decision_score(wins, losses, trials, policy.evidence)
+        return (-score, record.provenance == CLADE, item.memory_id)
+
+    led = tuple(sorted(group, key=order))
+    return EvidenceLead(
+        led,
+        {
+            s.memory_id: (
+                round(counts[_action(records[s.memory_id])][0], 6),
+                round(counts[_action(records[s.memory_id])][1], 6),
+            )
+            for s in led
+        },
+    )
 
 
 def evidence_summary(
-    record: RecallRecord, policy: EvidencePolicy = DEFAULT_EVIDENCE_POLICY
+    record: RecallRecord,
+    pooled: Pooled | None = None,
+    policy: EvidencePolicy = DEFAULT_EVIDENCE_POLICY,
 ) -> dict[str, str | int | float] | None:
     """What a reply says of an evidence entry: its situation, action, counts and
-    posterior mean (None for any other memory)."""
+    posterior mean, and, when it led the reply, its action's pooled counts and
+    their posterior mean (None for any other memory)."""
     edge = situation_of(record)
     if not edge:
         return None
-    action = next((k[len("tool:") :] for k in record.nexus_keys if k.startswith("tool:")), "")
     successes, failures = record.validated_count, record.contradicted_count
-    return {
+    summary: dict[str, str | int | float] = {
         "situation": edge,
-        "action": action,
+        "action": _action(record),
         "successes": successes,
         "failures": failures,
         "posterior_mean": round(posterior_mean(successes, failures, policy), 6),
     }
+    if pooled is not None:
+        summary["pooled_successes"] = pooled[0]
+        summary["pooled_failures"] = pooled[1]
+        summary["pooled_posterior_mean"] = round(posterior_mean(*pooled, policy), 6)
+    return summary

@@ -120,6 +120,8 @@ class RecalledItem:
     text: str | None
     tokens: int
     episode: tuple[EpisodeSibling, ...] = ()
+    # An evidence entry that led the reply: its action's pooled (successes, failures).
+    pooled: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +205,13 @@ async def run_recall(
         recency_half_life_ms=policy.recency_half_life_ms,
     )
     main = [s for s in scored if s.memory_id in shortlisted] if against else scored
-    first = evidence_first(
+    lead = evidence_first(
         main,
         {s.memory_id: members[s.memory_id].record for s in main},
         {i: r.total for i, r in relevance.items()},
         policy.evidence_first,
-    )[: query.budgets.max_items]
+    )
+    first = lead.items[: query.budgets.max_items]
     led = {s.memory_id for s in first}
     diverse = [
         *first,
@@ -252,6 +255,7 @@ async def run_recall(
             gist=p.gist,
             text=p.text,
             tokens=p.tokens,
+            pooled=lead.pooled.get(p.memory_id),
         )
         for p in packed.items
     ]

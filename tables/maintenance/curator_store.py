@@ -48,6 +48,7 @@ from grimoire.streams.learn.curator.values import (
     QuarantineAction,
     QuarantinedView,
 )
+from grimoire.streams.learn.evidence import EVIDENCE_EVENT_TYPE
 from grimoire.tables.codec.curator_state import (
     bookkeeping_from_json,
     bookkeeping_json,
@@ -245,9 +246,12 @@ class RedisCuratorStore:
     async def entries(self, agent_id: str) -> list[CuratedEntry]:
         """The agent's live insights, heuristics and warnings (quarantined ones are
         reviewed separately)."""
+        # Evidence entries (and siblings' copies of them) are counts the fold keeps,
+        # not beliefs the curator votes on, promotes or prunes.
         where = (
             tenant_filter(agent_id) & (Tag("kind") == [kind.value for kind in CURATED_KINDS])
             & _not("deleted") & _not("quarantined") & _not("archived")
+            & (Tag("event_type") != EVIDENCE_EVENT_TYPE)
         )  # fmt: skip
         rows = await self._search_all(agent_id, where, ENTRY_FIELDS, MAX_ENTRIES)
         ids = [text_of(row["memory_id"]) for row in rows]

@@ -28,6 +28,7 @@ from grimoire.streams.learn.curator.values import (
     QuarantineAction,
     QuarantinedView,
 )
+from grimoire.streams.learn.evidence import EVIDENCE_EVENT_TYPE
 from grimoire.tables.codec.curator_state import bookkeeping_from_json, bookkeeping_json
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import (
@@ -170,6 +171,7 @@ class InMemoryCuratorStore:
         def keep(doc: Hash) -> bool:
             return (
                 text_of(doc.get("kind", "")) in _CURATED
+                and text_of(doc.get("event_type", "")) != EVIDENCE_EVENT_TYPE
                 and not _flag(doc, "quarantined")
                 and not _flag(doc, "archived")
             )

@@ -100,6 +100,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "fact_pairs": Keyspace.fact_pairs,
     "fact_entities": Keyspace.fact_entities,
     "fact_links": Keyspace.fact_links,
+    "clade_published": Keyspace.clade_published,
 }
 
 # family -> (its SCAN pattern, the Keyspace methods building its keys)

@@ -15,7 +15,9 @@ Rules, in order:
    heuristic ≥ 0.7 → playbook; active/playbook < 0.4 → demoted.
 3. DERIVE: an active insight with ≥ `heuristic_min_validated` supporting
    episodes and no heuristic gets one (0.5, proposed), never straight into the
-   playbook: it must earn its own upvotes.
+   playbook: it must earn its own upvotes. A clade sibling's insight (provenance
+   `clade`) never does, and a sibling's heuristic never enters the playbook: the
+   agent's own runs must distil and validate its own.
 4. PRUNE: effective confidence < 0.1 in 3 consecutive cycles → archived, except
    warnings, bloodstains and pinned entries.
 5. QUARANTINE: more validations than contradictions → released; more
@@ -39,6 +41,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from grimoire.streams.clade.copies import CLADE_PROVENANCE
 from grimoire.streams.learn.curator.distill import (
     EpisodeCluster,
     EpisodeView,
@@ -222,7 +225,10 @@ class _Cycle:
             target, threshold = EntryStatus.PLAYBOOK, policy.promote_heuristic
         else:
             target, threshold = EntryStatus.ACTIVE, policy.promote_insight
-        if entry.status is not target and level >= threshold:
+        # A sibling's heuristic never enters this agent's playbook: inherited
+        # knowledge is promoted only by the agent's own runs (seed 001).
+        inherited = entry.kind is Kind.HEURISTIC and entry.provenance == CLADE_PROVENANCE
+        if entry.status is not target and level >= threshold and not inherited:
             after = replace(after, status=target)
             self.log(CuratorOp.PROMOTE, entry, after)
         elif (
@@ -244,6 +250,7 @@ class _Cycle:
         for insight in sorted(self.entries.values(), key=lambda e: e.memory_id):
             if (
                 insight.kind is not Kind.INSIGHT
+                or insight.provenance == CLADE_PROVENANCE  # a sibling's: validate locally
                 or insight.status is not EntryStatus.ACTIVE
                 or insight.situation is None
                 or insight.polarity is None

@@ -131,6 +131,7 @@ def test_targets_cover_inputs_queries_events_dead_letters_and_replies_never_the_
         names.facts,
         names.commands,
         names.maintenance,
+        names.clade,
         names.recall_requests,
         names.fact_queries,
     }

@@ -188,6 +188,7 @@ def test_every_per_agent_key_is_in_an_agents_footprint() -> None:
     outside = {
         "agent_keys",  # the key store: outside the fold, forgotten apart
         "agent_memory_pattern",  # a SCAN pattern of the memory family
+        "agent_clades",  # the clade registry: admin-managed, not a fold of a journal
     }
     assert taking("agent_id") - covered - outside == set()
     assert taking("memory_id") == {build.__name__ for build in MEMORY_FAMILIES.values()}

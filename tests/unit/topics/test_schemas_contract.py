@@ -226,8 +226,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "fields_digest", "prev_hash", "hash", "type", "schema",
     ),
     "CommandV1": (
-        "agent_id", "command", "source_event_id", "memory_id", "config", "import_chunk", "ts",
-        "event_id", "api_key", "schema",
+        "agent_id", "command", "source_event_id", "memory_id", "config", "import_chunk", "clade",
+        "ts", "event_id", "api_key", "schema",
+    ),
+    "CladeMessageV1": (
+        "agent_id", "op", "origin_agent_id", "origin_memory_id", "clade", "ts", "event_id",
+        "entry", "success", "issued_by", "schema",
     ),
     "MaintenanceEventV1": (
         "type", "agent_id", "tick", "ts", "worker", "tasks", "postponed", "pressure", "report",
@@ -244,7 +248,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "RecallItemV1": (
         "id", "agent_id", "kind", "layer", "gist", "ts", "score", "lanes", "source_event_id",
         "text", "reasons", "scores", "tokens", "session_id", "hyperedge_ids", "episode",
-        "causal", "evidence",
+        "causal", "evidence", "origin",
     ),
     "RecallRequestV1": (
         "agent_id", "query", "reply_to", "correlation_id", "k", "as_of", "filters", "budgets",
@@ -312,7 +316,7 @@ def test_json_bytes_are_those_of_the_faust_records() -> None:
         b'"kind":"episode","layer":"observation","gist":"disk full","ts":1767225600000,'
         b'"score":0.5,"lanes":["canonical"],"source_event_id":"ev-1","text":null,'
         b'"reasons":null,"scores":{"a":1.0},"tokens":null,"session_id":null,'
-        b'"hyperedge_ids":null,"episode":null,"causal":null,"evidence":null}],"watermark":3,'
+        b'"hyperedge_ids":null,"episode":null,"causal":null,"evidence":null,"origin":null}],"watermark":3,'
         b'"schema":"grimoire.recall_result/1"}'
     )
 

@@ -322,9 +322,10 @@ async def test_an_entry_of_a_kind_with_no_rule_is_a_poison_entry() -> None:
     assert rig.rig.store.record(mid("agent-1", "a1", TS)) is not None
 
 
-def test_every_entry_kind_but_facts_has_a_rule_and_the_ingest_kinds_share_one() -> None:
+def test_every_entry_kind_but_the_optional_ones_has_a_rule_and_ingest_kinds_share_one() -> None:
+    # facts and clades are wired by the composition root when it has their stores
     rules = JournalRig().applier.rules
-    assert set(rules) == set(EntryKind) - {EntryKind.FACT}
+    assert set(rules) == set(EntryKind) - {EntryKind.FACT, EntryKind.CLADE}
     assert len({id(rules[kind]) for kind in INGEST_KINDS}) == 1
 
 

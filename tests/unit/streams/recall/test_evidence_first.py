@@ -16,8 +16,11 @@ DISK = situation_edge(("tag:alert/disk",))
 LAG = situation_edge(("tag:alert/lag",))
 
 
-def entry(memory_id: str, edge: str, tool: str, wins: int, losses: int) -> RecallRecord:
+def entry(
+    memory_id: str, edge: str, tool: str, wins: int, losses: int, provenance: str = "self"
+) -> RecallRecord:
     return RecallRecord(
+        provenance=provenance,
         memory_id=memory_id,
         kind="insight",
         layer="contemplation",
@@ -29,6 +32,10 @@ def entry(memory_id: str, edge: str, tool: str, wins: int, losses: int) -> Recal
         validated_count=wins,
         contradicted_count=losses,
     )
+
+
+def _first(*args: object) -> tuple[Scored, ...]:
+    return evidence_first(*args).items  # type: ignore[arg-type]
 
 
 def episode(memory_id: str) -> RecallRecord:
@@ -51,7 +58,7 @@ def test_a_matched_situations_entries_lead_best_posterior_first() -> None:
         "x": entry("x", LAG, "scale", 9, 0),
     }
     relevance = {"ep": 1.0, "e1": 0.9, "e2": 0.7, "e3": 0.5, "x": 0.2}
-    first = evidence_first(ranked("ep", "e1", "e2", "e3", "x"), records, relevance,
+    first = _first(ranked("ep", "e1", "e2", "e3", "x"), records, relevance,
                            EvidenceFirstPolicy())  # fmt: skip
     assert [s.memory_id for s in first] == ["e2", "e3", "e1"]
 
@@ -60,29 +67,27 @@ def test_an_entry_far_less_relevant_than_the_best_candidate_matches_nothing() ->
     records = {"ep": episode("ep"), "e1": entry("e1", DISK, "rotate", 5, 0)}
     relevance = {"ep": 1.0, "e1": 0.5}
     policy = EvidenceFirstPolicy(match_ratio=0.8)
-    assert evidence_first(ranked("ep", "e1"), records, relevance, policy) == ()
+    assert _first(ranked("ep", "e1"), records, relevance, policy) == ()
     looser = EvidenceFirstPolicy(match_ratio=0.5)
-    assert [
-        s.memory_id for s in evidence_first(ranked("ep", "e1"), records, relevance, looser)
-    ] == ["e1"]
+    assert [s.memory_id for s in _first(ranked("ep", "e1"), records, relevance, looser)] == ["e1"]
 
 
 def test_off_or_without_entries_nothing_leads() -> None:
     records = {"ep": episode("ep"), "e1": entry("e1", DISK, "rotate", 5, 0)}
     relevance = {"ep": 1.0, "e1": 1.0}
-    assert evidence_first(ranked("ep", "e1"), records, relevance,
+    assert _first(ranked("ep", "e1"), records, relevance,
                           EvidenceFirstPolicy(enabled=False)) == ()  # fmt: skip
-    assert evidence_first(ranked("ep"), {"ep": episode("ep")}, {"ep": 1.0},
+    assert _first(ranked("ep"), {"ep": episode("ep")}, {"ep": 1.0},
                           EvidenceFirstPolicy()) == ()  # fmt: skip
 
 
 def test_the_exploration_bonus_can_put_a_rarely_tried_action_first() -> None:
     records = {"a": entry("a", DISK, "often", 12, 8), "b": entry("b", DISK, "rare", 0, 1)}
     relevance = {"a": 1.0, "b": 1.0}
-    greedy = evidence_first(ranked("a", "b"), records, relevance, EvidenceFirstPolicy())
+    greedy = _first(ranked("a", "b"), records, relevance, EvidenceFirstPolicy())
     assert [s.memory_id for s in greedy] == ["a", "b"]
     curious = EvidenceFirstPolicy(evidence=EvidencePolicy(exploration_bonus=1.0))
-    assert [s.memory_id for s in evidence_first(ranked("a", "b"), records, relevance, curious)] == [
+    assert [s.memory_id for s in _first(ranked("a", "b"), records, relevance, curious)] == [
         "b",
         "a",
     ]
@@ -92,7 +97,7 @@ def test_ties_are_broken_by_id_whatever_the_rank_order() -> None:
     records = {"b": entry("b", DISK, "x", 1, 1), "a": entry("a", DISK, "y", 1, 1)}
     relevance = {"a": 1.0, "b": 1.0}
     for order in (("a", "b"), ("b", "a")):
-        first = evidence_first(ranked(*order), records, relevance, EvidenceFirstPolicy())
+        first = _first(ranked(*order), records, relevance, EvidenceFirstPolicy())
         assert [s.memory_id for s in first] == ["a", "b"]
 
 
@@ -106,3 +111,27 @@ def test_the_summary_says_situation_action_counts_and_posterior() -> None:
     }
     assert evidence_summary(episode("ep")) is None
     assert situation_of(episode("ep")) == ""
+
+
+def test_a_siblings_counts_pool_with_the_agents_own_at_the_clade_weight() -> None:
+    # own: rotate 2/1; the clade's copies: prune 5/0 (x0.8 = 4/0), rotate 0/5 (0/4)
+    records = {
+        "own": entry("own", DISK, "rotate", 2, 1),
+        "c1": entry("c1", DISK, "prune", 5, 0, provenance="clade"),
+        "c2": entry("c2", DISK, "rotate", 0, 5, provenance="clade"),
+    }
+    relevance = {"own": 1.0, "c1": 1.0, "c2": 1.0}
+    lead = evidence_first(ranked("own", "c1", "c2"), records, relevance, EvidenceFirstPolicy())
+    assert [s.memory_id for s in lead.items] == ["c1", "own", "c2"]
+    assert lead.pooled == {"c1": (4.0, 0.0), "own": (2.0, 5.0), "c2": (2.0, 5.0)}
+    alone = EvidenceFirstPolicy(clade_weight=0.0)
+    lead = evidence_first(ranked("own", "c1", "c2"), records, relevance, alone)
+    # weighed at 0 the copies count nothing: the own action (2/1) leads, its copy next
+    assert [s.memory_id for s in lead.items] == ["own", "c2", "c1"]
+
+
+def test_the_summary_of_a_leading_entry_says_its_pooled_counts() -> None:
+    summary = evidence_summary(entry("e", DISK, "prune", 3, 1), (7.0, 1.0))
+    assert summary is not None
+    assert (summary["pooled_successes"], summary["pooled_failures"]) == (7.0, 1.0)
+    assert summary["pooled_posterior_mean"] == 0.8

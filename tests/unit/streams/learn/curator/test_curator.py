@@ -236,3 +236,39 @@ def test_signature_ignores_ids_errors_and_key_order() -> None:
 )
 def test_outcome_success(outcome: str, keys: tuple[str, ...], expected: bool | None) -> None:
     assert outcome_success(outcome, keys) is expected
+
+
+def test_a_clade_siblings_insight_is_never_derived_nor_its_heuristic_promoted() -> None:
+    from dataclasses import replace as _replace
+
+    from grimoire.streams.learn.curator.distill import Polarity, Situation
+    from grimoire.streams.learn.curator.plan import plan_cycle
+    from grimoire.streams.learn.curator.values import CuratedEntry, EntryStatus
+    from grimoire.streams.model.records import Kind as _Kind
+
+    now = 1_790_000_000_000
+    situation = Situation("restart", ("path:/var/lib",), "", "")
+    insight = CuratedEntry(
+        memory_id="i-clade",
+        kind=_Kind.INSIGHT,
+        text="restart tends to work",
+        confidence=0.95,
+        last_accessed_ms=now,
+        ts_ms=now,
+        status=EntryStatus.ACTIVE,
+        signature="sig-1",
+        situation=situation,
+        polarity=Polarity.WORKS,
+        provenance="clade",
+        validated_count=50,
+    )
+    heuristic = _replace(
+        insight, memory_id="h-clade", kind=_Kind.HEURISTIC, status=EntryStatus.PROPOSED,
+        signature="sig-2",
+    )  # fmt: skip
+    plan = plan_cycle("agent", 1, now, [], [insight, heuristic])
+    assert not [c for c in plan.changes if c.new]  # no heuristic derived from the sibling's
+    assert all(c.entry.status is not EntryStatus.PLAYBOOK for c in plan.changes)
+    own = _replace(insight, memory_id="i-own", provenance="self")
+    plan = plan_cycle("agent", 1, now, [], [own])
+    assert [c.entry.kind for c in plan.changes if c.new] == [_Kind.HEURISTIC]

@@ -1,0 +1,1 @@
+"""Clades (docs/clades.md): named sets of sibling agents that share what they learn."""

@@ -1,0 +1,1 @@
+"""Clades in Redis: the membership registry and what each agent published."""
