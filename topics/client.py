@@ -48,6 +48,7 @@ from grimoire.topics.security import KafkaSecurity
 
 __all__ = [
     "API_KEY_HEADER",
+    "CLADE_COMMANDS",
     "ClientError",
     "FactNeighbour",
     "FactVersion",
@@ -56,6 +57,7 @@ __all__ = [
     "RecallFailed",
     "RecallTimeout",
     "RecallUnauthorized",
+    "clade_command",
     "key_owns_reply_topic",
     "keyed_client_id",
 ]
@@ -164,6 +166,42 @@ def _answer(payload: dict[str, Any]) -> RecallAnswer:
         mode=payload.get("mode"),
         as_of=payload.get("as_of"),
         learning=payload.get("learning"),
+    )
+
+
+#: What a `publish` or `unpublish` command may be.
+CLADE_COMMANDS: Final = ("publish", "unpublish")
+
+
+def clade_command(
+    command: str,
+    agent_id: str,
+    memory_id: str,
+    *,
+    clade: str | None = None,
+    event_id: str | None = None,
+    ts: int | None = None,
+    api_key: str | None = None,
+) -> CommandV1:
+    """The `publish` or `unpublish` command for one of the agent's memories (the
+    worker's command parser judges the clade's name). Without `event_id`, a fresh
+    one: publishing, withdrawing and publishing again are three commands, never
+    one deduplicated."""
+    if command not in CLADE_COMMANDS:
+        raise ValueError(f"a clade command is one of {CLADE_COMMANDS}, got {command!r}")
+    for name, value in (("agent_id", agent_id), ("memory_id", memory_id)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{command}: {name} must be a non-empty string, got {value!r}")
+    if clade is not None and (not isinstance(clade, str) or not clade.strip()):
+        raise ValueError(f"{command}: clade must be a clade's name or None, got {clade!r}")
+    return CommandV1(
+        agent_id=agent_id,
+        command=command,
+        memory_id=memory_id,
+        clade=clade,
+        ts=ts,
+        event_id=event_id or f"sdk-{uuid.uuid4().hex}",
+        api_key=api_key,
     )
 
 
@@ -314,10 +352,11 @@ class GrimoireClient:
         await self.publish_raw(self.topics.outcomes, outcome.agent_id, outcome.dumps_json())
 
     async def send_command(self, command: CommandV1) -> None:
-        """Retract a source event, forget an agent, pin or unpin a memory: applied at
-        the command's place in the agent's journal (watch memory-events for it). A
-        command's own `api_key` (the HTTP API's caller's) goes in its header instead
-        of the client's; the payload never carries it."""
+        """Retract a source event, forget an agent, pin, unpin, publish or unpublish a
+        memory, configure the agent: applied at the command's place in the agent's
+        journal (watch memory-events for it). A command's own `api_key` (the HTTP
+        API's caller's) goes in its header instead of the client's; the payload
+        never carries it."""
         if command.api_key is None:
             await self.publish_raw(self.topics.commands, command.agent_id, command.dumps_json())
             return
@@ -325,6 +364,60 @@ class GrimoireClient:
         await self.publish_raw(
             self.topics.commands, command.agent_id, command.dumps_json(), api_key=key
         )
+
+    async def publish(
+        self,
+        agent_id: str,
+        memory_id: str,
+        *,
+        clade: str | None = None,
+        event_id: str | None = None,
+        ts: int | None = None,
+        api_key: str | None = None,
+    ) -> CommandV1:
+        """Share one of the agent's memories with its clade siblings: a `publish`
+        command, journaled and applied at its place (each sibling then holds a copy
+        with provenance `clade`). `clade`: only that clade (one the agent belongs
+        to); None: every clade it belongs to. Membership itself is the deployment's
+        (an admin key, `PUT /v1/clades/{clade}/members/{agent}`), never a command.
+        `api_key`: the command's own key instead of the client's. Returns the
+        command as sent (its `event_id`: the one given, else a fresh one)."""
+        return await self._clade_command(
+            "publish", agent_id, memory_id, clade, event_id, ts, api_key
+        )
+
+    async def unpublish(
+        self,
+        agent_id: str,
+        memory_id: str,
+        *,
+        clade: str | None = None,
+        event_id: str | None = None,
+        ts: int | None = None,
+        api_key: str | None = None,
+    ) -> CommandV1:
+        """Withdraw a published memory: its siblings' copies are removed (from
+        `clade` only, or from every clade it went to when None). The same
+        arguments and answer as `publish`."""
+        return await self._clade_command(
+            "unpublish", agent_id, memory_id, clade, event_id, ts, api_key
+        )
+
+    async def _clade_command(
+        self,
+        command: str,
+        agent_id: str,
+        memory_id: str,
+        clade: str | None,
+        event_id: str | None,
+        ts: int | None,
+        api_key: str | None,
+    ) -> CommandV1:
+        sent = clade_command(
+            command, agent_id, memory_id, clade=clade, event_id=event_id, ts=ts, api_key=api_key
+        )
+        await self.send_command(sent)
+        return replace(sent, api_key=None)
 
     async def request_maintenance(self, agent_id: str, *, compact: bool = False) -> None:
         """Ask the worker owning the agent to run what is due now ("compact now" with

@@ -8,6 +8,7 @@ import argparse
 
 from grimoire.infra.cli import (
     causal,
+    clades,
     commands,
     common,
     events,
@@ -35,6 +36,7 @@ COMMANDS: dict[str, common.Command] = {
     **upkeep.COMMANDS,
     **keys.COMMANDS,
     **exchange.COMMANDS,
+    **clades.COMMANDS,
 }
 
 #: The order of `grimoire --help`: the processes, the reads and writes of the HTTP
@@ -42,9 +44,9 @@ COMMANDS: dict[str, common.Command] = {
 ORDER = (
     "worker", "services", "recall",
     "agents", "search", "memory", "causal", "episodes",
-    "config", "retract", "forget", "pin", "unpin", "events",
+    "config", "retract", "forget", "pin", "unpin", "publish", "unpublish", "events",
     "stats", "serve", "playbook", "maintain", "reindex", "digest", "audit",
-    "keys", "replay", "export", "import",
+    "keys", "clade", "replay", "export", "import",
     "up", "smoke", "demo", "mcp",
 )  # fmt: skip
 

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from grimoire.infra.http import (
     agents,
     causal,
+    clades,
     commands,
     config,
     episodes,
@@ -104,6 +105,7 @@ def api_routes() -> list[BaseRoute]:
         *episodes.routes(),
         *commands.routes(),
         *config.routes(),
+        *clades.routes(),
         *inspector_routes(),
     ]
 

@@ -13,6 +13,8 @@ from redis.asyncio import Redis
 
 from grimoire.infra.ports import Gateway
 from grimoire.infra.settings import Settings
+from grimoire.tables.clade.store import RedisCladeRegistry, RedisPublishedStore
+from grimoire.tables.ports.clade import CladeRegistry, PublishedStore
 from grimoire.tables.ports.trust import AuthMetrics
 from grimoire.tables.trust.api_keys import Authenticator
 
@@ -42,10 +44,27 @@ class HttpDeps:
     # The key store's Redis (tenant keys, the deployment's default configuration),
     # when it is not the memory Redis.
     key_store_redis: Redis | None = None
+    # Clades (docs/clades.md): the deployment's membership registry (in the key
+    # store's Redis, where the sequencer reads it) and what each agent published
+    # (in the memory Redis, the agents' state); None: the Redis ones.
+    clade_registry: CladeRegistry | None = None
+    published_store: PublishedStore | None = None
 
     @property
     def keys_redis(self) -> Redis:
         return self.key_store_redis if self.key_store_redis is not None else self.redis
+
+    @property
+    def clades(self) -> CladeRegistry:
+        if self.clade_registry is not None:
+            return self.clade_registry
+        return RedisCladeRegistry(self.keys_redis, self.prefix)
+
+    @property
+    def published(self) -> PublishedStore:
+        if self.published_store is not None:
+            return self.published_store
+        return RedisPublishedStore(self.redis, self.prefix)
 
 
 @contextlib.asynccontextmanager

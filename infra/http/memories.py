@@ -1,6 +1,7 @@
 """GET /v1/agents/{agent}/memories/{memory_id} (the memory with its full text: the
 second step of lazy reconstruction after a recall's gist) and .../graph (its
-nexus-key neighbourhood). A memory of another agent is a 404, like a missing one."""
+nexus-key neighbourhood). A memory of another agent is a 404, like a missing one;
+a copy a clade sibling shared carries `origin`, the original's agent and id."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from grimoire.infra.http.clades import clade_origin
 from grimoire.infra.http.errors import ApiError, json_response
 from grimoire.infra.http.routing import agent_endpoint, deps_of, int_param
 from grimoire.tables.memory.inspect import memory_detail, neighbourhood
@@ -30,6 +32,10 @@ async def memory(request: Request, agent_id: str) -> Response:
     found = await memory_detail(deps.redis, deps.prefix, agent_id, memory_id)
     if found is None:
         raise _not_found(agent_id, memory_id)
+    # A clade copy says whose memory it copies (docs/clades.md).
+    origin = clade_origin(found)
+    if origin is not None:
+        found["origin"] = origin
     return json_response(found)
 
 

@@ -151,6 +151,8 @@ async def _every_route(
         "retract": {"source_event_id": "smoke-0"},
         "config": {"top_k": 5},
         "facts": {**FACT, "object": "rpc-gateway", "valid_from": 10, "event_id": "smoke-fact-1"},
+        "publish": {"memory_id": memory_id},
+        "unpublish": {"memory_id": memory_id},
     }
     # Routes whose query is required, or worth setting (by the path's last segment).
     queries: dict[str, dict[str, Any]] = {
@@ -168,6 +170,7 @@ async def _every_route(
             .replace("{memory_id}", memory_id)
             .replace("{episode_id}", episode_id)
             .replace("{name}", "inspector.js")
+            .replace("{clade}", "smoke-clade")
         )
         tail = path.rsplit("/", 1)[-1]
         body = bodies.get(tail) if method in {"POST", "PUT"} else None

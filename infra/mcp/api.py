@@ -1,7 +1,8 @@
 """A small typed async client over the HTTP API's routes, for the MCP server.
 
 Only the routes the MCP tools need: publish an event, recall, search, a memory by id,
-its causal neighbours, facts, the playbook, retract and forget. Each call sends the key as
+its causal neighbours, facts, the playbook, publish a memory to the agent's clades or
+withdraw it, a clade's shared entries, retract and forget. Each call sends the key as
 `Authorization: Bearer` and turns a refusal (4xx/5xx with the API's `{"error",
 "detail"}` body) into an `ApiError` that names the status, the code and the API's own
 message.
@@ -271,6 +272,33 @@ class GrimoireApi:
     async def forget(self, agent_id: str) -> dict[str, Any]:
         """`POST .../forget`: the whole agent, by crypto-shredding its journal keys (202)."""
         return await self._accepted("POST", self._agent_path(agent_id, "forget"), {})
+
+    async def publish_memory(
+        self, agent_id: str, memory_id: str, clade: str | None = None
+    ) -> dict[str, Any]:
+        """`POST .../publish`: share the memory with the agent's clades (`clade` only,
+        when given) through its journal (202)."""
+        return await self._publishing("publish", agent_id, memory_id, clade)
+
+    async def unpublish_memory(
+        self, agent_id: str, memory_id: str, clade: str | None = None
+    ) -> dict[str, Any]:
+        """`POST .../unpublish`: withdraw the siblings' copies of a published memory (202)."""
+        return await self._publishing("unpublish", agent_id, memory_id, clade)
+
+    async def _publishing(
+        self, route: str, agent_id: str, memory_id: str, clade: str | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"memory_id": memory_id}
+        if clade is not None:
+            body["clade"] = clade
+        return await self._accepted("POST", self._agent_path(agent_id, route), body)
+
+    async def clade_entries(self, clade: str, limit: int | None = None) -> dict[str, Any]:
+        """`GET /v1/clades/{clade}/entries`: what the clade's members published to it
+        (for a key that reaches one of its members)."""
+        path = "/".join(("/v1/clades", _segment(clade, "clade"), "entries"))
+        return self._object(await self._call("GET", path, limit=limit))
 
     def _object(self, response: httpx.Response) -> dict[str, Any]:
         answer = self._json(response)

@@ -4,7 +4,9 @@ Every tool is one call of the HTTP API through `GrimoireApi`: the key given at s
 decides what the tools may touch, and a refusal (401/403/400/404) comes back as a tool
 error carrying the API's message, so the model reads why and can correct itself.
 `forget` and `retract` are registered only when the server is started with
-`allow_destructive`; the API still checks the key on each call.
+`allow_destructive`; the API still checks the key on each call. `unpublish_memory`
+is always listed (marked destructive: it removes the siblings' copies, never the
+agent's own memory), since it only undoes what the agent itself shared.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ READ_WRITE_TOOLS: Final = (
     "read_playbook",
     "causal_neighbours",
     "facts",
+    "publish_memory",
+    "unpublish_memory",
+    "clade_entries",
 )
 #: Listed only with `allow_destructive`.
 DESTRUCTIVE_TOOLS: Final = ("retract", "forget")
@@ -57,7 +62,9 @@ _INSTRUCTIONS: Final = (
     "transcript turn; `recall` answers a question from memory (and counts the use); "
     "`search` looks without counting; a recalled item may carry only a gist: "
     "`fetch_memory` gives its full text. `read_playbook` returns the agent's curated "
-    "PLAYBOOK.md; `facts` reads its bi-temporal facts. Results are compact JSON."
+    "PLAYBOOK.md; `facts` reads its bi-temporal facts. `publish_memory` shares a memory "
+    "with the agent's clades (siblings get a copy), `unpublish_memory` withdraws it, "
+    "`clade_entries` lists what a clade's members shared. Results are compact JSON."
 )
 
 
@@ -104,6 +111,9 @@ Tags = Annotated[
     list[str] | None, Field(description="Tags, namespaced as you like (e.g. infra/rpc).")
 ]
 Entities = Annotated[list[str] | None, Field(description="Names of the things involved.")]
+Clade = Field(
+    description="Only this clade (one the agent belongs to); omit for every clade it belongs to."
+)
 
 
 class _Tools:
@@ -453,6 +463,61 @@ class _Tools:
             raise ToolError(str(failure)) from failure
         return playbook
 
+    async def _publishing(
+        self, ctx: Context, publish: bool, memory_id: str, clade: str | None, agent: str | None
+    ) -> str:
+        agent_id = self._agent(agent)
+        api = self._api(ctx)
+        try:
+            if publish:
+                answer = await api.publish_memory(agent_id, memory_id, clade)
+            else:
+                answer = await api.unpublish_memory(agent_id, memory_id, clade)
+        except (HttpApiError, ValueError) as failure:
+            raise ToolError(str(failure)) from failure
+        return _json_text({"agent": agent_id, **answer})
+
+    async def publish_memory(
+        self,
+        ctx: Context,
+        memory_id: Annotated[
+            str, Field(min_length=1, description="The memory to share (an item's `id`).")
+        ],
+        clade: Annotated[str | None, Clade] = None,
+        agent: Agent = None,
+    ) -> str:
+        """Share one of the agent's memories (a warning, an insight, a heuristic, an
+        episode) with its clades: every sibling gets a copy marked as shared by this
+        agent. Applied asynchronously through the agent's journal. Which agents are
+        siblings is the deployment's (an operator's) business."""
+        return await self._publishing(ctx, True, memory_id, clade, agent)
+
+    async def unpublish_memory(
+        self,
+        ctx: Context,
+        memory_id: Annotated[str, Field(min_length=1, description="A memory the agent published.")],
+        clade: Annotated[str | None, Clade] = None,
+        agent: Agent = None,
+    ) -> str:
+        """Withdraw a memory the agent published: the siblings' copies are removed
+        (the agent's own memory stays). Applied asynchronously through its journal."""
+        return await self._publishing(ctx, False, memory_id, clade, agent)
+
+    async def clade_entries(
+        self,
+        ctx: Context,
+        clade: Annotated[str, Field(min_length=1, description="The clade's name.")],
+        limit: Annotated[
+            int | None, Field(ge=1, le=1000, description="How many entries at most (200).")
+        ] = None,
+    ) -> str:
+        """What a clade's members shared with it: each entry's origin agent and memory
+        id, kind, text and confidence. Needs a key that reaches one of its members."""
+        try:
+            return _json_text(await self._api(ctx).clade_entries(clade, limit))
+        except (HttpApiError, ValueError) as failure:
+            raise ToolError(str(failure)) from failure
+
     async def retract(
         self,
         ctx: Context,
@@ -578,8 +643,26 @@ def build_server(
         ("read_playbook", tools.read_playbook),
         ("causal_neighbours", tools.causal_neighbours),
         ("facts", tools.facts),
+        ("clade_entries", tools.clade_entries),
     ):
         server.add_tool(fn, name=name, annotations=_READ_ONLY, structured_output=False)
+    server.add_tool(
+        tools.publish_memory,
+        name="publish_memory",
+        # The same memory published again writes the same copies.
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
+        structured_output=False,
+    )
+    server.add_tool(
+        tools.unpublish_memory,
+        name="unpublish_memory",
+        # It removes the siblings' copies (and what they derived from them), never the
+        # agent's own memory: listed always, as it only undoes the agent's own sharing.
+        annotations=_DESTRUCTIVE,
+        structured_output=False,
+    )
     if options.allow_destructive:
         server.add_tool(
             tools.retract,

@@ -156,7 +156,7 @@ def _agent_routes(api: Setup, memory_id: str) -> list[tuple[str, str, dict[str, 
 async def test_every_route_refuses_no_key_and_another_tenants_key(api: Setup) -> None:
     memory_id = (await _recalled(api))["items"][0]["id"]
     routes = _agent_routes(api, memory_id)
-    assert len(routes) == 23
+    assert len(routes) == 28
     metrics = Keyspace(api.prefix).metrics
 
     async def refused(field: str) -> int:
@@ -174,8 +174,8 @@ async def test_every_route_refuses_no_key_and_another_tenants_key(api: Setup) ->
             method, path.replace(api.agent, "has space"), json=body, headers=api.admin_key
         )
         assert bad.status_code == 400, (method, path, bad.text)
-    assert await refused("auth_unauthenticated") == before["auth_unauthenticated"] + 23
-    assert await refused("auth_forbidden") == before["auth_forbidden"] + 23
+    assert await refused("auth_unauthenticated") == before["auth_unauthenticated"] + 28
+    assert await refused("auth_forbidden") == before["auth_forbidden"] + 28
     assert int(await api.redis.hget(metrics, "auth_refused_http") or 0) >= 30
 
 

@@ -76,6 +76,21 @@
   const pathOf = (id) => String(id).split("/").map(encodeURIComponent).join("/");
   const agentPath = (suffix) => "/v1/agents/" + pathOf(state.agent) + suffix;
 
+  // A clade copy's original: the route's `origin`, else read from the copy's source
+  // event id, `clade:<agent>/<memory id>` (the agent id may hold `/`, a memory id not).
+  const CLADE_SOURCE = "clade:";
+  function cladeOrigin(memory) {
+    if (!memory || memory.provenance !== "clade") return null;
+    const given = memory.origin;
+    if (given && given.agent_id && given.memory_id) return given;
+    const source = String(memory.source_event_id || "");
+    if (!source.startsWith(CLADE_SOURCE)) return null;
+    const rest = source.slice(CLADE_SOURCE.length);
+    const cut = rest.lastIndexOf("/");
+    if (cut <= 0 || cut === rest.length - 1) return null;
+    return { agent_id: rest.slice(0, cut), memory_id: rest.slice(cut + 1) };
+  }
+
   // ---- the API -------------------------------------------------------------------
 
   class ApiFailure extends Error {
@@ -270,6 +285,7 @@
         el("span", { class: "score", "data-testid": "result-score" }, formatNumber(item.score)),
         el("span", { class: "badge" }, item.kind),
         el("span", { class: "badge" }, item.layer),
+        item.origin ? el("span", { class: "badge shared", "data-testid": "result-shared" }, `shared by ${item.origin.agent_id}`) : null,
         el("span", { class: "when" }, formatTime(item.ts)),
         lanes,
       ),
@@ -301,6 +317,7 @@
     if (detail.status === "rejected") {
       $("memory-text").textContent = "";
       $("memory-badges").replaceChildren();
+      renderOrigin(null);
       $("memory-fields").replaceChildren();
       $("graph").replaceChildren();
       $("graph-summary").textContent = "";
@@ -335,6 +352,30 @@
         el("tr", { "data-field": name }, el("th", {}, name), el("td", {}, formatValue(name, value))),
       );
     $("memory-fields").replaceChildren(...rows);
+    renderOrigin(cladeOrigin(memory));
+  }
+
+  // "shared by <agent> (memory <id>)" for a clade copy, with a way to the original
+  // when this key reaches its agent (it is then in the agent list).
+  function renderOrigin(origin) {
+    const box = $("memory-origin");
+    if (!origin) {
+      box.hidden = true;
+      box.replaceChildren();
+      return;
+    }
+    const reachable = [...$("agent-select").options].some((option) => option.value === origin.agent_id);
+    const open = reachable
+      ? el("button", { type: "button", "data-testid": "origin-open", title: "Open the original" }, "open the original")
+      : null;
+    if (open) {
+      open.addEventListener("click", () => {
+        $("agent-select").value = origin.agent_id;
+        pickAgent(origin.agent_id, origin.memory_id);
+      });
+    }
+    box.replaceChildren(...[`shared by ${origin.agent_id} (memory ${origin.memory_id})`, open].filter(Boolean));
+    box.hidden = false;
   }
 
   // A deterministic layout: the memory in the middle, its nexus keys evenly on a
@@ -689,7 +730,8 @@
     loadAgents();
   }
 
-  // For the console and tests: the layout is a pure function of its inputs.
-  window.grimoireInspector = { layoutGraph };
+  // For the console and tests: the layout and a copy's origin are pure functions of
+  // their inputs.
+  window.grimoireInspector = { layoutGraph, cladeOrigin };
   start();
 })();

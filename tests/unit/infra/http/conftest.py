@@ -1,6 +1,7 @@
 """The HTTP API on fakes: an in-memory key store, a recording Kafka gateway and a
 Redis stand-in that fails loudly if a route reaches it (the routes tested here
-answer before any read; the reads are tested against the real Redis in
+answer before any read, or read through stores handed in: the in-memory clade
+stores; the reads are tested against the real Redis in
 tests/integration/test_http_api.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from grimoire.infra.http import HttpDeps, create_app
 from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
+from grimoire.tables.ports.clade import CladeRegistry, PublishedStore
 from grimoire.tables.testing.api_keys import InMemoryApiKeyStore, InMemoryAuthMetrics
 from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.client import RecallAnswer
@@ -80,7 +82,13 @@ MakeApi = Callable[..., Any]
 async def make_api() -> AsyncIterator[MakeApi]:
     opened: list[httpx.AsyncClient] = []
 
-    async def make(*, auth: bool = True, settings: Settings | None = None) -> Api:
+    async def make(
+        *,
+        auth: bool = True,
+        settings: Settings | None = None,
+        clade_registry: CladeRegistry | None = None,
+        published_store: PublishedStore | None = None,
+    ) -> Api:
         keys = InMemoryApiKeyStore()
         refusals = InMemoryAuthMetrics()
         gateway = FakeGateway()
@@ -91,6 +99,8 @@ async def make_api() -> AsyncIterator[MakeApi]:
             authenticator=Authenticator(keys, enabled=auth),
             settings=settings or Settings(topic_prefix=PREFIX, _env_file=None),  # type: ignore[call-arg]
             auth_metrics=refusals,
+            clade_registry=clade_registry,
+            published_store=published_store,
         )
         app = create_app(deps)
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
