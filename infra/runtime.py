@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from grimoire.agents.dead_letters import CountedDeadLetters
 from grimoire.agents.faust_agents import Handlers, WorkerTopology
 from grimoire.agents.folding import fold_rules
-from grimoire.agents.handlers.clade import CladeReceiver, CladeSender, Sharing
+from grimoire.agents.handlers.clade import AutoShare, CladeReceiver, CladeSender, Sharing
 from grimoire.agents.handlers.commands import CommandHandler, StepLog
 from grimoire.agents.handlers.evidence import EvidenceWriter
 from grimoire.agents.handlers.facts import FactHandler, FactQueryHandler
@@ -509,6 +509,7 @@ async def compose(
         facts=facts,
         due=RedisWitnessDue(redis, prefix),
         clade=clade,
+        auto_share=AutoShare(sharing, configs, RedisCuratorStore(redis, prefix)),
     )
     applier = JournalApplier(
         keys=keys,

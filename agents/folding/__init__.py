@@ -17,7 +17,7 @@ from grimoire.agents.folding.ingest import IngestRule
 from grimoire.agents.folding.maintenance import MaintenanceRule
 from grimoire.agents.folding.outcome import OutcomeRule
 from grimoire.agents.folding.usage import UsageRule
-from grimoire.agents.handlers.clade import CladeReceiver
+from grimoire.agents.handlers.clade import AutoShare, CladeReceiver
 from grimoire.agents.handlers.facts import FactHandler
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.outcomes import OutcomeHandler
@@ -55,6 +55,7 @@ def fold_rules(
     facts: FactHandler | None = None,
     due: WitnessDueReader | None = None,
     clade: CladeReceiver | None = None,
+    auto_share: AutoShare | None = None,
 ) -> Mapping[EntryKind, EntryRule]:
     """The registry of a worker's fold: every entry kind to the rule applying it.
 
@@ -62,12 +63,13 @@ def fold_rules(
     decisions (an outbox; without it they are recorded and sent after the
     commit); `configs` may turn an agent's ingest off; `due` reads the witness
     records an outcome's or a fact's effects left due (a retry after a crash);
-    `clade` folds what siblings share (None: a clade entry is a poison entry)."""
+    `clade` folds what siblings share (None: a clade entry is a poison entry);
+    `auto_share` shares what agents with `share_policy` auto write or promote."""
     reader = due if due is not None else NoWitnessDue()
-    ingest_rule = IngestRule(ingest, witness, publication, configs)
+    ingest_rule = IngestRule(ingest, witness, publication, configs, auto_share)
     rules: dict[EntryKind, EntryRule] = dict.fromkeys(INGEST_KINDS, ingest_rule)
     rules[EntryKind.OUTCOME] = OutcomeRule(outcomes, witness, reader)
-    rules[EntryKind.MAINTENANCE] = MaintenanceRule(maintenance, witness)
+    rules[EntryKind.MAINTENANCE] = MaintenanceRule(maintenance, witness, auto_share)
     rules[EntryKind.USAGE] = UsageRule(usage, witness)
     rules[EntryKind.COMMAND] = CommandRule(commands, witness)
     if facts is not None:

@@ -27,21 +27,26 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
+import orjson
 
 from grimoire.agents.dead_letters import dead_letter
 from grimoire.agents.ports import Embedder, EventSink, InputMessage
 from grimoire.agents.ports.commands import Retractor
 from grimoire.streams.clade.copies import (
     CLADE_PROVENANCE,
+    ROUTE_FIELD,
     CladeMessage,
     CladeOp,
     CladeRoute,
     SharedEntry,
     origin_of,
     parse_clade_message,
+    parse_route,
 )
+from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.validators import InputLimits
+from grimoire.streams.learn.curator.values import EntryStatus
 from grimoire.streams.learn.evidence import SITUATION_EDGE_PREFIX
 from grimoire.streams.model.records import (
     HyperedgeRef,
@@ -57,6 +62,8 @@ from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.ports import RecallRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.ports.clade import CladeCopies, CladeRegistry, Published, PublishedStore
+from grimoire.tables.ports.config import ConfigStore
+from grimoire.tables.ports.maintenance import CuratorStore
 from grimoire.tables.ports.memory import MemoryWrites
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import CladeMessageV1
@@ -68,10 +75,12 @@ __all__ = [
     "DEFAULT_CLADE_DISCOUNT",
     "PUBLISH_OP",
     "UNPUBLISH_OP",
+    "AutoShare",
     "CladeReceiver",
     "CladeSender",
     "Sharing",
     "copies_used",
+    "journaled_route",
     "shared_entry",
 ]
 
@@ -251,6 +260,18 @@ class Sharing:
                 )
             )
         await self.published.unmark(agent_id, sorted(held))
+        return steps
+
+    async def publish_new(
+        self, agent_id: str, memory_ids: Sequence[str], route: CladeRoute, ts_ms: int, cause: str
+    ) -> list[Step]:
+        """Publish those of the memories not published yet; the steps that did."""
+        held = await self.published.published(agent_id, memory_ids) if memory_ids else {}
+        steps: list[Step] = []
+        for memory_id in sorted(set(memory_ids) - set(held)):
+            step = await self.publish(agent_id, memory_id, route, ts_ms, cause)
+            if step[2].get("published"):
+                steps.append(step)
         return steps
 
     async def leave_all(self, agent_id: str) -> list[str]:
@@ -469,3 +490,58 @@ class CladeReceiver:
 def copies_used(records: Mapping[str, RecallRecord]) -> list[RecallRecord]:
     """The clade copies among a run's members and recalled memories."""
     return [r for r in records.values() if r.provenance == CLADE_PROVENANCE]
+
+
+@dataclass
+class AutoShare:
+    """`share_policy` auto (docs/clades.md): a warning as it is written, an insight
+    or heuristic once the curator promotes it, each along the route journaled with
+    the entry that wrote or promoted it. An agent with `explicit` shares nothing."""
+
+    sharing: Sharing
+    configs: ConfigStore
+    curated: CuratorStore | None = None
+
+    async def _auto(self, agent_id: str) -> bool:
+        return (await self.configs.load([agent_id]))[agent_id].share_policy == "auto"
+
+    async def warnings(
+        self, agent_id: str, memory_ids: Sequence[str], route: CladeRoute, ts_ms: int, cause: str
+    ) -> list[Step]:
+        if not memory_ids or not route or not await self._auto(agent_id):
+            return []
+        return await self.sharing.publish_new(agent_id, memory_ids, route, ts_ms, cause)
+
+    async def promoted(
+        self, agent_id: str, route: CladeRoute, ts_ms: int, cause: str
+    ) -> list[Step]:
+        """Publish the agent's promoted insights (active) and heuristics (playbook)
+        that are its own and not published yet."""
+        if self.curated is None or not route or not await self._auto(agent_id):
+            return []
+        promoted = sorted(
+            entry.memory_id
+            for entry in await self.curated.entries(agent_id)
+            if entry.provenance != CLADE_PROVENANCE
+            and (
+                (entry.kind is Kind.INSIGHT and entry.status is EntryStatus.ACTIVE)
+                or (entry.kind is Kind.HEURISTIC and entry.status is EntryStatus.PLAYBOOK)
+            )
+        )
+        return await self.sharing.publish_new(agent_id, promoted, route, ts_ms, cause)
+
+
+def journaled_route(payload: bytes, limits: InputLimits) -> tuple[CladeRoute, int]:
+    """The route the sequencer journaled with an entry (() when it has none) and
+    the entry's event time (0 when it has none a route needs)."""
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return (), 0
+    if not isinstance(data, dict) or ROUTE_FIELD not in data:
+        return (), 0
+    ts = data.get("ts")
+    try:
+        return parse_route(data[ROUTE_FIELD], limits), ts if isinstance(ts, int) else 0
+    except InvalidEvent:
+        return (), 0

@@ -71,6 +71,15 @@ _WORKERS: Final = frozenset({EntryKind.MAINTENANCE, EntryKind.CLADE})
 _CHECKED: Final = frozenset(EntryKind) - _WORKERS
 
 
+def _auto_shared(kind: EntryKind, data: dict[str, Any]) -> bool:
+    """An entry after which `share_policy` auto may share something."""
+    if kind is EntryKind.OUTCOME:
+        return data.get("outcome") == "run_ended"
+    if kind is EntryKind.EPISODE:
+        return data.get("kind") == "warning"
+    return kind is EntryKind.MAINTENANCE
+
+
 def agent_of(raw: bytes, limits: InputLimits) -> str | Rejection:
     """The input's agent id, or why it has none a journal could be keyed by."""
     return _owned(raw, limits)[1]
@@ -232,12 +241,13 @@ class Sequencer:
         memberships: dict[str, list[str]],
     ) -> InputMessage:
         """The input with its `clade_route`: a publish gets the route of the clade it
-        names (or of every clade of the agent), a run's end that of every clade of
-        the agent (when it has any); whatever route a producer wrote is replaced,
-        or dropped where none belongs."""
+        names (or of every clade of the agent); what `share_policy` auto may share
+        (a run's end, for its evidence; a warning; a maintenance tick, for what its
+        curator promotes) that of every clade of the agent, when it has any;
+        whatever route a producer wrote is replaced, or dropped where none belongs."""
         if kind is EntryKind.COMMAND and data.get("command") == "publish":
             named = data.get("clade") if isinstance(data.get("clade"), str) else ""
-        elif kind is EntryKind.OUTCOME and data.get("outcome") == "run_ended":
+        elif _auto_shared(kind, data):
             named = ""
         else:
             named = None
@@ -250,8 +260,8 @@ class Sequencer:
             route = {}
             for clade in chosen:
                 route[clade] = [m for m in await self.clades.members(clade) if m != agent_id]
-            if kind is EntryKind.OUTCOME and not route:
-                route = None  # an agent in no clade: its run's end journaled as sent
+            if named == "" and kind is not EntryKind.COMMAND and not route:
+                route = None  # an agent in no clade: journaled as sent
         if route is None and ROUTE_FIELD not in data:
             return message
         payload = decode_object(message.value)

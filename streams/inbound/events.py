@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -132,11 +132,17 @@ def _check_schema(fields: Fields, event_type: EventType) -> None:
         )
 
 
+# The sequencer's clade route (`grimoire.streams.clade.copies.ROUTE_FIELD`, which
+# imports this module): not the producer's, so not part of the event's content.
+_ROUTE_FIELD: Final = "clade_route"
+
+
 def _source_event_id(fields: Fields) -> str:
     given = fields.identifier("event_id")
     if given:
         return given
-    return content_event_id(orjson.dumps(fields.data, option=orjson.OPT_SORT_KEYS))
+    sent = {k: v for k, v in fields.data.items() if k != _ROUTE_FIELD}
+    return content_event_id(orjson.dumps(sent, option=orjson.OPT_SORT_KEYS))
 
 
 @dataclass(frozen=True, slots=True)

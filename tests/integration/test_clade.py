@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,10 +172,25 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
 
             # evidence as it is counted (share_policy auto), and credit flowing back
             await d.command(origin, "configure", T0 + 6 * MINUTE, config={"share_policy": "auto"})
+            await d.until_op(origin, "configure")  # commands and episodes race to the journal
+            # auto: a warning reaches the clade as it is written
+            second = await d.episode(
+                origin, "warn-2", "never fail over during a schema migration: it loses writes",
+                T0 + 6 * MINUTE + 1, kind="warning", importance=0.9,
+            )  # fmt: skip
+            for agent in (sibling, other):
+                await d.until_op(agent, "clade_share", 3)
+                shared = await d.copy_fields(agent, copy_id(agent, origin, second))
+                assert shared["provenance"] == "clade" and shared["kind"] == "warning"
+            # an explicit agent's warning stays its own
+            kept = await d.episode(
+                sibling, "warn-3", "never page the database team twice in an hour",
+                T0 + 6 * MINUTE + 2, kind="warning", importance=0.9,
+            )  # fmt: skip
             await _run(d, origin, "r1", T0 + 7 * MINUTE, success=True)
             entry = evidence_id(origin, ("tag:alert/disk-pressure",), "prune-wal")
             for agent in (sibling, other):
-                await d.until_op(agent, "clade_share", 3)
+                await d.until_op(agent, "clade_share", 4)
                 copy = await d.copy_fields(agent, copy_id(agent, origin, entry))
                 assert (copy["validated_count"], copy["contradicted_count"]) == ("1", "0")
             # the sibling acts on the shared evidence (a recall that serves its run)
@@ -193,10 +207,13 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
             credited = await d.copy_fields(origin, entry)
             assert credited["clade_validated"] == "1"
 
-            # forgetting the origin withdraws everything it published
+            assert not await redis.exists(d.keys.memory(other, copy_id(other, sibling, kept)))
+            # forgetting the origin withdraws everything it published (warn-2, evidence)
             await d.command(origin, "forget", T0 + 9 * MINUTE)
             for agent in (sibling, other):
-                await d.until_op(agent, "clade_withdraw", 3)
+                await d.until_op(agent, "clade_withdraw", 4)
+                gone = await d.copy_fields(agent, copy_id(agent, origin, second))
+                assert gone.get("deleted") == "1"
                 copy = await d.copy_fields(agent, copy_id(agent, origin, entry))
                 assert copy.get("deleted") == "1"
             assert origin not in await registry.members(clade)
@@ -252,6 +269,3 @@ async def _run(d: Deployment, agent: str, run: str, ts: int, *, success: bool) -
         return f"{run_id}-end".encode() in applied
 
     await d.eventually(ended, timeout=60)
-
-
-Path  # noqa: B018
