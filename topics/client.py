@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -186,7 +187,7 @@ def clade_command(
     """The `publish` or `unpublish` command for one of the agent's memories (the
     worker's command parser judges the clade's name). Without `event_id`, a fresh
     one: publishing, withdrawing and publishing again are three commands, never
-    one deduplicated."""
+    one deduplicated. Without `ts`, now: the event time the shares carry."""
     if command not in CLADE_COMMANDS:
         raise ValueError(f"a clade command is one of {CLADE_COMMANDS}, got {command!r}")
     for name, value in (("agent_id", agent_id), ("memory_id", memory_id)):
@@ -199,7 +200,7 @@ def clade_command(
         command=command,
         memory_id=memory_id,
         clade=clade,
-        ts=ts,
+        ts=ts if ts is not None else int(time.time() * 1000),
         event_id=event_id or f"sdk-{uuid.uuid4().hex}",
         api_key=api_key,
     )

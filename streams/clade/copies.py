@@ -186,6 +186,15 @@ def _entry(raw: Any, limits: InputLimits) -> SharedEntry:
     )
 
 
+def _event_time(data: Fields) -> int:
+    """The cause's event time (a command sent without one carries 0): any
+    non-negative integer, unlike a producer's `ts`, since the workers wrote it."""
+    value = data.data.get("ts")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidEvent(WRONG_TYPE, "'ts' must be a non-negative integer", "ts")
+    return value
+
+
 def parse_clade_message(raw: bytes, limits: InputLimits) -> CladeMessage | Rejection:
     agent_id: str | None = None
     try:
@@ -211,7 +220,7 @@ def parse_clade_message(raw: bytes, limits: InputLimits) -> CladeMessage | Rejec
             origin_agent_id=data.agent_id("origin_agent_id"),
             origin_memory_id=data.identifier("origin_memory_id", required=True),
             clade=clade,
-            ts_ms=data.timestamp_ms("ts"),
+            ts_ms=_event_time(data),
             event_id=data.identifier("event_id", required=True),
             entry=_entry(data.data.get("entry"), limits) if op is CladeOp.SHARE else None,
             success=success if isinstance(success, bool) else None,

@@ -410,3 +410,69 @@ async def test_metrics_name_agents_only_to_a_key_that_reaches_them(
         text = await scrape(key)
         assert 'agent="' not in text, key
         assert sample(text, KAFKA_REFUSALS) > 0  # the deployment-wide series stay
+
+
+async def test_a_clade_copy_is_read_only_with_a_key_that_reaches_its_sibling(
+    deployment: Deployment, eventually: Any
+) -> None:
+    """Clades under tenant keys (docs/clades.md): the tenant's agent publishes to a
+    clade of the tenant's agents; the sibling's recall with the tenant's key returns
+    the copy, with another tenant's key it is refused, and another tenant's agent
+    (outside the clade) holds no copy. A publish with another tenant's key is
+    dead-lettered, never journaled: nothing is shared."""
+    from grimoire.streams.clade.copies import copy_id
+    from grimoire.streams.model.ids import memory_id
+    from grimoire.tables.clade.store import RedisCladeRegistry, RedisPublishedStore
+    from grimoire.tables.keyspace import Keyspace
+
+    d = deployment
+    prefix = d.settings.topic_prefix
+    keys = Keyspace(prefix)
+    origin = d.agent
+    sibling = origin.rsplit("/", 1)[0] + "/golem-clade-2"
+    clade = f"auth-{uuid.uuid4().hex[:6]}"
+    registry = RedisCladeRegistry(d.redis, prefix)
+    for agent in (origin, sibling):
+        await registry.join(clade, agent)
+    text = "never rotate the signing key during a deploy: half the fleet keeps the old one"
+    async with d.client("tenant") as tenant, d.client("rival") as rival:
+        ts = T0 + 50_000
+        for agent, event_id, body, kind in (
+            (sibling, "clade-hello", "the second golem reports for duty", "episode"),
+            (origin, "clade-warn", text, "warning"),
+        ):
+            await tenant.publish_episode(
+                EpisodeV1(agent_id=agent, ts=ts, text=body, event_id=event_id, kind=kind,
+                          importance=0.9)
+            )  # fmt: skip
+        original = memory_id(origin, "clade-warn", 0, ts)
+
+        async def decided() -> bool:
+            return await d.redis.hexists(keys.decided(origin), original) and bool(
+                await d.redis.hlen(keys.decided(sibling))
+            )
+
+        await eventually(decided, timeout=60)
+        # another tenant's key cannot publish the tenant's memory
+        await rival.publish(origin, original, event_id="rival-publish")
+        await tenant.publish(origin, original, event_id="tenant-publish")
+        copy = copy_id(sibling, origin, original)
+
+        async def shared() -> bool:
+            return bool(await d.redis.exists(keys.memory(sibling, copy)))
+
+        await eventually(shared, timeout=60)
+        answer = await tenant.recall(sibling, "may I rotate the signing key mid-deploy?", k=5)
+        assert [i.origin for i in answer.items if i.id == copy] == [
+            {"agent_id": origin, "memory_id": original}
+        ]
+        with pytest.raises(RecallUnauthorized, match="forbidden"):
+            await rival.recall(sibling, "may I rotate the signing key mid-deploy?", k=5)
+        mine = await rival.recall(d.rival_agent, "may I rotate the signing key mid-deploy?", k=5)
+        assert all(item.origin is None for item in mine.items)
+        assert not await d.redis.exists(
+            keys.memory(d.rival_agent, copy_id(d.rival_agent, origin, original))
+        )
+        # only the tenant's publish was journaled and applied: one route, one recipient
+        held = (await RedisPublishedStore(d.redis, prefix).published(origin))[original]
+        assert held.recipients == (sibling,)
