@@ -413,7 +413,9 @@ def recalled_choice(
             # An evidence entry: the action's record over the agent's runs. One
             # that fails more often than not (a posterior mean under the uniform
             # prior's 0.5) is read like a failed run: try an untried action.
-            works = float(evidence.get("posterior_mean", 0.0)) >= 0.5
+            # its action's counts pooled with the clade's, when a clade shares them
+            mean = evidence.get("pooled_posterior_mean", evidence.get("posterior_mean", 0.0))
+            works = float(mean) >= 0.5
             known = tuple(
                 sorted(
                     {

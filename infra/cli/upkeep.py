@@ -47,10 +47,11 @@ def _stats_table(report: dict[str, Any]) -> str:
 
 
 async def _playbook(settings: Settings, agent_id: str) -> str | None:
-    from grimoire.tables.maintenance.curator_store import RedisCuratorStore
+    from grimoire.tables.maintenance.curator_store import RedisCuratorStore, playbook_text
 
     async with common.memory_redis(settings) as redis:
-        return await RedisCuratorStore(redis, settings.topic_prefix).get_playbook(agent_id)
+        store = RedisCuratorStore(redis, settings.topic_prefix)
+        return await playbook_text(store, agent_id, settings.clade_discount)
 
 
 async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:

@@ -18,7 +18,7 @@ from grimoire.infra.http.routing import (
 )
 from grimoire.infra.http.stats import agent_stats
 from grimoire.streams.trust.tenancy import AuthOutcome, parse_token
-from grimoire.tables.maintenance.curator_store import RedisCuratorStore
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore, playbook_text
 from grimoire.tables.maintenance.ledger import known_agents
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 
@@ -55,7 +55,9 @@ async def list_agents(request: Request) -> Response:
 @agent_endpoint
 async def playbook(request: Request, agent_id: str) -> Response:
     deps = deps_of(request)
-    text = await RedisCuratorStore(deps.redis, deps.prefix).get_playbook(agent_id)
+    text = await playbook_text(
+        RedisCuratorStore(deps.redis, deps.prefix), agent_id, deps.settings.clade_discount
+    )
     if text is None:
         raise ApiError(404, "not_found", f"no PLAYBOOK.md yet for {agent_id!r}")
     return Response(text, media_type="text/markdown; charset=utf-8")

@@ -39,6 +39,7 @@ from redis.exceptions import WatchError
 from redisvl.query.filter import FilterExpression, Num, Tag
 
 from grimoire.streams.learn.curator.distill import EpisodeView
+from grimoire.streams.learn.curator.playbook import EvidenceRow, render_evidence, with_evidence
 from grimoire.streams.learn.curator.values import (
     CURATED_KINDS,
     CuratedEntry,
@@ -48,7 +49,7 @@ from grimoire.streams.learn.curator.values import (
     QuarantineAction,
     QuarantinedView,
 )
-from grimoire.streams.learn.evidence import EVIDENCE_EVENT_TYPE
+from grimoire.streams.learn.evidence import DEFAULT_EVIDENCE_POLICY, EVIDENCE_EVENT_TYPE
 from grimoire.tables.codec.curator_state import (
     bookkeeping_from_json,
     bookkeeping_json,
@@ -59,17 +60,20 @@ from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import (
     ENTRY_FIELDS,
     EPISODE_FIELDS,
+    EVIDENCE_FIELDS,
     QUARANTINE_FIELDS,
     changed_curated_fields,
     curated_entry,
     curated_fields,
     episode_view,
+    evidence_row,
     quarantined_view,
 )
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_marks import is_new_curated
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.ordered_search import index_search, ordered_keys
+from grimoire.tables.ports.maintenance import CuratorStore
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.transaction import agent_transaction
@@ -86,6 +90,7 @@ __all__ = [
     "RedisCuratorStore",
     "loaded_entry",
     "missing_vectors",
+    "playbook_text",
 ]
 
 logger = logging.getLogger(__name__)
@@ -341,6 +346,15 @@ class RedisCuratorStore:
         raw = await self._redis.get(self.playbook_key(agent_id))
         return None if raw is None else text_of(raw)
 
+    async def evidence(self, agent_id: str, clade_weight: float) -> list[EvidenceRow]:
+        """The agent's live evidence entries and its clade's copies of theirs."""
+        where = (
+            tenant_filter(agent_id) & (Tag("event_type") == EVIDENCE_EVENT_TYPE)
+            & _not("deleted") & _not("archived")
+        )  # fmt: skip
+        rows = await self._search_all(agent_id, where, EVIDENCE_FIELDS, MAX_ENTRIES)
+        return [evidence_row(row, clade_weight) for row in rows]
+
     # ---- the cycle --------------------------------------------------------------
 
     async def apply(self, cycle: CuratorCycle) -> bool:
@@ -444,3 +458,14 @@ class RedisCuratorStore:
             pipe.srem(playbook, *schedule.unplaybook)
         if schedule.playbook:
             pipe.sadd(playbook, *schedule.playbook)
+
+
+async def playbook_text(store: CuratorStore, agent_id: str, clade_weight: float) -> str | None:
+    """PLAYBOOK.md as an agent's reader gets it: the curator's last rendering, then
+    the evidence section, built from the evidence entries as they are now (None:
+    neither a rendering nor any evidence yet)."""
+    stored = await store.get_playbook(agent_id)
+    rows = await store.evidence(agent_id, clade_weight)
+    if stored is None and not rows:
+        return None
+    return with_evidence(stored, agent_id, render_evidence(rows, DEFAULT_EVIDENCE_POLICY))

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grimoire.streams.learn.curator.distill import EpisodeView
+from grimoire.streams.learn.curator.playbook import EvidenceRow
 from grimoire.streams.learn.curator.values import CuratedEntry, QuarantinedView
 from grimoire.streams.maintenance.compaction import (
     CompactionCandidate,
@@ -124,6 +125,11 @@ class CuratorStore(Protocol):
     async def entries(self, agent_id: str) -> list[CuratedEntry]:
         """The live insights, heuristics and warnings (neither quarantined nor
         archived), with their decay origin and bookkeeping."""
+        ...
+
+    async def evidence(self, agent_id: str, clade_weight: float) -> list[EvidenceRow]:
+        """The agent's evidence entries and its clade's copies of theirs (a copy
+        weighed by `clade_weight`), for PLAYBOOK.md's evidence section."""
         ...
 
     async def episodes_since(self, agent_id: str, watermark_ms: int) -> list[EpisodeView]:

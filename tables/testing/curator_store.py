@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from grimoire.streams.learn.curator.distill import EpisodeView
+from grimoire.streams.learn.curator.playbook import EvidenceRow
 from grimoire.streams.learn.curator.values import (
     CURATED_KINDS,
     CuratedEntry,
@@ -34,11 +35,13 @@ from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import (
     ENTRY_FIELDS,
     EPISODE_FIELDS,
+    EVIDENCE_FIELDS,
     QUARANTINE_FIELDS,
     changed_curated_fields,
     curated_entry,
     curated_fields,
     episode_view,
+    evidence_row,
     quarantined_view,
 )
 from grimoire.tables.maintenance.curator_store import (
@@ -231,6 +234,15 @@ class InMemoryCuratorStore:
 
     async def get_playbook(self, agent_id: str) -> str | None:
         return self._playbooks.get(agent_id)
+
+    async def evidence(self, agent_id: str, clade_weight: float) -> list[EvidenceRow]:
+        def keep(doc: Hash) -> bool:
+            return text_of(doc.get("event_type", "")) == EVIDENCE_EVENT_TYPE and not _flag(
+                doc, "archived"
+            )
+
+        rows = self._search(agent_id, keep, EVIDENCE_FIELDS, MAX_ENTRIES)
+        return [evidence_row(row, clade_weight) for row in rows]
 
     # ---- the cycle --------------------------------------------------------------
 

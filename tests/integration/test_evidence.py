@@ -17,6 +17,7 @@ from grimoire.streams.learn.evidence import evidence_id, situation_edge
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.recall.evidence_first import EVIDENCE_REASON
 from grimoire.tables.keyspace import Keyspace
+from grimoire.tables.maintenance.curator_store import RedisCuratorStore, playbook_text
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1
 from tests.support.stored import memory_fields, outcomes_applied
@@ -145,6 +146,10 @@ async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(
         "successes": 3,
         "failures": 0,
         "posterior_mean": 0.8,
+        # no sibling shares: the pooled counts are the agent's own
+        "pooled_successes": 3.0,
+        "pooled_failures": 0.0,
+        "pooled_posterior_mean": 0.8,
     }
     assert second.evidence is not None and second.evidence["posterior_mean"] == 0.4
     assert EVIDENCE_REASON in (first.reasons or [])
@@ -153,6 +158,14 @@ async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(
     assert all(
         item.id != lag or EVIDENCE_REASON not in (item.reasons or []) for item in answer.items
     )
+
+    # PLAYBOOK.md says which action works best where, with its evidence count
+    text = await playbook_text(
+        RedisCuratorStore(redis_client, settings.topic_prefix), learner, settings.clade_discount
+    )
+    assert text is not None
+    assert "- works best: prune-wal: 3 of 3 runs succeeded _(posterior mean 0.80)_" in text
+    assert "- rotate-logs: 1 of 3 runs succeeded _(posterior mean 0.40)_" in text
 
     # learning off: the runs close, nothing is counted, no evidence leads
     off = await client.recall(control, QUERY, k=6, record_usage=False)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from grimoire.streams.learn.curator.distill import EpisodeView, outcome_success
+from grimoire.streams.learn.curator.playbook import EvidenceRow
 from grimoire.streams.learn.curator.values import (
     CuratedEntry,
     EntryStatus,
@@ -22,11 +23,13 @@ __all__ = [
     "CURATOR_EVENT_TYPE",
     "ENTRY_FIELDS",
     "EPISODE_FIELDS",
+    "EVIDENCE_FIELDS",
     "QUARANTINE_FIELDS",
     "changed_curated_fields",
     "curated_entry",
     "curated_fields",
     "episode_view",
+    "evidence_row",
     "quarantined_view",
 ]
 
@@ -52,6 +55,24 @@ ENTRY_FIELDS: Final = (
     "memory_id", "kind", "text", "confidence", "ts", "last_accessed", "provenance",
     "decay_class", "quality", "strength", "validated_count", "contradicted_count", "pinned",
 )  # fmt: skip
+
+
+EVIDENCE_FIELDS: Final = ("memory_id", "nexus_keys", "validated_count", "contradicted_count",
+                          "provenance")  # fmt: skip
+
+
+def evidence_row(doc: Mapping[str, Any], clade_weight: float) -> EvidenceRow:
+    """An evidence entry (or a clade sibling's copy of one) as PLAYBOOK.md shows it."""
+    keys = stored_list(doc.get("nexus_keys"))
+    action = next((k[len("tool:") :] for k in keys if k.startswith("tool:")), "")
+    return EvidenceRow(
+        situation=tuple(sorted(k for k in keys if not k.startswith("tool:"))),
+        action=action,
+        successes=int(_num(doc, "validated_count", 0)),
+        failures=int(_num(doc, "contradicted_count", 0)),
+        shared=text_of(doc.get("provenance", "self")) == "clade",
+        weight=clade_weight,
+    )
 
 
 QUARANTINE_FIELDS: Final = (

@@ -272,3 +272,35 @@ def test_a_clade_siblings_insight_is_never_derived_nor_its_heuristic_promoted() 
     own = _replace(insight, memory_id="i-own", provenance="self")
     plan = plan_cycle("agent", 1, now, [], [own])
     assert [c.entry.kind for c in plan.changes if c.new] == [_Kind.HEURISTIC]
+
+
+def test_the_playbook_s_evidence_says_which_action_works_best_where_with_its_count() -> None:
+    from grimoire.streams.learn.curator.playbook import (
+        EvidenceRow,
+        render_evidence,
+        with_evidence,
+    )
+    from grimoire.streams.learn.evidence import DEFAULT_EVIDENCE_POLICY
+
+    disk = ("tag:alert/disk-pressure",)
+    rows = [
+        EvidenceRow(disk, "rotate-logs", 1, 2),
+        EvidenceRow(disk, "prune-wal", 3, 0),
+        EvidenceRow(disk, "prune-wal", 5, 0, shared=True, weight=0.8),  # a sibling's
+        EvidenceRow(("tag:alert/lag",), "scale-consumers", 0, 1),
+    ]
+    text = render_evidence(rows, DEFAULT_EVIDENCE_POLICY)
+    assert text.splitlines() == [
+        "## Evidence: what works where",
+        "",
+        "### alert/disk-pressure",
+        "",
+        "- works best: prune-wal: 7 of 7 runs succeeded _(posterior mean 0.89)_",
+        "- rotate-logs: 1 of 3 runs succeeded _(posterior mean 0.40)_",
+        "",
+        "### alert/lag",
+        "",
+        "- works best: scale-consumers: 0 of 1 runs succeeded _(posterior mean 0.33)_",
+    ]
+    assert render_evidence([], DEFAULT_EVIDENCE_POLICY).endswith("_No evidence yet._\n")
+    assert with_evidence(None, "a", text).startswith("# PLAYBOOK — a")
