@@ -1,6 +1,9 @@
-"""`python -m bench locomo`: LoCoMo conversations through the real pipeline, every
-question as a recall request through Kafka, turn-level evidence retrieval scored
-as LoCoMo scores it, with BM25 and dense baselines over the same turns.
+"""`python -m bench locomo` (and `python -m bench.locomo`, which also takes the folds,
+bootstrap and ablation knobs of `bench.locomo_options`): LoCoMo conversations
+through the real pipeline, every question as a recall request through Kafka,
+turn-level evidence retrieval scored as LoCoMo scores it, with BM25 and dense
+baselines over the same turns; per category, on all conversations and on the
+report folds, with bootstrap intervals (`bench.locomo_stats`).
 
 Ingest uses only the conversation: each session is one hyperedge (its
 `turn_id`), its date is the event time, the speaker is the actor and an entity.
@@ -9,9 +12,11 @@ Questions, answers and evidence are read after ingest, for asking and scoring.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -23,10 +28,19 @@ from redis.asyncio import Redis
 
 from bench.bm25 import BM25
 from bench.locomo_data import Conversation, load_conversations
+from bench.locomo_options import (
+    LocomoOptions,
+    ablated_settings,
+    ablation_changes,
+    add_arguments,
+    options_from_args,
+)
+from bench.locomo_stats import measure, pick, split_folds, summary_lines
 from bench.retrieval_metrics import Judged, score
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
+from grimoire.infra.logs import configure_logging
 from grimoire.infra.settings import Settings
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.client import GrimoireClient
@@ -134,9 +148,10 @@ async def _ask_all(
 
 def _baselines(
     conversations: list[Conversation], embedder: SentenceTransformerEmbedder
-) -> tuple[list[Judged], list[Judged]]:
-    lexical: list[Judged] = []
-    dense: list[Judged] = []
+) -> tuple[dict[str, list[Judged]], dict[str, list[Judged]]]:
+    """Each conversation's questions as BM25 and as the dense baseline rank them."""
+    lexical: dict[str, list[Judged]] = {}
+    dense: dict[str, list[Judged]] = {}
 
     async def vectors(texts: list[str]) -> np.ndarray[Any, Any]:
         rows = [await embedder.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)]
@@ -150,20 +165,36 @@ def _baselines(
         bm25 = BM25(units)
         unit_vectors = asyncio.run(vectors(units))
         question_vectors = asyncio.run(vectors([q.text for q in questions]))
+        lexical_here = lexical.setdefault(conversation.sample_id, [])
+        dense_here = dense.setdefault(conversation.sample_id, [])
         for question, vector in zip(questions, question_vectors, strict=True):
             top = bm25.rank(question.text, TOP_K)
-            lexical.append(Judged(question.category, tuple(ids[i] for i in top), question.evidence))
+            lexical_here.append(
+                Judged(question.category, tuple(ids[i] for i in top), question.evidence)
+            )
             order = np.argsort(-(unit_vectors @ vector), kind="stable")[:TOP_K]
-            dense.append(Judged(question.category, tuple(ids[i] for i in order), question.evidence))
+            dense_here.append(
+                Judged(question.category, tuple(ids[i] for i in order), question.evidence)
+            )
     return lexical, dense
 
 
 def run_locomo_bench(
-    settings: Settings, *, data_path: Path, conversation_ids: tuple[str, ...] = ()
+    settings: Settings,
+    *,
+    data_path: Path,
+    conversation_ids: tuple[str, ...] = (),
+    options: LocomoOptions | None = None,
 ) -> dict[str, Any]:
-    conversations = load_conversations(orjson.loads(data_path.read_bytes()))
+    """The result as one JSON-ready dict; the human-readable table (per category, all
+    conversations and the report fold, the intervals) is written to stdout first."""
+    options = options or LocomoOptions()
+    everything = load_conversations(orjson.loads(data_path.read_bytes()))
+    # Folds over the whole file: a subset run keeps every conversation's fold.
+    folds = split_folds((c.sample_id for c in everything), options.folds, options.report_fold)
+    conversations = everything
     if conversation_ids:
-        conversations = [c for c in conversations if c.sample_id in set(conversation_ids)]
+        conversations = [c for c in everything if c.sample_id in set(conversation_ids)]
         if not conversations:
             raise ValueError(f"none of {conversation_ids} is in {data_path}")
     state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench-locomo"
@@ -174,7 +205,7 @@ def run_locomo_bench(
     services = LocalServices(state_dir, ports)
     started_services = services.up()
     prefix = f"locomo{uuid.uuid4().hex[:6]}"
-    run_settings = settings.model_copy(
+    run_settings = ablated_settings(settings, options.ablate).model_copy(
         update={
             "broker_url": f"kafka://{services.kafka_bootstrap}",
             "redis_url": services.redis_url,
@@ -199,22 +230,36 @@ def run_locomo_bench(
     finally:
         embedder.close()
     ranked: dict[tuple[str, int], list[str]] = report.pop("ranked")
-    judged = [
-        Judged(q.category, tuple(ranked[(c.sample_id, i)]), q.evidence)
+    judged = {
+        c.sample_id: [
+            Judged(q.category, tuple(ranked[(c.sample_id, i)]), q.evidence)
+            for i, q in enumerate(c.questions)
+            if q.evidence
+        ]
         for c in conversations
-        for i, q in enumerate(c.questions)
-        if q.evidence
-    ]
+    }
     skipped = sum(1 for c in conversations for q in c.questions if not q.evidence)
-    return {
-        "grimoire": score(judged),
-        "baselines": {"bm25": score(lexical), "dense": score(dense)},
-        "questions": len(judged),
+    run_ids = [c.sample_id for c in conversations]
+    result = {
+        "grimoire": score(pick(judged, run_ids)),
+        "baselines": {"bm25": score(pick(lexical, run_ids)), "dense": score(pick(dense, run_ids))},
+        "questions": sum(len(js) for js in judged.values()),
         "skipped_questions": skipped,
-        "conversations": [c.sample_id for c in conversations],
+        "conversations": run_ids,
         **report,
         "data": str(data_path),
+        **measure(
+            judged,
+            {"bm25": lexical, "dense": dense},
+            folds,
+            resamples=options.resamples,
+            seed=options.seed,
+        ),
+        "ablated": ablation_changes(options.ablate),
     }
+    sys.stdout.write("\n".join(summary_lines(result)) + "\n")
+    sys.stdout.flush()
+    return result
 
 
 async def _pipeline(settings: Settings, conversations: list[Conversation]) -> dict[str, Any]:
@@ -244,3 +289,35 @@ async def _pipeline(settings: Settings, conversations: list[Conversation]) -> di
             "p99": round(float(np.percentile(latencies, 99)), 1),
         },
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.locomo [--folds K] [--report-fold I] [--ablate NAME]...`: the
+    result as one JSON line, printed last on stdout."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.locomo",
+        description="LoCoMo evidence retrieval vs BM25 and dense (JSON on the last line)",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    data = Path(args.data) if args.data else default_data_path()
+    if not data.is_file():
+        sys.stderr.write(
+            f"{parser.prog}: no LoCoMo file at {data}; pass --data FILE "
+            '(make bench-locomo LOCOMO_ARGS="--data FILE")\n'
+        )
+        return 2
+    settings = Settings()
+    configure_logging(settings.log_level)
+    wanted = tuple(c for c in args.conversations.split(",") if c)
+    result = run_locomo_bench(settings, data_path=data, conversation_ids=wanted, options=options)
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
