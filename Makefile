@@ -13,7 +13,7 @@ STAMP := $(VENV)/.grimoire-installed
 TORCH := torch==2.13.0
 TYPECHECK_PATH := .grimoire/typecheck
 
-.PHONY: help setup qemu-user browser stunnel run wipe smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet bench-fold services-up services-down services-status clean
+.PHONY: help setup qemu-user browser stunnel run wipe smoke demo test test-unit test-integration test-cluster lint typecheck bench bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-clade bench-fleet bench-fold services-up services-down services-status clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -86,7 +86,7 @@ typecheck: setup ## mypy --strict on the pure core
 	mkdir -p $(TYPECHECK_PATH) && ln -sfn "$(CURDIR)" $(TYPECHECK_PATH)/grimoire
 	MYPYPATH=$(TYPECHECK_PATH) $(VENV)/bin/mypy -p grimoire.streams
 
-bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-fleet ## every benchmark (each prints one JSON object as its last line)
+bench: bench-ingest bench-recall bench-locomo bench-maintenance bench-faults bench-learning bench-clade bench-fleet ## every benchmark (each prints one JSON object as its last line)
 
 bench-ingest: setup ## the real write path on 20,000 generated events (repetitive and all-distinct in memory; all-distinct again on the durable stack with tenant keys)
 	mkdir -p bench-results
@@ -108,6 +108,10 @@ bench-learning: setup ## agents acting on their recalls against oracle, Thompson
 	mkdir -p bench-results
 	$(PY) -m bench learning --runs $${RUNS:-60} | tee bench-results/learning.json
 
+bench-clade: setup ## sibling agents sharing evidence in a clade against the same agents alone: regret per agent, no heuristic from clade evidence alone (RUNS per agent)
+	mkdir -p bench-results
+	rc=0; $(PY) -m bench clade --runs $${RUNS:-60} > bench-results/clade.log || rc=$$?; tail -1 bench-results/clade.log > bench-results/clade.json; cat bench-results/clade.json; exit $$rc
+
 bench-fold: setup ## the apply loop alone (no model, no broker): CPU per folded event, Redis requests per batch (FOLD_ARGS)
 	mkdir -p bench-results
 	$(PY) -m bench fold $(FOLD_ARGS) | tee bench-results/fold.log | tail -1 > bench-results/fold.json; cat bench-results/fold.json
@@ -116,9 +120,9 @@ bench-fleet: setup ## AGENTS (1,000) on the 12 s block cadence: lag, recall, mai
 	mkdir -p bench-results
 	$(PY) -m bench fleet --agents $${AGENTS:-1000} $(FLEET_ARGS) | tee bench-results/fleet.log | tail -1 > bench-results/fleet.json; cat bench-results/fleet.json
 
-bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline (LOCOMO_ARGS="--data F --conversations a,b")
+bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline: per category, on the report fold, bootstrap intervals (LOCOMO_ARGS="--data F --conversations a,b --folds K --report-fold I --ablate NAME")
 	mkdir -p bench-results
-	$(PY) -m bench locomo $(LOCOMO_ARGS) | tee bench-results/locomo.json
+	$(PY) -m bench.locomo $(LOCOMO_ARGS) | tee bench-results/locomo.log; tail -1 bench-results/locomo.log > bench-results/locomo.json
 
 services-up: setup ## start local tansu + Redis (GRIMOIRE_LOCAL_KAFKA_PORT/REDIS_PORT)
 	$(PY) -m grimoire.infra.local.services up

@@ -70,6 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
     learning.add_argument("--runs", type=int, default=60, help="runs per agent")
     learning.add_argument("--seed", type=int, default=7)
     learning.add_argument("--warmup", type=int, default=3, help="unscored visits per situation")
+    clade = bench_kind.add_parser(
+        "clade",
+        help="sibling agents sharing evidence in a clade against the same agents alone: "
+        "regret per agent; no heuristic from clade evidence alone",
+    )
+    clade.add_argument("--agents", type=int, default=4, help="sibling slots (>= 2 to share)")
+    clade.add_argument("--situations", type=int, default=3)
+    clade.add_argument("--actions", type=int, default=4, help="candidate actions (2..4)")
+    clade.add_argument("--runs", type=int, default=60, help="runs per agent")
+    clade.add_argument("--seed", type=int, default=7)
+    clade.add_argument(
+        "--maintenance",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the worker's block-timer maintenance (the curator) during the bench",
+    )
+    clade.add_argument(
+        "--block-interval", type=float, default=4.0, help="the worker's block timer, seconds"
+    )
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
     locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
@@ -161,6 +180,21 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             warmup=args.warmup,
         )
         return _print_result(run_learning_bench(settings, options))
+    if args.bench == "clade":
+        from bench.clade import CladeOptions, exit_code, run_clade_bench
+
+        clade_options = CladeOptions(
+            agents=args.agents,
+            situations=args.situations,
+            actions=args.actions,
+            runs=args.runs,
+            seed=args.seed,
+            maintenance=args.maintenance,
+            block_interval_s=args.block_interval,
+        )
+        report = run_clade_bench(settings, clade_options)
+        _print_result(report)
+        return exit_code(report)
     if args.bench == "locomo":
         from bench.locomo import default_data_path, run_locomo_bench
 

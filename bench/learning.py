@@ -44,7 +44,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,9 +85,21 @@ __all__ = [
     "LEARNING_ON",
     "NO_OUTCOME_PRIOR_CONFIG",
     "LearningOptions",
+    "LearningWatch",
+    "act_on_recall",
+    "configure_agent",
+    "cpu_model",
+    "end_run",
+    "episodes_decided",
+    "percentiles",
+    "publish_run",
     "recall_before_run",
+    "run_episodes",
+    "run_event_ids",
     "run_learning",
     "run_learning_bench",
+    "run_on_own_services",
+    "runs_ended",
 ]
 
 logger = logging.getLogger(__name__)
@@ -174,7 +186,7 @@ def learning_source(reply: Mapping[str, Any]) -> dict[str, Any]:
 # -- what the pipeline says it did ---------------------------------------------------
 
 
-class _Watch(EventTail):
+class LearningWatch(EventTail):
     """memory-events and dead-letters, read from their ends (assigned, no group): which
     source events were decided, how many outcomes each agent has witnessed, which
     commands were applied or refused."""
@@ -293,11 +305,11 @@ class _Agents:
         return (self.learner, self.shadow, self.no_prior)
 
 
-async def _configure(
+async def configure_agent(
     client: GrimoireClient,
-    watch: _Watch,
+    watch: LearningWatch,
     agent_id: str,
-    settings: Mapping[str, bool | float],
+    settings: Mapping[str, bool | float | str],
     *,
     bench_id: str,
     timeout: float,
@@ -323,12 +335,12 @@ async def _configure(
     return result
 
 
-def _answered(watch: _Watch, event_id: str) -> Callable[[], bool]:
+def _answered(watch: LearningWatch, event_id: str) -> Callable[[], bool]:
     return lambda: event_id in watch.commands
 
 
-def _decided(
-    watch: _Watch, wanted: Mapping[str, set[str]], used: Counter[str]
+def episodes_decided(
+    watch: LearningWatch, wanted: Mapping[str, set[str]], used: Counter[str]
 ) -> Callable[[], bool]:
     return lambda: all(
         event_ids <= watch.decided.get(agent, set()) and watch.usages[agent] >= used[agent]
@@ -336,7 +348,7 @@ def _decided(
     )
 
 
-def _ended(watch: _Watch, agents: tuple[str, ...], runs: int) -> Callable[[], bool]:
+def runs_ended(watch: LearningWatch, agents: tuple[str, ...], runs: int) -> Callable[[], bool]:
     return lambda: all(watch.outcomes[agent] >= runs for agent in agents)
 
 
@@ -346,7 +358,7 @@ def _ended(watch: _Watch, agents: tuple[str, ...], runs: int) -> Callable[[], bo
 _IMPORTANCE: Mapping[str, float] = {"trigger": 0.7, "action": 0.6, "outcome": 0.8}
 
 
-def _episodes(
+def run_episodes(
     agent_id: str, run: Run, texts: Any, ts: int, env: Environment
 ) -> list[EpisodeV1 | ToolEventV1]:
     """The run's three inputs: the alert that triggered it (tagged with the alert's
@@ -386,11 +398,48 @@ def _episodes(
     ]
 
 
-def _event_ids(run: Run) -> set[str]:
+def run_event_ids(run: Run) -> set[str]:
     return {f"{run.run_id}-{role}" for role in ("trigger", "action", "outcome")}
 
 
-def _act(
+async def publish_run(
+    client: GrimoireClient,
+    env: Environment,
+    agent_id: str,
+    played: Run,
+    ts: int,
+    book: dict[str, Run],
+) -> None:
+    """The run's three inputs from `agent_id` (not flushed), each noted in `book`
+    by its event id."""
+    texts = render_run(
+        env, played.slot, played.index, played.situation, played.action, played.success
+    )
+    for episode in run_episodes(agent_id, played, texts, ts, env):
+        book[episode.event_id or ""] = played
+        topic = (
+            client.topics.tool_events
+            if isinstance(episode, ToolEventV1)
+            else client.topics.episodes
+        )
+        await client.publish_raw(topic, agent_id, episode.dumps_json(), wait=False)
+
+
+async def end_run(client: GrimoireClient, agent_id: str, played: Run, ts: int) -> None:
+    """The run's end (`run_ended` with its quality), after its episodes at `ts`."""
+    await client.publish_outcome(
+        OutcomeV1(
+            agent_id=agent_id,
+            ts=ts + 180_000,
+            outcome="run_ended",
+            run_id=played.run_id,
+            quality=played.quality,
+            event_id=f"{played.run_id}-end",
+        )
+    )
+
+
+def act_on_recall(
     env: Environment,
     slot: int,
     index: int,
@@ -419,7 +468,7 @@ def _act(
 
 async def _slot(
     client: GrimoireClient,
-    watch: _Watch,
+    watch: LearningWatch,
     env: Environment,
     options: LearningOptions,
     slot: int,
@@ -434,7 +483,7 @@ async def _slot(
         (who.no_prior, NO_OUTCOME_PRIOR_CONFIG),
         (who.off, LEARNING_OFF),
     ):
-        tally.configured[agent] = await _configure(
+        tally.configured[agent] = await configure_agent(
             client, watch, agent, config, bench_id=bench_id, timeout=timeout
         )
     runs_by_event: dict[str, Run] = {}  # the learner's runs (its shadows' too)
@@ -468,7 +517,7 @@ async def _slot(
         learner_top, shadow_top, no_prior_top = (
             top[0].success if top else None for top in tops.values()
         )
-        run, explored, advice = _act(
+        run, explored, advice = act_on_recall(
             env,
             slot,
             index,
@@ -478,7 +527,7 @@ async def _slot(
             runs_by_event,
             rid,
         )
-        off_run, off_explored, off_advice = _act(
+        off_run, off_explored, off_advice = act_on_recall(
             env,
             slot,
             index,
@@ -514,38 +563,23 @@ async def _slot(
         published: list[tuple[str, Run]] = [(agent, run) for agent in who.scored]
         published.append((who.off, off_run))
         for agent, played in published:
-            texts = render_run(env, slot, index, situation, played.action, played.success)
             book = off_by_event if played is off_run else runs_by_event
-            for episode in _episodes(agent, played, texts, ts, env):
-                book[episode.event_id or ""] = played
-                topic = (
-                    client.topics.tool_events
-                    if isinstance(episode, ToolEventV1)
-                    else client.topics.episodes
-                )
-                await client.publish_raw(topic, agent, episode.dumps_json(), wait=False)
+            await publish_run(client, env, agent, played, ts, book)
         await client.flush()
         # The run's end goes out once its episodes are decided and the recall's use
         # (which names the run it served) is applied: they reach the journal by
         # other paths, and the end must find the run's memories and what served it.
         await watch.until(
-            _decided(watch, {agent: _event_ids(played) for agent, played in published}, used),
+            episodes_decided(
+                watch, {agent: run_event_ids(played) for agent, played in published}, used
+            ),
             timeout=timeout,
             what=f"the episodes of {rid}",
         )
         for agent, played in published:
-            await client.publish_outcome(
-                OutcomeV1(
-                    agent_id=agent,
-                    ts=ts + 180_000,
-                    outcome="run_ended",
-                    run_id=played.run_id,
-                    quality=played.quality,
-                    event_id=f"{played.run_id}-end",
-                )
-            )
+            await end_run(client, agent, played, ts)
         await watch.until(
-            _ended(watch, who.all, index + 1),
+            runs_ended(watch, who.all, index + 1),
             timeout=timeout,
             what=f"the end of {rid}",
         )
@@ -564,7 +598,7 @@ async def _slot(
                 tally.weight_sources[agent] = source
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
@@ -611,7 +645,7 @@ def _arms(env: Environment, tally: _Tally) -> dict[str, dict[str, Any]]:
 
 
 def _report(
-    env: Environment, options: LearningOptions, tally: _Tally, watch: _Watch
+    env: Environment, options: LearningOptions, tally: _Tally, watch: LearningWatch
 ) -> dict[str, Any]:
     # The headline rate is over the recalls that could put a successful run's memory
     # first (the situation had one); over every recall it is reported beside it.
@@ -727,8 +761,8 @@ def _report(
             "recalls": runs * 4,
             "maintenance": False,
             "timings": {
-                "recall_round_ms": _percentiles(tally.recall_ms),
-                "run_ms": _percentiles(tally.run_ms),
+                "recall_round_ms": percentiles(tally.recall_ms),
+                "run_ms": percentiles(tally.run_ms),
             },
         }
     )
@@ -768,7 +802,7 @@ async def run_learning(
         ) as client:
             await client.wait_until_ready(timeout=180)
             ready = time.perf_counter()
-            watch = _Watch(settings.bootstrap_servers, client.topics, settings.partitions)
+            watch = LearningWatch(settings.bootstrap_servers, client.topics, settings.partitions)
             await watch.start()
             try:
                 await asyncio.gather(
@@ -789,7 +823,7 @@ async def run_learning(
     return report
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -799,17 +833,26 @@ def _cpu_model() -> str:
     return "unknown"
 
 
-def run_learning_bench(settings: Settings, options: LearningOptions) -> dict[str, Any]:
-    """Its own broker and Redis (ports GRIMOIRE_BENCH_LEARNING_KAFKA_PORT /
-    _REDIS_PORT, default 19631 / 16931), stopped at the end if started here."""
+def run_on_own_services(
+    settings: Settings,
+    name: str,
+    bench: Callable[[Settings, Path], Coroutine[Any, Any, dict[str, Any]]],
+    *,
+    kafka_port: int,
+    redis_port: int,
+) -> dict[str, Any]:
+    """`bench(settings naming them, log dir)` against a broker and Redis of its own
+    (ports GRIMOIRE_BENCH_<NAME>_KAFKA_PORT / _REDIS_PORT, default `kafka_port` /
+    `redis_port`; state in `.grimoire/bench-<name>`), stopped at the end if started
+    here; the report gains the elapsed time and the CPU."""
     began = time.perf_counter()
     state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")).resolve()
     ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_LEARNING_KAFKA_PORT", "19631")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_LEARNING_REDIS_PORT", "16931")),
+        kafka=int(os.environ.get(f"GRIMOIRE_BENCH_{name.upper()}_KAFKA_PORT", str(kafka_port))),
+        redis=int(os.environ.get(f"GRIMOIRE_BENCH_{name.upper()}_REDIS_PORT", str(redis_port))),
     )
     services = LocalServices(
-        state_dir / "bench-learning", ports, wheel_cache=state_dir / "wheels", ready_timeout=120.0
+        state_dir / f"bench-{name}", ports, wheel_cache=state_dir / "wheels", ready_timeout=120.0
     )
     started = services.up()
     base = settings.model_copy(
@@ -819,13 +862,23 @@ def run_learning_bench(settings: Settings, options: LearningOptions) -> dict[str
         }
     )
     try:
-        report = asyncio.run(
-            run_learning(base, options, log_dir=state_dir / "bench-learning" / "log")
-        )
+        report = asyncio.run(bench(base, state_dir / f"bench-{name}" / "log"))
     finally:
         if started:
             services.down()
     report["elapsed_s"] = round(time.perf_counter() - began, 1)
-    report["cpu"] = _cpu_model()
+    report["cpu"] = cpu_model()
     report["cpus"] = os.cpu_count()
     return report
+
+
+def run_learning_bench(settings: Settings, options: LearningOptions) -> dict[str, Any]:
+    """Its own broker and Redis (ports GRIMOIRE_BENCH_LEARNING_KAFKA_PORT /
+    _REDIS_PORT, default 19631 / 16931), stopped at the end if started here."""
+    return run_on_own_services(
+        settings,
+        "learning",
+        lambda base, log_dir: run_learning(base, options, log_dir=log_dir),
+        kafka_port=19631,
+        redis_port=16931,
+    )

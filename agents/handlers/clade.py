@@ -47,7 +47,7 @@ from grimoire.streams.exceptions import InvalidEvent
 from grimoire.streams.inbound.events import Rejection
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.learn.curator.values import EntryStatus
-from grimoire.streams.learn.evidence import SITUATION_EDGE_PREFIX
+from grimoire.streams.learn.evidence import EVIDENCE_EVENT_TYPE, SITUATION_EDGE_PREFIX
 from grimoire.streams.model.records import (
     HyperedgeRef,
     Kind,
@@ -478,6 +478,8 @@ class CladeReceiver:
             hyperedge=HyperedgeRef(entry.situation_edge, Role.ACTION)
             if entry.situation_edge
             else None,
+            # a sibling's evidence is a count too: never compacted nor archived
+            pinned=entry.event_type == EVIDENCE_EVENT_TYPE,
         )
         record = MemoryRecord(
             candidate,

@@ -153,6 +153,8 @@ class EvidenceWriter:
                     tags=(EVIDENCE_EVENT_TYPE,),
                     keys=entry.keys,
                     hyperedge=HyperedgeRef(entry.edge_id, Role.ACTION),
+                    # A count, not a belief: never compacted into a summary nor archived.
+                    pinned=True,
                 ),
                 canonical=np.asarray(vectors[row], dtype=np.float32).tobytes(),
                 confidence=entry.confidence,

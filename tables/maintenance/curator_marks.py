@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from grimoire.streams.learn.curator.schedule import LOOK_NOW
 from grimoire.streams.learn.curator.values import CURATED_KINDS
+from grimoire.streams.learn.evidence import EVIDENCE_EVENT_TYPE
 from grimoire.tables.codec.hash_values import stored_text
 from grimoire.tables.keyspace import Keyspace
 
@@ -44,9 +45,13 @@ def queue_changed(pipe: Any, keys: Keyspace, agent_id: str, memory_ids: Iterable
 
 
 def is_new_curated(fields: Mapping[str, Any]) -> bool:
-    """Whether a freshly written memory hash is a live curated entry."""
-    return stored_text(fields.get("kind")) in _CURATED and not any(
-        stored_text(fields.get(flag)) == "1" for flag in _NOT_LIVE
+    """Whether a freshly written memory hash is a live curated entry. An evidence
+    entry (or a sibling's copy of one) is an insight the fold keeps as a count:
+    the curator never looks at it (nor votes, promotes or archives it)."""
+    return (
+        stored_text(fields.get("kind")) in _CURATED
+        and stored_text(fields.get("event_type")) != EVIDENCE_EVENT_TYPE
+        and not any(stored_text(fields.get(flag)) == "1" for flag in _NOT_LIVE)
     )
 
 

@@ -102,7 +102,9 @@ MAX_QUARANTINED: Final = 10_000
 
 
 # What `load` reads of a memory hash: the owner and liveness flags, then the entry.
-LOAD_FIELDS: Final = ("agent_id", "deleted", "quarantined", "archived", *ENTRY_FIELDS)
+LOAD_FIELDS: Final = (
+    "agent_id", "deleted", "quarantined", "archived", "event_type", *ENTRY_FIELDS,
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
