@@ -122,7 +122,7 @@ bench-fleet: setup ## AGENTS (1,000) on the 12 s block cadence: lag, recall, mai
 
 bench-locomo: setup ## LoCoMo evidence retrieval through the pipeline: per category, on the report fold, bootstrap intervals (LOCOMO_ARGS="--data F --conversations a,b --folds K --report-fold I --ablate NAME")
 	mkdir -p bench-results
-	$(PY) -m bench.locomo $(LOCOMO_ARGS) | tee bench-results/locomo.log; tail -1 bench-results/locomo.log > bench-results/locomo.json
+	$(PY) -m bench locomo $(LOCOMO_ARGS) | tee bench-results/locomo.log; tail -1 bench-results/locomo.log > bench-results/locomo.json
 
 services-up: setup ## start local tansu + Redis (GRIMOIRE_LOCAL_KAFKA_PORT/REDIS_PORT)
 	$(PY) -m grimoire.infra.local.services up

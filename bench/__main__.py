@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from bench.locomo_options import add_arguments as add_locomo_arguments
+from bench.locomo_options import options_from_args as locomo_options
 from grimoire.infra.logs import configure_logging
 from grimoire.infra.settings import Settings
 
@@ -90,8 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--block-interval", type=float, default=4.0, help="the worker's block timer, seconds"
     )
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
-    locomo.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
-    locomo.add_argument("--conversations", default="", help="comma-separated sample ids")
+    add_locomo_arguments(locomo)
     fold = bench_kind.add_parser(
         "fold", help="the apply loop alone: CPU per folded event, Redis requests per batch"
     )
@@ -206,7 +207,14 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             )
             return 2
         wanted = tuple(c for c in args.conversations.split(",") if c)
-        return _print_result(run_locomo_bench(settings, data_path=data, conversation_ids=wanted))
+        try:
+            options = locomo_options(args)
+        except ValueError as error:
+            sys.stderr.write(f"{PROG} locomo: {error}\n")
+            return 2
+        return _print_result(
+            run_locomo_bench(settings, data_path=data, conversation_ids=wanted, options=options)
+        )
     if args.bench == "fold":
         from bench.fold import FoldOptions, run_fold_bench
 

@@ -12,7 +12,6 @@ Questions, answers and evidence are read after ingest, for asking and scoring.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -32,15 +31,12 @@ from bench.locomo_options import (
     LocomoOptions,
     ablated_settings,
     ablation_changes,
-    add_arguments,
-    options_from_args,
 )
 from bench.locomo_stats import measure, pick, split_folds, summary_lines
 from bench.retrieval_metrics import Judged, score
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
-from grimoire.infra.logs import configure_logging
 from grimoire.infra.settings import Settings
 from grimoire.tables.memory.agent_state import AgentStateStore
 from grimoire.topics.client import GrimoireClient
@@ -289,35 +285,3 @@ async def _pipeline(settings: Settings, conversations: list[Conversation]) -> di
             "p99": round(float(np.percentile(latencies, 99)), 1),
         },
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.locomo [--folds K] [--report-fold I] [--ablate NAME]...`: the
-    result as one JSON line, printed last on stdout."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.locomo",
-        description="LoCoMo evidence retrieval vs BM25 and dense (JSON on the last line)",
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        options = options_from_args(args)
-    except ValueError as error:
-        parser.error(str(error))
-    data = Path(args.data) if args.data else default_data_path()
-    if not data.is_file():
-        sys.stderr.write(
-            f"{parser.prog}: no LoCoMo file at {data}; pass --data FILE "
-            '(make bench-locomo LOCOMO_ARGS="--data FILE")\n'
-        )
-        return 2
-    settings = Settings()
-    configure_logging(settings.log_level)
-    wanted = tuple(c for c in args.conversations.split(",") if c)
-    result = run_locomo_bench(settings, data_path=data, conversation_ids=wanted, options=options)
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
