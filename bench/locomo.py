@@ -1,4 +1,4 @@
-"""`python -m bench locomo` (and `python -m bench.locomo`, which also takes the folds,
+"""`python -m bench locomo` (with the folds,
 bootstrap and ablation knobs of `bench.locomo_options`): LoCoMo conversations
 through the real pipeline, every question as a recall request through Kafka,
 turn-level evidence retrieval scored as LoCoMo scores it, with BM25 and dense

@@ -1,4 +1,4 @@
-"""The knobs of `python -m bench.locomo` (folds, bootstrap, ablations) and the
+"""The knobs of `python -m bench locomo` (folds, bootstrap, ablations) and the
 ablations themselves: each switches one recall mechanism off through settings that
 already exist (infra/settings.py), for the bench's worker only. Light to import: no
 model, broker or Redis."""

@@ -1,4 +1,4 @@
-"""bench.locomo_options: the knobs of `python -m bench.locomo` and the ablations, each
+"""bench.locomo_options: the knobs of `python -m bench locomo` and the ablations, each
 a mechanism switched off through settings that already exist."""
 
 from __future__ import annotations
