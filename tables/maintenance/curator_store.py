@@ -463,11 +463,11 @@ class RedisCuratorStore:
 
 
 async def playbook_text(store: CuratorStore, agent_id: str, clade_weight: float) -> str | None:
-    """PLAYBOOK.md as an agent's reader gets it: the curator's last rendering, then
-    the evidence section, built from the evidence entries as they are now (None:
-    neither a rendering nor any evidence yet)."""
+    """PLAYBOOK.md as an agent's reader gets it: the curator's last rendering, then,
+    when the agent has evidence, the evidence section, built from the evidence
+    entries as they are now (None: neither a rendering nor any evidence yet)."""
     stored = await store.get_playbook(agent_id)
     rows = await store.evidence(agent_id, clade_weight)
-    if stored is None and not rows:
-        return None
+    if not rows:  # an agent that counts no evidence reads the curator's rendering alone
+        return stored
     return with_evidence(stored, agent_id, render_evidence(rows, DEFAULT_EVIDENCE_POLICY))
