@@ -191,21 +191,7 @@ class Sharing:
             return PUBLISH_OP, (memory_id,), {"published": False, "reason": why}
         if not route:
             return PUBLISH_OP, (memory_id,), {"published": False, "reason": "no clade"}
-        entry = shared_entry(record)
-        messages = [
-            _message(
-                CladeOp.SHARE,
-                member,
-                agent_id,
-                memory_id,
-                clade,
-                ts_ms,
-                entry=entry,
-                cause=cause,
-                issued_by=self.sender.worker,
-            )
-            for clade, member in _deliveries(route)
-        ]
+        messages = self._shares(agent_id, record, route, ts_ms, cause)
         await self.sender.send(messages)
         held = (await self.published.published(agent_id, [memory_id])).get(memory_id)
         routes = dict(held.routes) if held is not None else {}
@@ -218,6 +204,26 @@ class Sharing:
             (memory_id,),
             {"published": True, "clades": list(merged.clades), "recipients": len(messages)},
         )
+
+    def _shares(
+        self, agent_id: str, record: RecallRecord, route: CladeRoute, ts_ms: int, cause: str
+    ) -> list[CladeMessageV1]:
+        """One share of the memory as it is now to each recipient of `route`."""
+        entry = shared_entry(record)
+        return [
+            _message(
+                CladeOp.SHARE,
+                member,
+                agent_id,
+                record.memory_id,
+                clade,
+                ts_ms,
+                entry=entry,
+                cause=cause,
+                issued_by=self.sender.worker,
+            )
+            for clade, member in _deliveries(route)
+        ]
 
     async def unpublish(
         self, agent_id: str, memory_id: str, clade: str, ts_ms: int, cause: str
@@ -338,21 +344,7 @@ class Sharing:
             record = records.get(memory_id)
             if record is None or not record.live:
                 continue
-            entry = shared_entry(record)
-            messages.extend(
-                _message(
-                    CladeOp.SHARE,
-                    member,
-                    agent_id,
-                    memory_id,
-                    clade,
-                    ts_ms,
-                    entry=entry,
-                    cause=cause,
-                    issued_by=self.sender.worker,
-                )
-                for clade, member in _deliveries(held[memory_id].routes)
-            )
+            messages.extend(self._shares(agent_id, record, held[memory_id].routes, ts_ms, cause))
         await self.sender.send(messages)
         return steps
 
