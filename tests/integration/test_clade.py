@@ -218,6 +218,17 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
                 assert copy.get("deleted") == "1"
             assert origin not in await registry.members(clade)
 
+            # a surviving member publishes too: the replay rebuilds a publisher's state
+            own = await d.episode(
+                sibling, "warn-s", "never drain two regions at once", T0 + 10 * MINUTE,
+                kind="warning", importance=0.9,
+            )  # fmt: skip
+            await d.command(sibling, "publish", T0 + 11 * MINUTE, memory_id=own)
+            await d.until_op(other, "clade_share", 5)
+            assert (await RedisPublishedStore(redis, prefix).published(sibling))[
+                own
+            ].recipients == (other,)
+
             survivors = [sibling, other, outsider]
             before = await settled_digests(redis, prefix, survivors, eventually, quiet_s=2.0)
             for agent in survivors:
