@@ -199,6 +199,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.bench == "locomo":
         from bench.locomo import default_data_path, run_locomo_bench
 
+        try:
+            options = locomo_options(args)
+        except ValueError as error:
+            sys.stderr.write(f"{PROG} locomo: {error}\n")
+            return 2
         data = Path(args.data) if args.data else default_data_path()
         if not data.is_file():
             sys.stderr.write(
@@ -207,11 +212,6 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             )
             return 2
         wanted = tuple(c for c in args.conversations.split(",") if c)
-        try:
-            options = locomo_options(args)
-        except ValueError as error:
-            sys.stderr.write(f"{PROG} locomo: {error}\n")
-            return 2
         return _print_result(
             run_locomo_bench(settings, data_path=data, conversation_ids=wanted, options=options)
         )
