@@ -527,7 +527,10 @@ class AutoShare:
 
 def journaled_route(payload: bytes, limits: InputLimits) -> tuple[CladeRoute, int]:
     """The route the sequencer journaled with an entry (() when it has none) and
-    the entry's event time (0 when it has none a route needs)."""
+    the entry's event time (0 when it has none a route needs). Called for every
+    written input on the ingest path: one without the field is not parsed."""
+    if ROUTE_FIELD.encode() not in payload:
+        return (), 0
     try:
         data = orjson.loads(payload)
     except orjson.JSONDecodeError:

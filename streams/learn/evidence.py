@@ -39,6 +39,7 @@ __all__ = [
     "EvidenceUpdate",
     "NewEvidence",
     "RunMember",
+    "action_of",
     "decision_score",
     "evidence_id",
     "evidence_text",
@@ -217,6 +218,11 @@ def _shown(key: str) -> str:
         if key.startswith(prefix):
             return key[len(prefix) :]
     return key
+
+
+def action_of(nexus_keys: Iterable[str]) -> str:
+    """The action (tool) an evidence entry's keys name ("" when none)."""
+    return next((key[len(_TOOL) :] for key in nexus_keys if key.startswith(_TOOL)), "")
 
 
 def run_actions(actions: Iterable[RunMember]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from grimoire.streams.learn.evidence import (
     EVIDENCE_EVENT_TYPE,
     SITUATION_EDGE_PREFIX,
     EvidencePolicy,
+    action_of,
     decision_score,
     posterior_mean,
 )
@@ -42,7 +43,6 @@ __all__ = [
 # The reason an item carries when it was put first as evidence.
 EVIDENCE_REASON = "evidence:first"
 CLADE: Final = "clade"  # the provenance of a copy a clade sibling shared
-_TOOL: Final = "tool:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ def situation_of(record: RecallRecord) -> str:
 
 
 def _action(record: RecallRecord) -> str:
-    return next((k[len(_TOOL) :] for k in record.nexus_keys if k.startswith(_TOOL)), "")
+    return action_of(record.nexus_keys)
 
 
 def evidence_first(

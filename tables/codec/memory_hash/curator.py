@@ -13,6 +13,7 @@ from grimoire.streams.learn.curator.values import (
     EntryStatus,
     QuarantinedView,
 )
+from grimoire.streams.learn.evidence import action_of
 from grimoire.streams.model.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
 from grimoire.streams.model.text import gist, normalized_hash
 from grimoire.tables.codec.curator_state import Bookkeeping
@@ -64,7 +65,7 @@ EVIDENCE_FIELDS: Final = ("memory_id", "nexus_keys", "validated_count", "contrad
 def evidence_row(doc: Mapping[str, Any], clade_weight: float) -> EvidenceRow:
     """An evidence entry (or a clade sibling's copy of one) as PLAYBOOK.md shows it."""
     keys = stored_list(doc.get("nexus_keys"))
-    action = next((k[len("tool:") :] for k in keys if k.startswith("tool:")), "")
+    action = action_of(keys)
     return EvidenceRow(
         situation=tuple(sorted(k for k in keys if not k.startswith("tool:"))),
         action=action,
