@@ -139,6 +139,12 @@ class Settings(BaseSettings):
     relevance_context_share: float = Field(0.3, ge=0)
     relevance_context_anchors: int = Field(10, ge=0)
     relevance_pool_depth: int = Field(40, ge=1)
+    # Time (streams/recall/temporal.py): the share of its relevance a memory gains
+    # when it says when for a "when" question, and when it lies in a named window.
+    relevance_time_cue_share: float = Field(0.6, ge=0)
+    relevance_time_window_share: float = Field(0.3, ge=0)
+    # A query naming a memory's actor (streams/recall/named.py): the share it gains.
+    relevance_actor_share: float = Field(0.3, ge=0)
     # docs/design.md §5 step 3 weights of the priors, and how far they scale relevance
     # (streams/recall/rerank.py); every factor is in [0, 1].
     rerank_prior_share: float = Field(0.30, ge=0, le=1)
@@ -334,6 +340,9 @@ class Settings(BaseSettings):
                 context_share=self.relevance_context_share,
                 context_anchors=self.relevance_context_anchors,
                 pool_depth=self.relevance_pool_depth,
+                time_cue_share=self.relevance_time_cue_share,
+                time_window_share=self.relevance_time_window_share,
+                actor_share=self.relevance_actor_share,
             ),
             weights=RerankWeights(
                 prior_share=self.rerank_prior_share,

@@ -28,8 +28,10 @@ __all__ = ["STORE_FORMAT", "Keyspace", "glob_escape", "hash_tag"]
 
 # The layout these names make, recorded per prefix (`Keyspace.store_format`): a
 # worker meeting a prefix written in another layout refuses it
-# (`grimoire.tables.schema.store_format`). Version 1 had no hash tags.
-STORE_FORMAT = "2"
+# (`grimoire.tables.schema.store_format`). Version 1 had no hash tags; version 2
+# indexed each memory's text as written, version 3 its lexical form (stems and
+# time words, `grimoire.streams.model.lexicon`) with term counts to match.
+STORE_FORMAT = "3"
 
 
 def hash_tag(agent_id: str) -> str:

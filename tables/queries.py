@@ -47,7 +47,7 @@ class FullTextQuery:
         if not self.terms:
             return live
         alternatives = "|".join(escape_tag(term) for term in self.terms)
-        return f"{live} @text:({alternatives})"
+        return f"{live} @lexical:({alternatives})"
 
 
 def live_filter(agent_id: str) -> FilterExpression:

@@ -39,7 +39,7 @@ from grimoire.streams.model.eidolon import (
     state_vector,
 )
 from grimoire.streams.model.field_state import Affect, FieldState
-from grimoire.streams.model.text import search_terms
+from grimoire.streams.model.lexicon import query_terms
 from grimoire.streams.recall.anti_rumination import is_due, window_of
 from grimoire.streams.recall.evidence_first import evidence_summary
 from grimoire.streams.recall.flow import (
@@ -50,8 +50,10 @@ from grimoire.streams.recall.flow import (
     run_recall,
 )
 from grimoire.streams.recall.mode_decision import decide_mode
+from grimoire.streams.recall.named import query_names
 from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.rerank import RerankWeights
+from grimoire.streams.recall.temporal import TimeIntent
 from grimoire.streams.recall.walk.circuits import circuits_for
 from grimoire.streams.write.changes import StateVector
 from grimoire.tables.ports.config import ConfigStore
@@ -176,7 +178,7 @@ class RecallHandler:
             query, policy = configured
         policy, learning = _learning_policy(policy, config or AgentConfig(), learned)
         state = _with_overrides(state, query)
-        terms = search_terms(query.query)
+        terms = query_terms(query.query)
         mode = decide_mode(query.mode, search_terms=terms, has_memories=watermark is not None)
         ctx = RecallContext(
             now_ms=now_ms,
@@ -186,6 +188,8 @@ class RecallHandler:
             digest=state.digest(),
             affect=state.affect if state.affect != Affect() else None,
             circuits=circuits_for(query.state.circuit),
+            time=TimeIntent.of(query.query, now_ms),
+            named=query_names(query.query),
         )
         embed_ms: list[float] = []
 

@@ -94,59 +94,6 @@ def normalized_hash(text: str) -> str:
     return hashlib.sha256(folded.encode("utf-8")).hexdigest()[:32]
 
 
-# What the full-text index counts as a document's length: runs of characters
-# between its separators (space, tab, and ASCII punctuation but `_` and `\`,
-# which escapes the character after it; a newline separates nothing), lowercased,
-# less its default stopwords. Checked against RediSearch in the tables' tests.
-_INDEX_TOKEN = re.compile(r"(?:\\.|[^ \t!-/:-@\[\]^`{-~\\])+", re.DOTALL)
-INDEX_STOPWORDS = frozenset(
-    [
-        "a",
-        "is",
-        "the",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "for",
-        "if",
-        "in",
-        "into",
-        "it",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "such",
-        "that",
-        "their",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "will",
-        "with",
-    ]
-)
-
-
-def indexed_length(text: str) -> int:
-    """How many tokens the full-text index counts in `text` (its BM25 document
-    length). Counted at write time into the agent's statistics, so the lexical
-    lane's average length never depends on what the index has not yet purged."""
-    return sum(
-        1 for match in _INDEX_TOKEN.finditer(text) if match.group(0).lower() not in INDEX_STOPWORDS
-    )
-
-
 def search_terms(text: str, *, limit: int = 32) -> tuple[str, ...]:
     """Distinct lowercase content words in first-seen order, for BM25 queries."""
     seen: dict[str, None] = {}

@@ -49,6 +49,7 @@ from grimoire.streams.recall.rerank import (
     Scored,
     rerank,
 )
+from grimoire.streams.recall.temporal import NO_TIME_INTENT, TimeIntent
 from grimoire.streams.recall.walk.daimoi import Circuit, Related, Seed, walk
 
 WALK_LANE: Final = "walk"
@@ -102,6 +103,10 @@ class RecallContext:
     # This recall opens a new anti-rumination window (streams/recall/anti_rumination.py):
     # it carries memories of the valence opposite to `affect`.
     contrarian_due: bool = False
+    # What the query asks of time, resolved against `now_ms` (streams/recall/temporal.py).
+    time: TimeIntent = NO_TIME_INTENT
+    # The query's words as written, for the actors it names (streams/recall/named.py).
+    named: frozenset[str] = frozenset()
     # Vectors still being computed: the BM25 lane starts first and runs in Redis
     # while the model embeds the query, instead of after it.
     pending_vectors: Callable[[], Awaitable[QueryVectors]] | None = field(
@@ -172,7 +177,7 @@ async def run_recall(
     pool = await gather_pool(source, fused, query.filters, policy.relevance.pool_depth)
     timer.lap("fetch")
     lexical_hits = {h.memory_id: h.score for h in lanes.get("bm25", ())}
-    evidence = Evidence(ctx.terms, lexical_hits, canonical)
+    evidence = Evidence(ctx.terms, lexical_hits, canonical, ctx.time, ctx.named)
     members, relevance = await assess(source, pool, evidence, query.filters, policy.relevance)
     timer.lap("relevance")
     candidates, vectors = _candidates(ctx, policy, members, relevance)

@@ -18,15 +18,18 @@ from typing import Final
 from grimoire.streams.model.nexus_keys import session_key
 from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.fusion import FusedHit
+from grimoire.streams.recall.named import names_actor
 from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import Anchor, RecallRecord, Vector
 from grimoire.streams.recall.relevance import (
+    QueryMatch,
     Relevance,
     RelevancePolicy,
     anchors,
     cosines,
     score_pool,
 )
+from grimoire.streams.recall.temporal import NO_TIME_INTENT, TimeIntent, time_match
 
 CONTEXT_LANE: Final = "context"
 MAX_REPLACEMENT_DEPTH: Final = 3
@@ -46,11 +49,26 @@ class Pooled:
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """What the query brings to score a pool: its terms and their lane scores
-    (memory id → full BM25 sum), and its canonical vector."""
+    (memory id → full BM25 sum), its canonical vector and what it asks of time."""
 
     terms: tuple[str, ...]
     lexical_hits: Mapping[str, float]
     vector: Vector | None
+    time: TimeIntent = NO_TIME_INTENT
+    # The query's words as written (casefolded), to find the actors it names.
+    named: frozenset[str] = frozenset()
+
+    def matches(self, members: Mapping[str, Pooled]) -> dict[str, QueryMatch]:
+        if self.time.empty and not self.named:
+            return {}
+        found = {}
+        for memory_id, pooled in members.items():
+            record = pooled.record
+            cue, window = time_match(self.time, record.text, record.ts_ms)
+            actor = 1.0 if names_actor(self.named, record.actor_id) else 0.0
+            if cue or window or actor:
+                found[memory_id] = QueryMatch(cue, window, actor)
+        return found
 
 
 async def gather_pool(
@@ -129,7 +147,7 @@ async def assess(
     lexical.update(lexical_scores)
     vectors = {i: p.record.vector for i, p in members.items() if p.record.vector is not None}
     semantic = cosines(evidence.vector, vectors)
-    first = score_pool(list(members), lexical, semantic, {}, policy)
+    first = score_pool(list(members), lexical, semantic, {}, policy, evidence.matches(members))
     wanted = sorted(
         {n for a in anchors(first, policy.context_anchors) for n in adjacency.get(a, ())}
         - set(members)
@@ -150,7 +168,14 @@ async def assess(
         lexical.update(await _lexical(source, evidence.terms, summaries))
         extra = {i: p.record.vector for i, p in fresh.items() if p.record.vector is not None}
         semantic.update(cosines(evidence.vector, extra))
-    relevance = score_pool(list(members), lexical, semantic, _symmetric(adjacency), policy)
+    relevance = score_pool(
+        list(members),
+        lexical,
+        semantic,
+        _symmetric(adjacency),
+        policy,
+        evidence.matches(members),
+    )
     return members, relevance
 
 

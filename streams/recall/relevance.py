@@ -35,6 +35,17 @@ class RelevancePolicy:
     context_anchors: int = 10
     # Memories scored on their evidence: the fused pool is cut here.
     pool_depth: int = 40
+    # A "when" question: a memory whose text says when gains this share of its
+    # own relevance (streams/recall/temporal.py).
+    # Tuned on the LoCoMo tune fold alone (docs/benchmarks.md): 0.3-1.0 were alike.
+    time_cue_share: float = 0.6
+    # A query naming a window of time: a memory whose event time is in it gains
+    # this share of its own relevance.
+    time_window_share: float = 0.3
+    # A query naming a memory's actor ("what did Maria …"): the memory gains this
+    # share of its own relevance (streams/recall/named.py).
+    # 0.6 gained nothing over 0.3 and cost more on questions naming the wrong actor.
+    actor_share: float = 0.3
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lexical_share <= 1.0:
@@ -43,9 +54,32 @@ class RelevancePolicy:
             raise ValueError("context_share must be non-negative")
         if self.context_anchors < 0 or self.pool_depth < 1:
             raise ValueError("context_anchors must be >= 0 and pool_depth >= 1")
+        if min(self.time_cue_share, self.time_window_share, self.actor_share) < 0.0:
+            raise ValueError("time_cue_share, time_window_share and actor_share must be >= 0")
 
 
 DEFAULT_RELEVANCE_POLICY = RelevancePolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMatch:
+    """How a memory meets what the query asks beyond its words, each in [0, 1]:
+    it says when (for a "when" question), its event time is in the window the
+    query names, its actor is named in the query."""
+
+    cue: float = 0.0
+    window: float = 0.0
+    actor: float = 0.0
+
+    def share(self, policy: RelevancePolicy) -> float:
+        return (
+            policy.time_cue_share * self.cue
+            + policy.time_window_share * self.window
+            + policy.actor_share * self.actor
+        )
+
+
+NO_MATCH = QueryMatch()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +91,8 @@ class Relevance:
     own: float
     context: float
     total: float
+    # What the query's time and actor matches added to `own` (`QueryMatch`).
+    boost: float = 0.0
 
 
 def cosines(query: Vector | None, vectors: Mapping[str, Vector]) -> dict[str, float]:
@@ -87,10 +123,14 @@ def score_pool(
     semantic: Mapping[str, float],
     neighbours: Mapping[str, Sequence[str]],
     policy: RelevancePolicy = DEFAULT_RELEVANCE_POLICY,
+    matches: Mapping[str, QueryMatch] | None = None,
 ) -> dict[str, Relevance]:
     """Relevance of every pooled id. A side the query has nothing for (no terms,
     no vector) leaves the whole weight to the other. `neighbours` are each id's
-    session neighbours; only pooled ones lend relevance."""
+    session neighbours; only pooled ones lend relevance, and they lend what they
+    hold on the query's words and meaning alone: a time cue answers "when" in
+    the line that carries it, not in the line before. `matches` are each id's
+    `QueryMatch` (none: no boost)."""
     pool = sorted(set(ids))
     share = policy.lexical_share
     if not any(lexical.get(i, 0.0) > 0 for i in pool):
@@ -103,7 +143,9 @@ def score_pool(
     for i in pool:
         lent = max((own[n] for n in neighbours.get(i, ()) if n in own and n != i), default=0.0)
         context = policy.context_share * lent
-        out[i] = Relevance(lex[i], sem[i], own[i], context, own[i] + context)
+        match = matches.get(i, NO_MATCH) if matches else NO_MATCH
+        boost = own[i] * match.share(policy)
+        out[i] = Relevance(lex[i], sem[i], own[i], context, own[i] + boost + context, boost)
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from grimoire.streams.exchange.format import StateLine, hash_line, hash_of, split_line
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.tables.codec.fact import decode_ids, decode_links, encode_ids, encode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
@@ -170,12 +171,19 @@ class ImportWriter:
             for line, key in targets:
                 if derive and line.type == "memory":
                     fields = hash_of(line)
-                    counted = counted_text(text_of(fields.get(b"text", b"")))
+                    ts = fields.get(b"ts")
+                    form = lexical_form(
+                        text_of(fields.get(b"text", b"")), int(float(text_of(ts))) if ts else None
+                    )
+                    counted = counted_text(form)
                     self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), counted)
                     # An inherited insight, heuristic or warning: the successor's
                     # curator looks at it in its next cycle.
                     queue_new(pipe, self.keys, {text_of(k): v for k, v in fields.items()})
                 _queue(pipe, line, key, only_up=derive)
+                if derive and line.type == "memory":
+                    # An export of an older store holds no lexical form.
+                    pipe.hset(key, "lexical", form.text)
             if derive:
                 self._graph.sync_nodes(pipe, agent_id, written)
             pipe.sadd(self.keys.applied_imports(agent_id), chunk_id)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from grimoire.streams.model.text import indexed_length, search_terms
+from grimoire.streams.model.lexicon import LexicalForm, lexical_form
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
@@ -25,7 +25,7 @@ from grimoire.tables.transaction import agent_transaction
 logger = logging.getLogger(__name__)
 
 MEMORIES_FIELD = "#memories"  # the term-count hash's count of memories (never a term)
-LENGTH_FIELD = "#length"  # and their summed indexed length (`indexed_length`)
+LENGTH_FIELD = "#length"  # and their summed indexed length (lexical form words)
 MAX_COUNTED_TERMS = 1_000  # every distinct term of a memory, not a query's first few
 _BATCH = 500
 
@@ -37,11 +37,6 @@ class RebuildReport:
     terms: int
 
 
-def memory_terms(text: str) -> tuple[str, ...]:
-    """The terms a memory is counted under, at write time and on a rebuild."""
-    return search_terms(text, limit=MAX_COUNTED_TERMS)
-
-
 @dataclass(frozen=True, slots=True)
 class CountedText:
     """What a memory adds to its agent's term counts."""
@@ -50,8 +45,10 @@ class CountedText:
     terms: tuple[str, ...]
 
 
-def counted_text(text: str) -> CountedText:
-    return CountedText(indexed_length(text), memory_terms(text))
+def counted_text(form: LexicalForm) -> CountedText:
+    """Its indexed length, and every distinct word of its lexical form (not a
+    query's first few), at write time, on a rebuild and when it is retracted."""
+    return CountedText(form.length, form.terms()[:MAX_COUNTED_TERMS])
 
 
 async def rebuild_derived(
@@ -77,13 +74,19 @@ async def rebuild_derived(
         batch = keys[start : start + _BATCH]
         async with redis.pipeline(transaction=False) as pipe:
             for key in batch:
-                pipe.hmget(key, ["agent_id", "memory_id", "text"])
+                pipe.hmget(key, ["agent_id", "memory_id", "text", "ts", "lexical"])
             rows = await pipe.execute()
-        for owner, memory_id, text in rows:
+        forms: dict[str, str] = {}
+        for key, (owner, memory_id, text, ts, stored) in zip(batch, rows, strict=True):
             if owner is None or memory_id is None or text_of(owner) != agent_id:
                 continue
             ids.append(text_of(memory_id))
-            counted = counted_text(text_of(text or b""))
+            form = lexical_form(text_of(text or b""), int(float(text_of(ts))) if ts else None)
+            if stored is None or text_of(stored) != form.text:
+                # A memory written before the lexical form (or by an older form):
+                # the index finds it by its words only once they are written.
+                forms[text_of(key)] = form.text
+            counted = counted_text(form)
             counts.update(counted.terms)
             counts[LENGTH_FIELD] += counted.length
         if progress is not None:
@@ -98,6 +101,8 @@ async def rebuild_derived(
             pipe.hset(terms_key, mapping=dict(items[start : start + _BATCH]))
         for start in range(0, len(ids), _BATCH):
             graph.sync_nodes(pipe, agent_id, ids[start : start + _BATCH])
+        for key, words in sorted(forms.items()):
+            pipe.hset(key, "lexical", words)
         await pipe.execute()
     logger.info("rebuilt %s: %d memories, %d terms", agent_id, len(ids), len(counts) - 2)
     return RebuildReport(agent_id, len(ids), len(counts) - 2)

@@ -20,6 +20,7 @@ from redisvl.schema.fields import TagField
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.write.admission import NearMemory
@@ -302,7 +303,10 @@ class RedisMemoryStore:
             fields = hash_fields(record, now_ms)
             key = self.key(cand.agent_id, record.id)
             self._scripts.count_new_terms(
-                pipe, key, self.graph.keys.terms(cand.agent_id), counted_text(cand.text)
+                pipe,
+                key,
+                self.graph.keys.terms(cand.agent_id),
+                counted_text(lexical_form(cand.text, cand.ts_ms)),
             )
             pipe.hset(key, mapping=fields)
             self.decay.schedule_new(pipe, fields)

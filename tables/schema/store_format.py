@@ -27,6 +27,11 @@ __all__ = ["claim_store_format"]
 logger = logging.getLogger(__name__)
 
 LEGACY_FORMAT = "1"
+_FORMATS = {
+    "1": "keys without per-agent hash tags",
+    "2": "memories indexed by their text as written",
+    "3": "memories indexed by their lexical form: stems and time words",
+}
 
 
 async def claim_store_format(redis: object, prefix: str, mine: str = STORE_FORMAT) -> str:
@@ -43,9 +48,10 @@ async def claim_store_format(redis: object, prefix: str, mine: str = STORE_FORMA
         claimed_raw = await redis.get(keys.store_format)  # type: ignore[attr-defined]
     claimed = text_of(claimed_raw)
     if claimed != mine:
+        held, wanted = _FORMATS.get(claimed, "unknown"), _FORMATS.get(mine, "unknown")
         raise StoreFormatMismatch(
-            f"prefix {prefix!r} holds a store of format {claimed} (keys without per-agent "
-            f"hash tags), this worker reads and writes format {mine}: stop the workers and "
+            f"prefix {prefix!r} holds a store of format {claimed} ({held}), this worker "
+            f"reads and writes format {mine} ({wanted}): stop the workers and "
             f"replay the journal into the new layout, in place with `grimoire replay --wipe` "
             f"or beside it with `grimoire replay --into-prefix NEW` "
             f"(docs/cluster.md: Upgrading a store)"

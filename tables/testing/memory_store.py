@@ -17,8 +17,8 @@ import numpy as np
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
+from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.model.records import HyperedgeRef
-from grimoire.streams.model.text import search_terms
 from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
@@ -244,7 +244,7 @@ class InMemoryMemoryStore:
         wanted = set(terms)
         hits = []
         for doc in self._live(agent_id):
-            matches = len(wanted & set(search_terms(_text(doc.get("text", "")))))
+            matches = len(wanted & set(LexicalForm.parse(_text(doc.get("lexical", ""))).words))
             if matches:
                 hits.append(ScoredHit(_stored(doc), float(matches)))
         hits.sort(key=lambda hit: (-hit.score, hit.memory.id))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from grimoire.streams.model.text import search_terms
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.streams.recall.options import ProvenanceFilters
 from grimoire.streams.recall.ports import (
     Anchor,
@@ -75,7 +75,7 @@ class InMemoryRecallSource:
         wanted = set(terms)
         hits = []
         for record, _ in self._candidates(filters):
-            matches = len(wanted & set(search_terms(record.text)))
+            matches = len(wanted & set(lexical_form(record.text, record.ts_ms).words))
             if matches:
                 hits.append(LaneHit(record.memory_id, float(matches)))
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
@@ -85,7 +85,7 @@ class InMemoryRecallSource:
         wanted = set(terms)
         found = {}
         for record in (await self.records(memory_ids)).values():
-            matches = len(wanted & set(search_terms(record.text)))
+            matches = len(wanted & set(lexical_form(record.text, record.ts_ms).words))
             if matches:
                 found[record.memory_id] = float(matches)
         return found

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 
 from grimoire.streams.learn.curator.values import CuratedEntry, CuratorPlan
 from grimoire.streams.maintenance.compaction import ClusterPlan
+from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.trust.retraction import (
     SHARE_ROLES,
     DerivationRole,
@@ -82,7 +83,7 @@ logger = logging.getLogger(__name__)
 # and their writers record those edges: no input event stands behind them.
 MAINTENANCE_EVENT_TYPES: Final = frozenset({"compaction", CURATOR_EVENT_TYPE})
 # What a retraction reads of a retracted or rebuilt memory before it writes.
-_UNLINK_FIELDS: Final = ("agent_id", "kind", "text", "nexus_keys", "hyperedge_ids")
+_UNLINK_FIELDS: Final = ("agent_id", "kind", "lexical", "nexus_keys", "hyperedge_ids")
 
 
 # ---- the edges each writer records ----------------------------------------------
@@ -366,7 +367,7 @@ class RedisDerivationStore:
         pipe.hdel(keys.nodes(agent_id), memory_id)
         if step.uncount_terms:
             terms = keys.terms(agent_id)
-            counted = counted_text(stored_text(before["text"]))
+            counted = counted_text(LexicalForm.parse(stored_text(before["lexical"])))
             for term in counted.terms:
                 pipe.hincrby(terms, term, -1)
             pipe.hincrby(terms, MEMORIES_FIELD, -1)

@@ -1,7 +1,7 @@
 """An AST import checker that turns Grimoire's layering into something a test can fail on.
 
 The layers are ``infra`` -> ``agents`` -> ``tables``/``topics`` -> ``streams``: an arrow
-means "may import". ``streams`` is the pure core (stdlib, numpy, orjson only), so it
+means "may import". ``streams`` is the pure core (stdlib, numpy, orjson, Stemmer only), so it
 must never pull in an I/O library; ``topics`` is the light client side, so it must
 not drag in faust, Redis or the embedding stack; nothing outside ``infra`` may import
 ``infra``; and no product module -- the layers above and the root ``__init__.py`` --
@@ -72,8 +72,10 @@ IO_LIBRARIES: Final = frozenset(
     }
 )
 
-#: Third-party libraries the pure core may use: numeric and serialisation only.
-STREAMS_THIRD_PARTY: Final = frozenset({"numpy", "orjson"})
+#: Third-party libraries the pure core may use: numeric, serialisation and stemming.
+# Pure computation only: arrays, JSON, and the Snowball stemmer (PyStemmer) the
+# lexical form stems with; none does I/O or reads a clock.
+STREAMS_THIRD_PARTY: Final = frozenset({"numpy", "orjson", "Stemmer"})
 
 #: What the light client side (``topics``) must not load: agents embed it, and a
 #: client should not pay for faust, Redis, the embedding stack or numpy.

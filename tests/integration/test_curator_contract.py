@@ -29,6 +29,7 @@ from grimoire.streams.learn.curator.values import DEFAULT_CURATOR_POLICY
 from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.decay import DAY_MS
+from grimoire.streams.model.lexicon import query_terms
 from grimoire.streams.model.records import Kind, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.maintenance.curator_store import CuratorCycle, CuratorState, RedisCuratorStore
@@ -310,7 +311,7 @@ async def test_repeated_episodes_become_a_recallable_insight(h: Harness) -> None
     assert insight["archived"] == "0" and insight["event_type"] == "curator"
     assert insight["canonical"] == vector(_text(insight["text"]))
     assert "tends to work" in _text(insight["text"])
-    hits = await h.memory.full_text(A, ["tends"], 10)
+    hits = await h.memory.full_text(A, query_terms("tends"), 10)
     assert [hit.memory.id for hit in hits] == [insight["memory_id"]]
     knn = await h.memory.knn(
         A, np.frombuffer(vector(_text(insight["text"])), dtype=np.float32).tolist(), 1

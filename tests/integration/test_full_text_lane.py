@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
+from grimoire.streams.model.lexicon import lexical_form, query_terms
 from grimoire.streams.model.records import MemoryRecord
-from grimoire.streams.model.text import indexed_length
 from grimoire.streams.recall.options import NO_FILTERS, ProvenanceFilters
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.codec.search_replies import term_matches
@@ -96,7 +96,7 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
     assert by_share_hits == hits
 
     # Every term common: the rarest ("friends", 12 memories) still searches.
-    both = await capped.recall_source(AGENT).full_text(("jon", "friends"), 100, NO_FILTERS)
+    both = await capped.recall_source(AGENT).full_text(("jon", "friend"), 100, NO_FILTERS)
     assert len(both) == 12 and banker not in {hit.memory_id for hit in both}
 
     # A provenance filter narrows the postings in the index: every term searches.
@@ -108,8 +108,10 @@ async def test_a_term_held_by_many_memories_only_scores_what_rarer_terms_found(
 async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
     counts_key = Keyspace(prefix).terms(AGENT)
-    expected = [b"13", b"1", b"12", b"13", str(sum(map(indexed_length, TEXTS))).encode()]
-    counted = ["jon", "banker", "friends", "#memories", "#length"]
+    length = sum(lexical_form(t, T0 + n).length for n, t in enumerate(TEXTS))
+    expected = [b"13", b"1", b"12", b"12", b"13", str(length).encode()]
+    # Counted by stem ("friends" as "friend") and by event time in words.
+    counted = ["jon", "banker", "friend", "2026", "#memories", "#length"]
     assert await redis.hmget(counts_key, counted) == expected
     store = RedisMemoryStore(redis, prefix, 384)
     # A redelivered batch rewrites the memories but counts nothing twice.
@@ -117,22 +119,24 @@ async def test_term_counts_count_each_memory_once(redis: Redis) -> None:
     assert await redis.hmget(counts_key, counted) == expected
 
 
-async def test_terms_match_verbatim_without_stem_expansion(redis: Redis) -> None:
+async def test_stems_match_verbatim_without_the_index_expanding_them(redis: Redis) -> None:
     # RediSearch's stem expansion of a query term differed between two indexes
-    # built from the same events, so the lane matches terms as written (the
-    # term counts that pick the common terms are unstemmed too).
+    # built from the same events, so memories are indexed by the stems the
+    # lexical form made and the lane matches them as written: the query's terms
+    # go through the same form (`query_terms`), the index adds nothing.
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
     source = RedisMemoryStore(redis, prefix, 384).recall_source(AGENT)
     ids = [_record(n, text).id for n, text in enumerate(TEXTS)]
-    assert await source.full_text(("run",), 20, NO_FILTERS) == []
-    assert await source.lexical(("run",), ids) == {}
-    running = await source.full_text(("running",), 20, NO_FILTERS)
+    assert query_terms("Running") == ("run",)
+    running = await source.full_text(query_terms("Running"), 20, NO_FILTERS)
     assert {hit.memory_id for hit in running} == set(ids[:12])
-    assert set(await source.lexical(("running",), ids)) == set(ids[:12])
+    assert set(await source.lexical(("run",), ids)) == set(ids[:12])
+    assert await source.full_text(("running",), 20, NO_FILTERS) == []
+    assert await source.lexical(("running",), ids) == {}
 
 
 async def test_indexed_length_is_the_length_the_index_counts(redis: Redis) -> None:
-    # The agent's average length is summed from `indexed_length` at write time;
+    # The agent's average length is summed from the lexical forms at write time;
     # each memory's own length comes from the index at query time: they must
     # count alike for the length normalisation to mean anything.
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
@@ -158,11 +162,12 @@ async def test_indexed_length_is_the_length_the_index_counts(redis: Redis) -> No
     )  # fmt: skip
     by_key = {match.key: match.length for match in term_matches(reply, "zzq")}
     keys = Keyspace(prefix)
+    forms = {r.id: lexical_form(r.candidate.text, r.candidate.ts_ms) for r in records}
     assert {keys.memory_id_of(k): n for k, n in by_key.items()} == {
-        r.id: indexed_length(r.candidate.text) for r in records
+        memory_id: form.length for memory_id, form in forms.items()
     }
     total = await redis.hget(keys.terms(agent), "#length")
-    assert int(total) == sum(indexed_length(t) for t in texts)
+    assert int(total) == sum(form.length for form in forms.values())
 
 
 async def test_lexical_scores_do_not_depend_on_the_index_history(redis: Redis) -> None:

@@ -11,6 +11,7 @@ from grimoire.streams.maintenance.compaction import (
     CompactionCandidate,
     CompactionPlan,
 )
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.streams.model.records import Kind, Layer, MemoryCandidate, MemoryRecord, Provenance
 from grimoire.streams.model.text import gist, normalized_hash
 from grimoire.streams.trust.retraction import RebuiltSummary
@@ -116,6 +117,7 @@ def rebuilt_summary_fields(summary: RebuiltSummary, vector: bytes, dims: int) ->
         raise StorageError(f"embedder gave {len(vector) // 4} dims, expected {dims}")
     return {
         "text": summary.text,
+        "lexical": lexical_form(summary.text, summary.ts_ms).text,
         "gist": gist(summary.text),
         "normalized_hash": normalized_hash(summary.text),
         "ts": summary.ts_ms,

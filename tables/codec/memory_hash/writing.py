@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.model.text import gist
 from grimoire.tables.codec.field_state import affect_to_json
@@ -74,6 +75,7 @@ def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
         "kind": cand.kind.value,
         "layer": cand.layer.value,
         "text": cand.text,
+        "lexical": lexical_form(cand.text, cand.ts_ms).text,
         "gist": gist(cand.text),
         "ts": cand.ts_ms,
         "valid_from": cand.ts_ms,

@@ -91,7 +91,7 @@ def test_names_are_pinned() -> None:
     assert keys.maintenance_ledger("a") == "gm:maint:{a}"
     assert keys.maintenance_lease("a") == "gm:maint:lease:{a}"
     assert keys.maintenance_log("a") == "gm:maint:log:{a}"
-    assert STORE_FORMAT == "2"
+    assert STORE_FORMAT == "3"
 
 
 def test_keystore_names_are_pinned() -> None:

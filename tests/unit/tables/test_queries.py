@@ -66,20 +66,20 @@ def test_live_filter_requires_an_agent() -> None:
 
 def test_full_text_plain_terms() -> None:
     query = FullTextQuery("agent1", ("disk", "full"), 10)
-    assert query.query_string() == f"{LIVE_1} @text:(disk|full)"
+    assert query.query_string() == f"{LIVE_1} @lexical:(disk|full)"
 
 
 def test_full_text_escapes_agent_and_terms() -> None:
     query = FullTextQuery("agent-1", ("config.yaml", "don't", "node"), 5)
     assert query.query_string() == (
         "(((@agent_id:{agent\\-1} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1}))"
-        " @text:(config\\.yaml|don\\'t|node)"
+        " @lexical:(config\\.yaml|don\\'t|node)"
     )
 
 
 def test_full_text_single_term() -> None:
     assert FullTextQuery("a", ("x",), 1).query_string() == (
-        "(((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1})) @text:(x)"
+        "(((@agent_id:{a} (-@deleted:{1})) (-@quarantined:{1})) (-@archived:{1})) @lexical:(x)"
     )
 
 
@@ -161,7 +161,9 @@ def test_memory_schema_live_filter_fields_are_tags() -> None:
 def test_memory_schema_tenant_and_text_fields() -> None:
     fields = memory_schema("grimoire").fields
     assert fields["agent_id"].type == "tag"
-    assert fields["text"].type == "text"
+    assert fields["lexical"].type == "text"
+    assert fields["lexical"].attrs.no_stem is True
+    assert "text" not in fields  # the lexical form is indexed, not the text
     assert fields["ts"].type == "numeric"
     assert fields["tags"].attrs.separator == "|"
     # The tenant boundary is exact: no case folding, and split only on a character
@@ -251,7 +253,7 @@ def test_knn_and_full_text_queries_carry_the_filters() -> None:
         "=>[KNN 30 @eidolon $vec AS distance]"
     )
     text = FullTextQuery("a", ("disk", "full"), 5, only).query_string()
-    assert text.endswith("@kind:{insight}) @text:(disk|full)")
+    assert text.endswith("@kind:{insight}) @lexical:(disk|full)")
 
 
 def _live_attributes(prefix: str = "p") -> list[list[object]]:

@@ -34,6 +34,7 @@ from grimoire.streams.learn.curator.values import (
 from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
 from grimoire.streams.model.decay import DAY_MS
+from grimoire.streams.model.lexicon import query_terms
 from grimoire.streams.model.records import Kind, Layer, MemoryRecord
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.tables.maintenance.curator_store import CuratorState
@@ -110,7 +111,7 @@ async def test_a_cycle_reports_applies_and_reschedules_its_entries() -> None:
     assert env.rescheduled.calls == [(A, [insight.memory_id], NOW)]
     assert env.embed.calls == [[insight.text]]
     assert "tends to work" in insight.text
-    hits = await env.memory.full_text(A, ["tends"], 5)  # a curated entry is a memory
+    hits = await env.memory.full_text(A, query_terms("tends"), 5)  # a curated entry is a memory
     assert [hit.memory.id for hit in hits] == [insight.memory_id]
     assert await env.memory.full_text(B, ["tends"], 5) == []
     assert await env.store.get_playbook(A) == EMPTY_PLAYBOOK

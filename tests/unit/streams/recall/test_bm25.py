@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from grimoire.streams.model.text import indexed_length
 from grimoire.streams.recall.bm25 import Bm25Parameters, CorpusStats, term_score
 
 
@@ -52,20 +51,3 @@ def test_parameters_are_checked() -> None:
         Bm25Parameters(k1=-0.1)
     with pytest.raises(ValueError, match="b must"):
         Bm25Parameters(b=1.5)
-
-
-@pytest.mark.parametrize(
-    ("text", "length"),
-    [
-        ("The cat sat on the mat, with another cat!", 5),
-        ("x 42 don't stop-words e-mail", 8),  # every ASCII mark but _ separates
-        ("snake_case stays whole", 3),
-        ("here\nnewline joined\tby tab", 3),  # a newline separates nothing
-        ("z\\w?q`b", 3),  # a backslash escapes the next character
-        ("No NOT such Such A", 0),  # stopwords, any case
-        ("héllo wörld … done", 4),  # not ASCII: part of a token
-        ("", 0),
-    ],
-)
-def test_indexed_length_counts_as_the_index_does(text: str, length: int) -> None:
-    assert indexed_length(text) == length
