@@ -27,6 +27,10 @@ ABLATIONS: Mapping[str, Mapping[str, float | int]] = MappingProxyType(
         "lexical-relevance": {"relevance_lexical_share": 0.0},
         "semantic-relevance": {"relevance_lexical_share": 1.0},
         "session-context": {"relevance_context_share": 0.0, "relevance_context_anchors": 0},
+        # What the query asks beyond its words (streams/recall/temporal.py, named.py).
+        "time-cue": {"relevance_time_cue_share": 0.0},
+        "time-window": {"relevance_time_window_share": 0.0},
+        "actor": {"relevance_actor_share": 0.0},
         # The rerank's priors: relevance alone orders the candidates.
         "priors": {"rerank_prior_share": 0.0},
         # MMR: lambda 1 picks by score alone.

@@ -145,6 +145,8 @@ class Settings(BaseSettings):
     relevance_time_window_share: float = Field(0.3, ge=0)
     # A query naming a memory's actor (streams/recall/named.py): the share it gains.
     relevance_actor_share: float = Field(0.3, ge=0)
+    # Query-term coverage as a relevance feature (streams/recall/relevance.py).
+    relevance_coverage_share: float = Field(0.0, ge=0)
     # docs/design.md §5 step 3 weights of the priors, and how far they scale relevance
     # (streams/recall/rerank.py); every factor is in [0, 1].
     rerank_prior_share: float = Field(0.30, ge=0, le=1)
@@ -343,6 +345,7 @@ class Settings(BaseSettings):
                 time_cue_share=self.relevance_time_cue_share,
                 time_window_share=self.relevance_time_window_share,
                 actor_share=self.relevance_actor_share,
+                coverage_share=self.relevance_coverage_share,
             ),
             weights=RerankWeights(
                 prior_share=self.rerank_prior_share,

@@ -52,9 +52,11 @@ def _stem_words() -> StemWords:
 
 def _tokens(text: str) -> list[str]:
     """Content words as the index will hold them: casefolded, stopwords out, a
-    possessive's `'s` and other apostrophes dropped, inner dots as `_`."""
+    possessive's `'s` and other apostrophes (typewriter or typographic) dropped,
+    inner dots as `_`."""
     out = []
-    for match in _WORD.finditer(normalize_text(text).casefold()):
+    folded = normalize_text(text).casefold().replace("\u2019", "'")
+    for match in _WORD.finditer(folded):
         word = match.group(0)
         if word in STOPWORDS:
             continue
@@ -122,9 +124,12 @@ class LexicalForm:
 def lexical_form(text: str, ts_ms: int | None) -> LexicalForm:
     """The words a memory is indexed under: its text's stems, then its event time
     in words (none for a memory without one)."""
-    words = _stemmed(_tokens(text))
+    words = _tokens(text)
     if ts_ms is not None:
         words.extend(time_words(ts_ms))
+    # Time words are stemmed as the query's are ("january" and "morning" are
+    # not their own stems), so "in January" meets January's memories.
+    words = _stemmed(words)
     return LexicalForm(tuple(words))
 
 

@@ -100,7 +100,7 @@ _CUE: Final = re.compile(
 _WHEN: Final = re.compile(
     r"^\s*(?:when|since when|until when)\b|"
     r"\b(?:what|which)\s+(?:year|month|day|date|week|weekend|time of (?:the )?year|season)\b|"
-    r"\bhow\s+long\s+(?:ago|has|have|had|did|does|do|was|were|is|are|since|before|after)\b|"
+    r"\bhow\s+long\s+(?:ago|has|have|had|did|was|were|since|before|after)\b|"
     r"\bhow\s+many\s+(?:days|weeks|months|years)\b|"
     r"\b(?:in|during)\s+which\s+(?:year|month|week)\b",
     re.IGNORECASE,
@@ -183,8 +183,9 @@ _MONTH_YEAR: Final = re.compile(
     r"\b(?P<m>" + _MONTH + r"|may),?\s+(?:of\s+)?(?P<y>(?:19|20)\d\d)\b", re.IGNORECASE
 )
 _YEAR: Final = re.compile(r"\b(?:in|during|of|since|year)\s+(?P<y>(?:19|20)\d\d)\b", re.IGNORECASE)
+# "this may help" is a verb: May counts after "last" only.
 _LAST_MONTH_NAME: Final = re.compile(
-    r"\b(?:last|this)\s+(?P<m>" + _MONTH + r"|may)\b", re.IGNORECASE
+    r"\b(?:last\s+(?P<m>" + _MONTH + r"|may)|this\s+(?P<t>" + _MONTH + r"))\b", re.IGNORECASE
 )
 _AGO: Final = re.compile(
     r"\b(?P<n>" + _COUNT + r")\s+(?P<u>day|week|month|year)s?\s+ago\b", re.IGNORECASE
@@ -222,11 +223,17 @@ def named_window(query: str, as_of_ms: int) -> TimeWindow | None:
         return TimeWindow(_ms(_month_start(year, 1)), _ms(_month_start(year + 1, 1)))
     found = _LAST_MONTH_NAME.search(query)
     if found is not None:
-        month = _month_number(found.group("m"))
-        if month is not None:
-            # "last May" is the latest May that has begun before this month.
-            year = now.year if month < now.month else now.year - 1
-            return _month_window(year, month)
+        if found.group("t"):
+            # "this March" is the as_of year's.
+            month = _month_number(found.group("t"))
+            if month is not None:
+                return _month_window(now.year, month)
+        else:
+            month = _month_number(found.group("m"))
+            if month is not None:
+                # "last May" is the latest May that has begun before this month.
+                year = now.year if month < now.month else now.year - 1
+                return _month_window(year, month)
     found = _AGO.search(query)
     if found is not None:
         count, unit = _count(found.group("n")), found.group("u").lower()

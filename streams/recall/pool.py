@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.streams.model.nexus_keys import session_key
 from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.fusion import FusedHit
@@ -58,16 +59,23 @@ class Evidence:
     # The query's words as written (casefolded), to find the actors it names.
     named: frozenset[str] = frozenset()
 
-    def matches(self, members: Mapping[str, Pooled]) -> dict[str, QueryMatch]:
-        if self.time.empty and not self.named:
+    def matches(
+        self, members: Mapping[str, Pooled], *, coverage: bool = False
+    ) -> dict[str, QueryMatch]:
+        if self.time.empty and not self.named and not coverage:
             return {}
+        wanted = set(self.terms)
         found = {}
         for memory_id, pooled in members.items():
             record = pooled.record
             cue, window = time_match(self.time, record.text, record.ts_ms)
             actor = 1.0 if names_actor(self.named, record.actor_id) else 0.0
-            if cue or window or actor:
-                found[memory_id] = QueryMatch(cue, window, actor)
+            held = 0.0
+            if coverage and wanted:
+                words = set(lexical_form(record.text, record.ts_ms).words)
+                held = len(wanted & words) / len(wanted)
+            if cue or window or actor or held:
+                found[memory_id] = QueryMatch(cue, window, actor, held)
         return found
 
 
@@ -147,7 +155,14 @@ async def assess(
     lexical.update(lexical_scores)
     vectors = {i: p.record.vector for i, p in members.items() if p.record.vector is not None}
     semantic = cosines(evidence.vector, vectors)
-    first = score_pool(list(members), lexical, semantic, {}, policy, evidence.matches(members))
+    first = score_pool(
+        list(members),
+        lexical,
+        semantic,
+        {},
+        policy,
+        evidence.matches(members, coverage=policy.coverage_share > 0),
+    )
     wanted = sorted(
         {n for a in anchors(first, policy.context_anchors) for n in adjacency.get(a, ())}
         - set(members)
@@ -174,7 +189,7 @@ async def assess(
         semantic,
         _symmetric(adjacency),
         policy,
-        evidence.matches(members),
+        evidence.matches(members, coverage=policy.coverage_share > 0),
     )
     return members, relevance
 

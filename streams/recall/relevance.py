@@ -46,6 +46,9 @@ class RelevancePolicy:
     # share of its own relevance (streams/recall/named.py).
     # 0.6 gained nothing over 0.3 and cost more on questions naming the wrong actor.
     actor_share: float = 0.3
+    # Query-term coverage: a memory holding a larger share of the query's distinct
+    # terms gains up to this share (a BM25 sum can favour one rare term repeated).
+    coverage_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lexical_share <= 1.0:
@@ -54,8 +57,9 @@ class RelevancePolicy:
             raise ValueError("context_share must be non-negative")
         if self.context_anchors < 0 or self.pool_depth < 1:
             raise ValueError("context_anchors must be >= 0 and pool_depth >= 1")
-        if min(self.time_cue_share, self.time_window_share, self.actor_share) < 0.0:
-            raise ValueError("time_cue_share, time_window_share and actor_share must be >= 0")
+        shares = (self.time_cue_share, self.time_window_share, self.actor_share)
+        if min(*shares, self.coverage_share) < 0.0:
+            raise ValueError("the time, actor and coverage shares must be non-negative")
 
 
 DEFAULT_RELEVANCE_POLICY = RelevancePolicy()
@@ -65,17 +69,19 @@ DEFAULT_RELEVANCE_POLICY = RelevancePolicy()
 class QueryMatch:
     """How a memory meets what the query asks beyond its words, each in [0, 1]:
     it says when (for a "when" question), its event time is in the window the
-    query names, its actor is named in the query."""
+    query names, its actor is named in the query, it holds the query's terms."""
 
     cue: float = 0.0
     window: float = 0.0
     actor: float = 0.0
+    coverage: float = 0.0  # the share of the query's distinct terms it holds
 
     def share(self, policy: RelevancePolicy) -> float:
         return (
             policy.time_cue_share * self.cue
             + policy.time_window_share * self.window
             + policy.actor_share * self.actor
+            + policy.coverage_share * self.coverage
         )
 
 

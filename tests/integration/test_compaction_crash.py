@@ -24,8 +24,8 @@ from grimoire.agents.maintenance.compaction_task import CompactionOptions, Compa
 from grimoire.infra.settings import Settings
 from grimoire.streams.inbound.recall_request import RecallQuery
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPlan, CompactionPolicy
+from grimoire.streams.model.lexicon import query_terms
 from grimoire.streams.model.records import MemoryRecord
-from grimoire.streams.model.text import search_terms
 from grimoire.streams.recall.flow import RecallContext, run_recall
 from grimoire.streams.recall.options import RetrievalBudgets, RetrievalMode
 from grimoire.streams.write.changes import WriteBatch
@@ -100,7 +100,7 @@ class World:
         ctx = RecallContext(
             now_ms=NOW,
             mode=RetrievalMode.FULL,
-            terms=search_terms(text),
+            terms=query_terms(text),
             canonical=vector,
             eidolon=vector,
         )

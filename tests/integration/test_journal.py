@@ -191,9 +191,12 @@ async def _send_everything_at_once(client: GrimoireClient, agent: str) -> int:
             session_id="s-1",
             event_id=f"line-{i}",
             turn_id=f"t-{i // 2}",
+            # Actors and time words: recall's actor and time matches in play.
+            actor_id="dana" if i % 2 == 0 else "relayer",
             line={
                 "role": "user" if i % 2 == 0 else "assistant",
-                "content": f"should we rebalance venue {i % 3} now, step {i}",
+                "content": f"should we rebalance venue {i % 3} now, step {i}"
+                + (", as we did yesterday" if i % 3 == 0 else ""),
             },
         )
         for i in range(8)
@@ -307,9 +310,18 @@ async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
         await _send_everything_at_once(jclient, agent)
     redis = Redis.from_url(journal_settings.redis_url)
     prefix = journal_settings.topic_prefix
+    topics = [
+        "slippage",
+        "gas",
+        "pool depth",
+        "when did we rebalance",  # a "when" question
+        "what did dana say about the rebalance",  # names an actor
+        "rebalance in September 2026",  # names a window
+        "filled",
+    ]
     questions = [
         (agents[i % 3], f"{topic} venue {i % 3}", i % 2 == 0)
-        for i, topic in enumerate(["slippage", "gas", "pool depth", "rebalance", "filled"] * 10)
+        for i, topic in enumerate((topics * 8)[:50])
     ]
     try:
         # Quiet: every input applied (digests stop moving).

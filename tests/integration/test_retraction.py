@@ -32,6 +32,7 @@ from grimoire.streams.learn.curator.distill import Situation
 from grimoire.streams.learn.curator.values import EntryStatus
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPolicy
 from grimoire.streams.model.ids import memory_id
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.streams.model.records import EventType, Kind, MemoryRecord
 from grimoire.streams.trust.retraction import RetractionOp
 from grimoire.streams.write.changes import WriteBatch
@@ -39,7 +40,6 @@ from grimoire.streams.write.plan import aggregate_id
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.maintenance.compaction_store import RedisCompactionStore
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
-from grimoire.tables.memory.rebuild import memory_terms
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.derivations import RedisDerivationStore
@@ -283,7 +283,7 @@ async def test_a_retracted_memory_leaves_the_nexus_nodes_and_term_counts(world: 
     await world.ingest.handle(EventType.EPISODE, [InputMessage(payload, world.topics.episodes)])
     target = memory_id(A, "d-1", 0, NOW)
     keys = (await world.doc(target))["nexus_keys"].split("|")
-    terms = memory_terms(text)
+    terms = lexical_form(text, NOW).terms()
     counts = await world.redis.hmget(world.keys.terms(A), list(terms))
     assert keys and all(int(count) == 1 for count in counts)
     assert await world.redis.hget(world.keys.nodes(A), target) is not None

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from grimoire.streams.recall.ports import Anchor, adjacent_members
-from grimoire.streams.recall.relevance import RelevancePolicy, anchors, cosines, score_pool
+from grimoire.streams.recall.relevance import (
+    NO_MATCH,
+    QueryMatch,
+    RelevancePolicy,
+    anchors,
+    cosines,
+    score_pool,
+)
 
 
 def vec(*values: float) -> np.ndarray:
@@ -86,3 +93,107 @@ def test_adjacent_members_are_the_previous_and_next_in_event_time() -> None:
     # equal event times order on id, as a sorted set does
     tied = {"a": 5, "b": 5, "c": 5}
     assert adjacent_members(tied, Anchor("b", "k", 5)) == ("c", "a")
+
+
+# Shares that are powers of two, so each part of a boost shows in the sum exactly.
+SHARES = RelevancePolicy(time_cue_share=0.5, time_window_share=0.25, actor_share=0.125)
+
+
+def test_a_query_match_weighs_each_part_by_its_share() -> None:
+    assert QueryMatch(cue=1.0).share(SHARES) == pytest.approx(0.5)
+    assert QueryMatch(window=1.0).share(SHARES) == pytest.approx(0.25)
+    assert QueryMatch(actor=1.0).share(SHARES) == pytest.approx(0.125)
+    assert QueryMatch(cue=1.0, window=0.5, actor=1.0).share(SHARES) == pytest.approx(0.75)
+    assert NO_MATCH.share(SHARES) == 0.0
+    assert QueryMatch() == NO_MATCH
+
+
+def test_a_match_boosts_a_memory_by_a_share_of_its_own_relevance() -> None:
+    # lexical only: own relevance a 1, b 1/2, c 0
+    lexical = {"a": 2.0, "b": 1.0, "c": 0.0}
+    matches = {
+        "a": QueryMatch(cue=1.0),
+        "b": QueryMatch(cue=1.0, window=1.0, actor=1.0),
+        "c": QueryMatch(cue=1.0, window=1.0, actor=1.0),
+    }
+    out = score_pool(["a", "b", "c"], lexical, {}, {}, SHARES, matches)
+    assert out["a"].own == pytest.approx(1.0)
+    assert out["a"].boost == pytest.approx(0.5)
+    assert out["a"].total == pytest.approx(1.5)
+    assert out["b"].own == pytest.approx(0.5)
+    assert out["b"].boost == pytest.approx(0.5 * (0.5 + 0.25 + 0.125))
+    assert out["b"].total == pytest.approx(0.5 + 0.5 * 0.875)
+    # nothing of its own, nothing to boost
+    assert (out["c"].boost, out["c"].total) == (0.0, 0.0)
+
+
+def test_the_boost_follows_the_policy_shares() -> None:
+    lexical = {"a": 1.0, "b": 0.0}  # own relevance: a 1, b 0
+    policy = RelevancePolicy()
+    match = QueryMatch(cue=1.0, window=1.0, actor=1.0)
+    out = score_pool(["a", "b"], lexical, {}, {}, policy, {"a": match})
+    expected = policy.time_cue_share + policy.time_window_share + policy.actor_share
+    assert out["a"].boost == pytest.approx(expected)
+    assert out["a"].total == pytest.approx(1.0 + expected)
+    off = RelevancePolicy(time_cue_share=0.0, time_window_share=0.0, actor_share=0.0)
+    assert score_pool(["a", "b"], lexical, {}, {}, off, {"a": match})["a"].boost == 0.0
+
+
+def test_a_neighbour_lends_its_own_relevance_not_its_boost() -> None:
+    # own relevance: question 1, answer 1/2
+    lexical = {"question": 2.0, "answer": 1.0, "far": 0.0}
+    neighbours = {"answer": ("question",), "question": ("answer",)}
+    matches = {"question": QueryMatch(cue=1.0)}
+    out = score_pool(["question", "answer", "far"], lexical, {}, neighbours, SHARES, matches)
+    assert out["question"].total == pytest.approx(1.0 + 0.5 + 0.3 * 0.5)
+    # context_share 0.3 of the question's own 1.0, not of its boosted 1.5
+    assert out["answer"].context == pytest.approx(0.3)
+    assert out["answer"].boost == 0.0
+    assert out["answer"].total == pytest.approx(0.5 + 0.3)
+
+
+def test_context_is_not_boosted_by_the_memory_s_own_match() -> None:
+    # own relevance: question 1, answer 1/2
+    lexical = {"question": 2.0, "answer": 1.0, "far": 0.0}
+    neighbours = {"answer": ("question",)}
+    matches = {"answer": QueryMatch(cue=1.0)}
+    out = score_pool(["question", "answer", "far"], lexical, {}, neighbours, SHARES, matches)
+    # answer: own 1/2, boost 1/2 * 0.5, context 0.3 * 1
+    assert out["answer"].boost == pytest.approx(0.25)
+    assert out["answer"].total == pytest.approx(0.5 + 0.25 + 0.3)
+
+
+def test_anchors_rank_on_own_relevance_not_the_boost() -> None:
+    # own relevance: a 1, b 1/2, c 0; b's match triples its own
+    full = RelevancePolicy(time_cue_share=1.0, time_window_share=1.0, actor_share=1.0)
+    lexical = {"a": 2.0, "b": 1.0, "c": 0.0}
+    out = score_pool(["a", "b", "c"], lexical, {}, {}, full, {"b": QueryMatch(1.0, 1.0, 1.0)})
+    assert out["b"].total == pytest.approx(2.0)
+    assert out["b"].total > out["a"].total
+    assert anchors(out, 1) == ["a"]
+
+
+def test_without_matches_nothing_is_boosted() -> None:
+    lexical = {"a": 9.0, "b": 3.0}
+    semantic = {"a": 0.2, "b": 0.8, "c": 0.5}
+    neighbours = {"a": ("b",)}
+    for matches in (None, {}, {"elsewhere": QueryMatch(cue=1.0)}):
+        out = score_pool(["a", "b", "c"], lexical, semantic, neighbours, SHARES, matches)
+        for relevance in out.values():
+            assert relevance.boost == 0.0
+            assert relevance.total == pytest.approx(relevance.own + relevance.context)
+    assert score_pool(["a", "b", "c"], lexical, semantic, neighbours) == score_pool(
+        ["a", "b", "c"], lexical, semantic, neighbours, matches=None
+    )
+
+
+def test_policy_refuses_negative_match_shares() -> None:
+    for bad in (
+        {"time_cue_share": -0.1},
+        {"time_window_share": -0.1},
+        {"actor_share": -0.1},
+    ):
+        with pytest.raises(ValueError):
+            RelevancePolicy(**bad)  # type: ignore[arg-type]
+    none = RelevancePolicy(time_cue_share=0.0, time_window_share=0.0, actor_share=0.0)
+    assert QueryMatch(1.0, 1.0, 1.0).share(none) == 0.0
