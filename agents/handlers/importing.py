@@ -23,6 +23,7 @@ import numpy as np
 from grimoire.agents.ports import Embedder
 from grimoire.streams.exchange.chunks import ImportChunk
 from grimoire.streams.exchange.format import StateLine, encode_line, hash_line, hash_of
+from grimoire.streams.model.lexicon import lexical_form
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.memory.imported import VECTOR_FIELDS, ImportWriter
 
@@ -50,7 +51,7 @@ class ImportHandler:
         }
         if await self.writer.applied(agent_id, chunk.chunk_id):
             return IMPORT_OP, (), {**summary, "changed": False}
-        lines = await self._with_vectors(chunk.lines)
+        lines = await self._with_vectors(_with_lexical_forms(chunk.lines))
         written = await self.writer.write(
             agent_id, chunk.chunk_id, lines, derive=chunk.successor_of is not None
         )
@@ -82,3 +83,23 @@ class ImportHandler:
             out[i] = hash_line(out[i], fields)
         logger.info("import: embedded %d memories that came without vectors", len(bare))
         return out
+
+
+def _with_lexical_forms(lines: Sequence[StateLine]) -> list[StateLine]:
+    """Memory lines of an export written before the lexical form (store format 2)
+    get it here, so the full-text index finds them; their agent's term counts are
+    the export's until `grimoire reindex` recounts them (docs/export-format.md)."""
+    out = list(lines)
+    for i, line in enumerate(out):
+        if line.type != "memory":
+            continue
+        fields = hash_of(line)
+        if not fields or b"lexical" in fields:
+            continue
+        ts = fields.get(b"ts")
+        form = lexical_form(
+            text_of(fields.get(b"text", b"")), int(float(text_of(ts))) if ts else None
+        )
+        fields[b"lexical"] = form.text.encode()
+        out[i] = hash_line(line, fields)
+    return out

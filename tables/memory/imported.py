@@ -181,9 +181,6 @@ class ImportWriter:
                     # curator looks at it in its next cycle.
                     queue_new(pipe, self.keys, {text_of(k): v for k, v in fields.items()})
                 _queue(pipe, line, key, only_up=derive)
-                if derive and line.type == "memory":
-                    # An export of an older store holds no lexical form.
-                    pipe.hset(key, "lexical", form.text)
             if derive:
                 self._graph.sync_nodes(pipe, agent_id, written)
             pipe.sadd(self.keys.applied_imports(agent_id), chunk_id)
