@@ -14,6 +14,7 @@ from grimoire.streams.inbound.recall_request import RecallLimits
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.maintenance.schedule import MaintenancePolicy
 from grimoire.streams.recall.anti_rumination import ContrarianPolicy
+from grimoire.streams.recall.entity_lane import EntityLanePolicy
 from grimoire.streams.recall.evidence_first import EvidenceFirstPolicy
 from grimoire.streams.recall.flow import RankingPolicy
 from grimoire.streams.recall.options import RetrievalBudgets
@@ -133,6 +134,12 @@ class Settings(BaseSettings):
     lane_weight_canonical: float = Field(0.5, ge=0)
     lane_weight_eidolon: float = Field(0.25, ge=0)
     lane_weight_walk: float = Field(0.25, ge=0)
+    lane_weight_entity: float = Field(0.5, ge=0)
+    # The entity lane (streams/recall/entity_lane.py): memories at most, per named
+    # entity, and the degree above which an entity is too common to seed from.
+    recall_entity_k: int = Field(20, ge=0)
+    recall_entity_per_key: int = Field(10, ge=0)
+    recall_entity_max_degree: int = Field(50, ge=1)
     rerank_depth: int = Field(20, ge=1)
     # How the pooled memories are scored on their evidence (streams/recall/relevance.py).
     relevance_lexical_share: float = Field(0.5, ge=0, le=1)
@@ -360,6 +367,12 @@ class Settings(BaseSettings):
                 ("canonical", self.lane_weight_canonical),
                 ("eidolon", self.lane_weight_eidolon),
                 ("walk", self.lane_weight_walk),
+                ("entity", self.lane_weight_entity),
+            ),
+            entity_lane=EntityLanePolicy(
+                k=self.recall_entity_k,
+                per_key=self.recall_entity_per_key,
+                max_degree=self.recall_entity_max_degree,
             ),
             contrarian=ContrarianPolicy(
                 every_ticks=self.contrarian_every_ticks,

@@ -41,6 +41,7 @@ from grimoire.streams.model.eidolon import (
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.lexicon import query_terms
 from grimoire.streams.recall.anti_rumination import is_due, window_of
+from grimoire.streams.recall.entity_lane import query_entity_keys
 from grimoire.streams.recall.evidence_first import evidence_summary
 from grimoire.streams.recall.flow import (
     QueryVectors,
@@ -190,6 +191,7 @@ class RecallHandler:
             circuits=circuits_for(query.state.circuit),
             time=TimeIntent.of(query.query, now_ms),
             named=query_names(query.query),
+            entity_keys=query_entity_keys(query.query),
         )
         embed_ms: list[float] = []
 

@@ -27,7 +27,7 @@ __all__ = [
     "config_to_json",
 ]
 
-LANES: Final = ("bm25", "canonical", "eidolon", "walk")
+LANES: Final = ("bm25", "canonical", "eidolon", "walk", "entity")
 MAX_TOP_K: Final = 200
 MAX_WEIGHT: Final = 10.0
 MAX_EXPLORATION: Final = 2.0

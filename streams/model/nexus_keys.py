@@ -23,7 +23,9 @@ A key is `<type>:<value>` with no whitespace in it. Conventions:
 * `entity:` from the `entities` field and, conservatively, from text: tickers
   (`ETH`, `$ETH`; a pair `ETH/USDC` gives the pair and both legs), and — only in
   text without error evidence — @mentions and capitalized names that do not
-  open a sentence (multi-word names may), joined with `_` (`entity:new_york`).
+  open a sentence (multi-word names may), joined with `_` (`entity:new_york`);
+  numbers with a unit are things too (`40 points` → `entity:40_points`, `$5` →
+  `entity:5_usd`, `30 ms` → `entity:30_ms`), calendar spans ("3 years") are not.
 * Keys longer than `MAX_KEY_LENGTH` characters are dropped.
 """
 
@@ -147,6 +149,7 @@ def extract_keys(
     if not text_is_error:
         keys.update(f"entity:{m.group(1).lower()}" for m in _MENTION.finditer(prose))
         keys.update(f"entity:{name}" for name in _names(prose))
+    keys.update(f"entity:{quantity}" for quantity in _quantities(prose))
     keys.update(_path_key(p) for p in source.paths)
     keys.update(_url_key(u) for u in source.urls)
     keys.update(_tag_key(t) for t in source.tags)
@@ -389,3 +392,34 @@ def _names(text: str) -> Iterator[str]:
                 yield "_".join(piece)
             piece = []
             at_start = False
+
+
+# Units that make a number a thing worth linking; calendar spans ("3 years") are
+# time, not things, and a bare number links everything to everything.
+_UNIT_NAMES = {
+    "%": "pct", "percent": "pct", "pct": "pct",
+    "ms": "ms", "s": "s", "sec": "s", "secs": "s", "second": "s", "seconds": "s",
+    "min": "min", "mins": "min", "minute": "min", "minutes": "min",
+    "h": "h", "hr": "h", "hrs": "h", "hour": "h", "hours": "h",
+    "kb": "kb", "mb": "mb", "gb": "gb", "tb": "tb", "kib": "kib", "mib": "mib", "gib": "gib",
+    "gwei": "gwei", "wei": "wei", "eth": "eth", "btc": "btc", "usdc": "usdc", "usdt": "usdt",
+    "usd": "usd", "eur": "eur", "dollars": "usd", "dollar": "usd", "euros": "eur",
+    "km": "km", "miles": "miles", "mile": "miles", "kg": "kg", "lbs": "lbs", "pounds": "lbs",
+    "points": "points", "point": "points", "pts": "points", "goals": "goals",
+    "blocks": "blocks", "block": "blocks", "x": "x",
+}  # fmt: skip
+_QUANTITY = re.compile(
+    r"(?<![\w.$€])(?P<cur>[$€])?(?P<n>\d+(?:[.,]\d+)?)(?:\s?(?P<unit>"
+    + "|".join(sorted((re.escape(u) for u in _UNIT_NAMES), key=len, reverse=True))
+    + r"))?(?![\w.%])",
+    re.IGNORECASE,
+)
+
+
+def _quantities(text: str) -> Iterator[str]:
+    for match in _QUANTITY.finditer(text):
+        number = match.group("n").replace(",", ".")
+        if match.group("cur"):
+            yield f"{number}_{'usd' if match.group('cur') == '$' else 'eur'}"
+        elif match.group("unit"):
+            yield f"{number}_{_UNIT_NAMES[match.group('unit').lower()]}"

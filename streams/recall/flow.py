@@ -26,6 +26,11 @@ from grimoire.streams.recall.anti_rumination import (
     contrarian_candidates,
     inject,
 )
+from grimoire.streams.recall.entity_lane import (
+    DEFAULT_ENTITY_LANE,
+    EntityLanePolicy,
+    entity_hits,
+)
 from grimoire.streams.recall.episodes import EpisodeSibling, attach_episodes
 from grimoire.streams.recall.evidence_first import (
     DEFAULT_EVIDENCE_FIRST_POLICY,
@@ -53,6 +58,7 @@ from grimoire.streams.recall.temporal import NO_TIME_INTENT, TimeIntent
 from grimoire.streams.recall.walk.daimoi import Circuit, Related, Seed, walk
 
 WALK_LANE: Final = "walk"
+ENTITY_LANE: Final = "entity"
 # A memory injected from past the pool (anti-rumination) was never scored on evidence.
 UNSCORED: Final = Relevance(lexical=0.0, semantic=0.0, own=0.0, context=0.0, total=0.0)
 QueryVectors = tuple[Vector | None, Vector | None]  # canonical, eidolon
@@ -61,6 +67,7 @@ DEFAULT_LANE_WEIGHTS: Final = (
     ("canonical", 0.5),
     ("eidolon", 0.25),
     (WALK_LANE, 0.25),
+    (ENTITY_LANE, 0.5),
 )
 
 
@@ -85,6 +92,8 @@ class RankingPolicy:
     contrarian: ContrarianPolicy = DEFAULT_CONTRARIAN_POLICY
     # A situation's evidence entries lead the reply when the query matches it.
     evidence_first: EvidenceFirstPolicy = DEFAULT_EVIDENCE_FIRST_POLICY
+    # The memories under the entities a query names (streams/recall/entity_lane.py).
+    entity_lane: EntityLanePolicy = DEFAULT_ENTITY_LANE
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +116,8 @@ class RecallContext:
     time: TimeIntent = NO_TIME_INTENT
     # The query's words as written, for the actors it names (streams/recall/named.py).
     named: frozenset[str] = frozenset()
+    # The entity keys the query names (streams/recall/entity_lane.py).
+    entity_keys: tuple[str, ...] = ()
     # Vectors still being computed: the BM25 lane starts first and runs in Redis
     # while the model embeds the query, instead of after it.
     pending_vectors: Callable[[], Awaitable[QueryVectors]] | None = field(
@@ -155,7 +166,7 @@ async def run_recall(
     timer = _Timer(stopwatch)
     if ctx.mode is RetrievalMode.NONE or query.budgets.max_items == 0:
         return RecallOutcome((), 0, timer.laps())
-    lanes, canonical = await _seed_lanes(query, ctx, source)
+    lanes, canonical = await _seed_lanes(query, ctx, source, policy)
     timer.lap("lanes")
     ranked: dict[str, list[str]] = {
         lane: [h.memory_id for h in hits] for lane, hits in lanes.items()
@@ -293,7 +304,7 @@ async def run_recall(
 
 
 async def _seed_lanes(
-    query: RecallQuery, ctx: RecallContext, source: RecallSource
+    query: RecallQuery, ctx: RecallContext, source: RecallSource, policy: RankingPolicy
 ) -> tuple[dict[str, list[LaneHit]], Vector | None]:
     """Each lane's hits, and the query's canonical vector (once computed)."""
     budgets, filters = query.budgets, query.filters
@@ -301,6 +312,10 @@ async def _seed_lanes(
     calls: dict[str, asyncio.Task[list[LaneHit]]] = {}
     if "bm25" in lanes and ctx.terms and budgets.bm25_k:
         calls["bm25"] = asyncio.ensure_future(source.full_text(ctx.terms, budgets.bm25_k, filters))
+    if walks(ctx.mode) and ctx.entity_keys:
+        # Unfiltered like the walk: the pool admits only what the filters allow.
+        found = entity_hits(source, ctx.entity_keys, policy.entity_lane)
+        calls[ENTITY_LANE] = asyncio.ensure_future(found)
     canonical, eidolon = ctx.canonical, ctx.eidolon
     if ctx.pending_vectors is not None:
         canonical, eidolon = await ctx.pending_vectors()

@@ -8,10 +8,13 @@ from dataclasses import replace
 from typing import Any
 
 from grimoire.streams.inbound.recall_request import RecallQuery
-from grimoire.streams.model.text import search_terms
+from grimoire.streams.model.lexicon import lexical_form, query_terms
+from grimoire.streams.recall.entity_lane import query_entity_keys
 from grimoire.streams.recall.flow import RecallContext
+from grimoire.streams.recall.named import query_names
 from grimoire.streams.recall.options import ProvenanceFilters, RetrievalBudgets, RetrievalMode
 from grimoire.streams.recall.ports import Anchor, LaneHit, RecallRecord, Vector, adjacent_members
+from grimoire.streams.recall.temporal import TimeIntent
 from grimoire.streams.recall.walk.daimoi import NodeInfo
 
 from .vectors import random_unit
@@ -52,7 +55,7 @@ class DictSource:
     ) -> list[LaneHit]:
         hits = []
         for record in self._eligible(filters):
-            score = len(set(terms) & set(search_terms(record.text)))
+            score = len(set(terms) & set(lexical_form(record.text, record.ts_ms).words))
             if score:
                 hits.append(LaneHit(record.memory_id, float(score)))
         return sorted(hits, key=lambda h: (-h.score, h.memory_id))[:k]
@@ -61,7 +64,11 @@ class DictSource:
         found = {}
         for memory_id in memory_ids:
             record = self.by_id.get(memory_id)
-            score = len(set(terms) & set(search_terms(record.text))) if record else 0
+            score = (
+                len(set(terms) & set(lexical_form(record.text, record.ts_ms).words))
+                if record
+                else 0
+            )
             if score:
                 found[memory_id] = float(score)
         return found
@@ -143,7 +150,15 @@ def query(text: str = "disk full on node seven", **budgets: Any) -> RecallQuery:
 
 
 def context(text: str, vector: Vector, mode: RetrievalMode = RetrievalMode.FULL) -> RecallContext:
-    """The query's terms and ``vector`` on both lanes, at ``NOW``."""
+    """What the recall handler reads from ``text`` (its terms, time, actors and
+    entities), and ``vector`` on both lanes, at ``NOW``."""
     return RecallContext(
-        now_ms=NOW, mode=mode, terms=search_terms(text), canonical=vector, eidolon=vector
+        now_ms=NOW,
+        mode=mode,
+        terms=query_terms(text),
+        canonical=vector,
+        eidolon=vector,
+        time=TimeIntent.of(text, NOW),
+        named=query_names(text),
+        entity_keys=query_entity_keys(text),
     )

@@ -404,10 +404,23 @@ CASES = [
     case(
         "neg_numbers", KeySource(text="Block 19283746 closed at 3456.78 with 12 txs and pid 4242")
     ),
+    # Calm words make no err: key; the quantities are things all the same.
     case(
-        "neg_calm_timeout_and_slippage",
+        "calm_timeout_and_slippage_quantities_only",
         KeySource(text="I set the timeout to 30 seconds and slippage to 0.5% for this pool."),
+        "entity:0.5_pct",
+        "entity:30_s",
     ),
+    case(
+        "quantities_with_units_and_currencies",
+        KeySource(text="We scored 40 points, paid $5 and €3,50, gas 25 gwei, 2x faster"),
+        "entity:2_x",
+        "entity:25_gwei",
+        "entity:3.50_eur",
+        "entity:40_points",
+        "entity:5_usd",
+    ),
+    case("neg_calendar_spans", KeySource(text="it was 3 years ago, for 2 weeks, in 2023")),
     # "error" is evidence, but no family matches, so no err: key is invented.
     case("neg_word_error_not_a_family", KeySource(text="The error bars on that chart look fine.")),
     case("neg_acronyms", KeySource(text="The API returned JSON over HTTP as usual, CPU was low")),

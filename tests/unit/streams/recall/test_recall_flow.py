@@ -62,6 +62,18 @@ async def test_the_walk_brings_memories_that_share_keys_with_its_reasons() -> No
     assert "entity:node7" in by_id["m2"].reasons
 
 
+async def test_an_entity_the_query_names_brings_its_memories_in_its_own_lane() -> None:
+    chicago = record(
+        "c1", "the relay there kept dropping blocks", 9, nexus_keys=("entity:chicago",)
+    )
+    source = DictSource([*CORPUS, chicago])
+    q = query("what happened in Chicago", canonical_k=0, eidolon_k=0)
+    outcome = await ask(source, q)
+    by_id = {item.record.memory_id: item for item in outcome.items}
+    assert by_id["c1"].lanes == ("entity",)  # no word and no vector matched it
+    assert "lane:entity" in by_id["c1"].reasons
+
+
 async def test_same_request_same_state_gives_identical_items() -> None:
     source = DictSource(CORPUS)
     first = await ask(source, query())
