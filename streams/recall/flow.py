@@ -416,6 +416,9 @@ def _pack_input(
             "score": scored.score,
             **{f"rank:{lane}": float(rank) for lane, rank in member.ranks},
         }
+        if relevance.boost:
+            # What the time cue, the named window and the actor added (QueryMatch).
+            detail["query_match"] = relevance.boost
         if via is not None:
             detail["walk_score"] = via.score
             detail["walk_hops"] = float(via.hops)

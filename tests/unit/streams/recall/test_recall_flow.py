@@ -74,6 +74,14 @@ async def test_an_entity_the_query_names_brings_its_memories_in_its_own_lane() -
     assert "lane:entity" in by_id["c1"].reasons
 
 
+async def test_a_when_question_explains_what_its_time_cue_added() -> None:
+    said = record("w1", "the disk filled up yesterday", 5)
+    outcome = await ask(DictSource([*CORPUS, said]), query("when did the disk fill up"))
+    factors = {item.record.memory_id: dict(item.factors) for item in outcome.items}
+    assert factors["w1"]["query_match"] > 0.0
+    assert "query_match" not in factors["m3"]  # no cue, nothing added
+
+
 async def test_same_request_same_state_gives_identical_items() -> None:
     source = DictSource(CORPUS)
     first = await ask(source, query())
