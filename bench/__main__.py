@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     locomo = bench_kind.add_parser("locomo", help="LoCoMo evidence retrieval vs BM25 and dense")
     add_locomo_arguments(locomo)
+    lexicon_bench = bench_kind.add_parser(
+        "lexicon", help="plain BM25 on LoCoMo with the lexical form's stems and time words on/off"
+    )
+    lexicon_bench.add_argument("--data", default=None, help="a LoCoMo-format JSON file")
+    lexicon_bench.add_argument("--conversations", default="", help="comma-separated sample ids")
     fold = bench_kind.add_parser(
         "fold", help="the apply loop alone: CPU per folded event, Redis requests per batch"
     )
@@ -215,6 +220,16 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return _print_result(
             run_locomo_bench(settings, data_path=data, conversation_ids=wanted, options=options)
         )
+    if args.bench == "lexicon":
+        from bench.lexicon import run_lexicon_bench
+        from bench.locomo import default_data_path as locomo_data_path
+
+        source = Path(args.data) if args.data else locomo_data_path()
+        if not source.is_file():
+            sys.stderr.write(f"{PROG} lexicon: no LoCoMo file at {source}; pass --data FILE\n")
+            return 2
+        chosen = tuple(c for c in args.conversations.split(",") if c)
+        return _print_result(run_lexicon_bench(source, chosen))
     if args.bench == "fold":
         from bench.fold import FoldOptions, run_fold_bench
 

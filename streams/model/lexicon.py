@@ -28,7 +28,7 @@ from typing import Final, cast
 from grimoire.streams.model.text import STOPWORDS, normalize_text
 from grimoire.streams.model.time_words import MONTHS, WEEKDAYS
 
-__all__ = ["LexicalForm", "lexical_form", "query_terms", "time_words"]
+__all__ = ["LexicalForm", "lexical_form", "query_terms", "time_words", "unstemmed_words"]
 
 _WORD: Final = re.compile(r"[^\W_]+(?:[._'][^\W_]+)*")
 _ALPHA: Final = re.compile(r"[^\W\d_]+")
@@ -131,6 +131,12 @@ def lexical_form(text: str, ts_ms: int | None) -> LexicalForm:
     # not their own stems), so "in January" meets January's memories.
     words = _stemmed(words)
     return LexicalForm(tuple(words))
+
+
+def unstemmed_words(text: str) -> list[str]:
+    """The form's words before stemming (what the index held before store format 3,
+    less its tokeniser's differences): for measuring what stemming is worth."""
+    return _tokens(text)
 
 
 def query_terms(query: str, *, limit: int = MAX_QUERY_TERMS) -> tuple[str, ...]:
