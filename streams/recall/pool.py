@@ -50,7 +50,8 @@ class Pooled:
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """What the query brings to score a pool: its terms and their lane scores
-    (memory id → full BM25 sum), its canonical vector and what it asks of time."""
+    (memory id → full BM25 sum), its canonical vector, what it asks of time and
+    the words that may name an actor."""
 
     terms: tuple[str, ...]
     lexical_hits: Mapping[str, float]
