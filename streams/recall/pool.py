@@ -156,14 +156,9 @@ async def assess(
     lexical.update(lexical_scores)
     vectors = {i: p.record.vector for i, p in members.items() if p.record.vector is not None}
     semantic = cosines(evidence.vector, vectors)
-    first = score_pool(
-        list(members),
-        lexical,
-        semantic,
-        {},
-        policy,
-        evidence.matches(members, coverage=policy.coverage_share > 0),
-    )
+    # The anchors are chosen on each memory's own relevance, which no query
+    # match changes: this first scoring needs none.
+    first = score_pool(list(members), lexical, semantic, {}, policy)
     wanted = sorted(
         {n for a in anchors(first, policy.context_anchors) for n in adjacency.get(a, ())}
         - set(members)

@@ -41,12 +41,20 @@ def time_match(intent: TimeIntent, text: str, ts_ms: int) -> tuple[float, float]
     """(cue, window): 1.0 where the memory says when for a "when" question, and
     where its event time, or the time its words name, falls in the named
     window; 0.0 otherwise."""
-    cue = 1.0 if intent.when and has_time_cue(text) else 0.0
+    if intent.empty:
+        return 0.0, 0.0
+    # One scan says whether the text names a time at all; every span
+    # `named_window` resolves is also a cue, so a text without one names none.
+    says_when = has_time_cue(text)
+    cue = 1.0 if intent.when and says_when else 0.0
     inside = 0.0
     if intent.window is not None:
-        # "Last night" said on the 4th happened on the 3rd: a memory's own time
-        # words, resolved against its event time, place it as well as its stamp.
-        said = named_window(text, ts_ms)
-        if intent.window.holds(ts_ms) or (said is not None and intent.window.overlaps(said)):
+        if intent.window.holds(ts_ms):
             inside = 1.0
+        elif says_when:
+            # "Last night" said on the 4th happened on the 3rd: a memory's own
+            # time words, resolved against its event time, place it too.
+            said = named_window(text, ts_ms)
+            if said is not None and intent.window.overlaps(said):
+                inside = 1.0
     return cue, inside

@@ -231,3 +231,31 @@ def test_windows_overlap_only_when_they_share_time() -> None:
     assert not window.overlaps(TimeWindow(0, 100))
     assert TimeWindow(150, 250).overlaps(window)
     assert not TimeWindow(200, 300).overlaps(window)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "on May 3, 2023",
+        "3 May 2023",
+        "the 3rd of Sept, 2022",
+        "in May 2023",
+        "during 2021",
+        "last May",
+        "this March",
+        "two weeks ago",
+        "a year ago",
+        "yesterday",
+        "last night",
+        "today",
+        "tonight",
+        "this morning",
+        "last week",
+        "this month",
+        "last year",
+    ],
+)
+def test_every_span_named_is_a_time_cue(text: str) -> None:
+    # Recall resolves a memory's own span only when its text has a cue.
+    assert named_window(text, AS_OF) is not None
+    assert has_time_cue(text)
