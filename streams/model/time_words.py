@@ -197,12 +197,20 @@ _RELATIVE: Final = re.compile(
 )
 
 
+_MONTH_STEMS: Final = tuple(m[:3] for m in MONTHS)
+_RELATIVE_WORDS: Final = ("yesterday", "today", "tonight", "last", "this")
+
+
 def named_window(query: str, as_of_ms: int) -> TimeWindow | None:
     """The window of event time the query names, resolved against `as_of_ms`;
     None when it names none. The most specific form found wins (a date, then a
     month of a year, a year, a month last seen, a span ago, a relative word)."""
     now = datetime.fromtimestamp(as_of_ms / 1000, tz=UTC)
-    found = _DATE.search(query)
+    # Substring checks first (C speed): each pattern runs only where it can match.
+    low = query.lower()
+    names_month = any(stem in low for stem in _MONTH_STEMS)
+    digits = any(ch.isdigit() for ch in low)
+    found = _DATE.search(query) if names_month and digits else None
     if found is not None:
         month = _month_number(found.group("m1") or found.group("m2"))
         day = int(found.group("d1") or found.group("d2"))
@@ -212,16 +220,16 @@ def named_window(query: str, as_of_ms: int) -> TimeWindow | None:
                 return _day_window(datetime(year, month, day, tzinfo=UTC))
             except ValueError:
                 return _month_window(year, month)
-    found = _MONTH_YEAR.search(query)
+    found = _MONTH_YEAR.search(query) if names_month and digits else None
     if found is not None:
         month = _month_number(found.group("m"))
         if month is not None:
             return _month_window(int(found.group("y")), month)
-    found = _YEAR.search(query)
+    found = _YEAR.search(query) if digits else None
     if found is not None:
         year = int(found.group("y"))
         return TimeWindow(_ms(_month_start(year, 1)), _ms(_month_start(year + 1, 1)))
-    found = _LAST_MONTH_NAME.search(query)
+    found = _LAST_MONTH_NAME.search(query) if names_month else None
     if found is not None:
         if found.group("t"):
             # "this March" is the as_of year's.
@@ -234,12 +242,12 @@ def named_window(query: str, as_of_ms: int) -> TimeWindow | None:
                 # "last May" is the latest May that has begun before this month.
                 year = now.year if month < now.month else now.year - 1
                 return _month_window(year, month)
-    found = _AGO.search(query)
+    found = _AGO.search(query) if "ago" in low else None
     if found is not None:
         count, unit = _count(found.group("n")), found.group("u").lower()
         if count is not None:
             return _ago(now, count, unit)
-    found = _RELATIVE.search(query)
+    found = _RELATIVE.search(query) if any(w in low for w in _RELATIVE_WORDS) else None
     if found is not None:
         return _relative(now, " ".join(found.group("w").lower().split()))
     return None
