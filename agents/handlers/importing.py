@@ -23,8 +23,8 @@ import numpy as np
 from grimoire.agents.ports import Embedder
 from grimoire.streams.exchange.chunks import ImportChunk
 from grimoire.streams.exchange.format import StateLine, encode_line, hash_line, hash_of
-from grimoire.streams.model.lexicon import lexical_form
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash.writing import lexical_form_of
 from grimoire.tables.memory.imported import VECTOR_FIELDS, ImportWriter
 
 __all__ = ["IMPORT_OP", "ImportHandler"]
@@ -96,10 +96,7 @@ def _with_lexical_forms(lines: Sequence[StateLine]) -> list[StateLine]:
         fields = hash_of(line)
         if not fields or b"lexical" in fields:
             continue
-        ts = fields.get(b"ts")
-        form = lexical_form(
-            text_of(fields.get(b"text", b"")), int(float(text_of(ts))) if ts else None
-        )
+        form = lexical_form_of(fields.get(b"text"), fields.get(b"ts"))
         fields[b"lexical"] = form.text.encode()
         out[i] = hash_line(line, fields)
     return out

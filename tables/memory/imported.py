@@ -25,9 +25,9 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from grimoire.streams.exchange.format import StateLine, hash_line, hash_of, split_line
-from grimoire.streams.model.lexicon import lexical_form
 from grimoire.tables.codec.fact import decode_ids, decode_links, encode_ids, encode_links
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash.writing import lexical_form_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.compaction_store import Phase
 from grimoire.tables.maintenance.curator_marks import queue_new
@@ -171,10 +171,7 @@ class ImportWriter:
             for line, key in targets:
                 if derive and line.type == "memory":
                     fields = hash_of(line)
-                    ts = fields.get(b"ts")
-                    form = lexical_form(
-                        text_of(fields.get(b"text", b"")), int(float(text_of(ts))) if ts else None
-                    )
+                    form = lexical_form_of(fields.get(b"text"), fields.get(b"ts"))
                     counted = counted_text(form)
                     self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), counted)
                     # An inherited insight, heuristic or warning: the successor's

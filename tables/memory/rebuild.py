@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from grimoire.streams.model.lexicon import LexicalForm, lexical_form
+from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.tables.codec.hash_values import text_of
+from grimoire.tables.codec.memory_hash.writing import lexical_form_of
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.graph import RedisGraph
 from grimoire.tables.transaction import agent_transaction
@@ -81,7 +82,7 @@ async def rebuild_derived(
             if owner is None or memory_id is None or text_of(owner) != agent_id:
                 continue
             ids.append(text_of(memory_id))
-            form = lexical_form(text_of(text or b""), int(float(text_of(ts))) if ts else None)
+            form = lexical_form_of(text, ts)
             if stored is None or text_of(stored) != form.text:
                 # A memory written before the lexical form (or by an older form):
                 # the index finds it by its words only once they are written.

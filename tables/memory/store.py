@@ -20,7 +20,7 @@ from redisvl.schema.fields import TagField
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
-from grimoire.streams.model.lexicon import lexical_form
+from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.write.admission import NearMemory
@@ -306,7 +306,8 @@ class RedisMemoryStore:
                 pipe,
                 key,
                 self.graph.keys.terms(cand.agent_id),
-                counted_text(lexical_form(cand.text, cand.ts_ms)),
+                # The form the hash holds: stemmed once per memory, not again here.
+                counted_text(LexicalForm.parse(fields["lexical"])),
             )
             pipe.hset(key, mapping=fields)
             self.decay.schedule_new(pipe, fields)

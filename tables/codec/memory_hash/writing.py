@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from grimoire.streams.model.lexicon import lexical_form
+from grimoire.streams.model.lexicon import LexicalForm, lexical_form
 from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.model.text import gist
 from grimoire.tables.codec.field_state import affect_to_json
@@ -20,6 +20,7 @@ __all__ = [
     "hash_fields",
     "is_pinned",
     "is_retracted",
+    "lexical_form_of",
     "pinned_fields",
     "retracted_fields",
     "stored_memory",
@@ -63,6 +64,12 @@ def stored_memory(doc: dict[str, Any]) -> StoredMemory:
         source_event_id=text_of(doc.get("source_event_id", "")),
         normalized_hash=text_of(doc.get("normalized_hash", "")),
     )
+
+
+def lexical_form_of(text: Any, ts: Any) -> LexicalForm:
+    """The lexical form of a stored memory's raw `text` and `ts` values (a hash
+    read back, an export's line): what `hash_fields` wrote, or would have."""
+    return lexical_form(text_of(text or b""), int(float(text_of(ts))) if ts else None)
 
 
 def hash_fields(record: MemoryRecord, recorded_at_ms: int) -> dict[str, Any]:
