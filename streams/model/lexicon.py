@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, cast
 
-from grimoire.streams.model.text import STOPWORDS, normalize_text
+from grimoire.streams.model.text import STOPWORDS, WORD, normalize_text
 from grimoire.streams.model.time_words import MONTHS, WEEKDAYS
 
 __all__ = ["LexicalForm", "lexical_form", "query_terms", "time_words", "unstemmed_words"]
 
-_WORD: Final = re.compile(r"[^\W_]+(?:[._'][^\W_]+)*")
 _ALPHA: Final = re.compile(r"[^\W\d_]+")
 MAX_QUERY_TERMS: Final = 32
 
@@ -56,7 +55,7 @@ def _tokens(text: str) -> list[str]:
     inner dots as `_`."""
     out = []
     folded = normalize_text(text).casefold().replace("\u2019", "'")
-    for match in _WORD.finditer(folded):
+    for match in WORD.finditer(folded):
         word = match.group(0)
         if word in STOPWORDS:
             continue

@@ -7,7 +7,9 @@ import re
 import unicodedata
 
 _WHITESPACE = re.compile(r"\s+")
-_WORD = re.compile(r"[^\W_]+(?:[._'][^\W_]+)*")
+# A word: letters and digits, joined by inner dots, underscores or apostrophes
+# ("config.yaml", "don't"); what search terms and the lexical form are cut from.
+WORD = re.compile(r"[^\W_]+(?:[._'][^\W_]+)*")
 # Control characters other than tab, newline and carriage return mark binary or
 # corrupted payloads; text with them is rejected rather than silently stripped.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -97,7 +99,7 @@ def normalized_hash(text: str) -> str:
 def search_terms(text: str, *, limit: int = 32) -> tuple[str, ...]:
     """Distinct lowercase content words in first-seen order, for BM25 queries."""
     seen: dict[str, None] = {}
-    for match in _WORD.finditer(normalize_text(text).casefold()):
+    for match in WORD.finditer(normalize_text(text).casefold()):
         word = match.group(0)
         if word not in STOPWORDS and len(word) > 1:
             seen.setdefault(word, None)
