@@ -49,7 +49,7 @@ from grimoire.topics.schemas import (
 )
 from tests.support.gateway import RecordingGateway
 from tests.support.http_deps import keyed_deps
-from tests.support.journal import journal_name_of
+from tests.support.journal import journal_name_once_written
 from tests.support.workers import prefixed_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -209,7 +209,8 @@ async def dead_letters(
 async def journaled_sources(deployment: Deployment, read_topic: Any, until: Coords) -> set[Coords]:
     """The source of every journal entry of the tenant's agent, once `until` is in."""
 
-    name = await journal_name_of(
+    # The inputs were just produced: the first one journaled creates the secret.
+    name = await journal_name_once_written(
         deployment.redis, deployment.settings.topic_prefix, deployment.agent
     )
 
