@@ -257,7 +257,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.worker.log_level)
     return run(settings, args)
 
 

@@ -740,13 +740,11 @@ async def run_clade(base: Settings, options: CladeOptions, *, log_dir: Path) -> 
     if options.agents < 1:
         raise ValueError("agents must be at least 1")
     bench_id = uuid.uuid4().hex[:6]
-    settings = base.model_copy(
-        update={
-            "topic_prefix": f"clade{bench_id}",
-            "app_id": f"grimoire-clade{bench_id}",
-            "maintenance_enabled": options.maintenance,
-            "block_interval_s": options.block_interval_s,
-        }
+    settings = base.with_values(
+        topic_prefix=f"clade{bench_id}",
+        app_id=f"grimoire-clade{bench_id}",
+        maintenance_enabled=options.maintenance,
+        block_interval_s=options.block_interval_s,
     )
     env = build_environment(
         seed=options.seed,
@@ -761,23 +759,29 @@ async def run_clade(base: Settings, options: CladeOptions, *, log_dir: Path) -> 
     clade = f"bench-{bench_id}"
     shares = _Shares(expected_per_round=options.agents * (options.agents - 1))
     timings: dict[str, list[float]] = {"recall_round_ms": [], "round_ms": []}
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     began = time.perf_counter()
-    worker = start_worker(settings, log_dir / f"worker-{settings.topic_prefix}.log")
+    worker = start_worker(settings, log_dir / f"worker-{settings.broker.topic_prefix}.log")
     try:
         # Membership lives in the key store, as the worker reads it (infra/runtime.py).
-        keystore = create_redis(settings.keystore_url, 8) if settings.keystore_url else None
-        registry = RedisCladeRegistry(keystore or redis, settings.topic_prefix)
+        keystore = (
+            create_redis(settings.redis.keystore_url, 8) if settings.redis.keystore_url else None
+        )
+        registry = RedisCladeRegistry(keystore or redis, settings.broker.topic_prefix)
         for agent in arms[0].agents:
             await registry.join(clade, agent)
         if keystore is not None:
             await keystore.aclose()
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+            settings.bootstrap_servers,
+            settings.broker.topic_prefix,
+            partitions=settings.broker.partitions,
         ) as client:
             await client.wait_until_ready(timeout=180)
             ready = time.perf_counter()
-            watch = _CladeWatch(settings.bootstrap_servers, client.topics, settings.partitions)
+            watch = _CladeWatch(
+                settings.bootstrap_servers, client.topics, settings.broker.partitions
+            )
             await watch.start()
             try:
                 for arm, config in zip(arms, (CLADE_CONFIG, GRIMOIRE_CONFIG), strict=True):
@@ -799,8 +803,8 @@ async def run_clade(base: Settings, options: CladeOptions, *, log_dir: Path) -> 
                 curator = await _last_curator_cycle(watch, env, arms[0].agents, last_runs, options)
             finally:
                 await watch.stop()
-        siblings = await read_held(redis, settings.topic_prefix, arms[0].agents)
-        solos = await read_held(redis, settings.topic_prefix, arms[1].agents)
+        siblings = await read_held(redis, settings.broker.topic_prefix, arms[0].agents)
+        solos = await read_held(redis, settings.broker.topic_prefix, arms[1].agents)
         check = heuristics_check(siblings)
         copies = copies_check(siblings)
         baseline = heuristics_check(solos)

@@ -1298,7 +1298,7 @@ class _Workers:
         data_dir = self.dir / "data" / f"worker-{slot}"
         data_dir.mkdir(parents=True, exist_ok=True)
         role = self.roles[slot]
-        settings = self.settings.model_copy(update={"data_dir": data_dir, "worker_roles": role})
+        settings = self.settings.with_values(data_dir=data_dir, worker_roles=role)
         log = self.dir / "log" / f"worker-{slot}-{self._incarnation}.log"
         process = start_worker(settings, log, cwd=self.root)
         self.slots[slot] = process
@@ -1579,14 +1579,12 @@ class _Env:
 
 
 def _run_settings(env: _Env, prefix: str) -> Settings:
-    return env.base.model_copy(
-        update={
-            "topic_prefix": prefix,
-            "app_id": f"grimoire-{prefix}",
-            "maintenance_enabled": False,
-            "block_interval_s": 3_600.0,
-            "knn_hybrid_policy": env.knn_hybrid_policy,
-        }
+    return env.base.with_values(
+        topic_prefix=prefix,
+        app_id=f"grimoire-{prefix}",
+        maintenance_enabled=False,
+        block_interval_s=3_600.0,
+        knn_hybrid_policy=env.knn_hybrid_policy,
     )
 
 
@@ -1812,7 +1810,7 @@ class _Run:
         self.keys = Keyspace(self.prefix)
         roles = SLOT_ROLES if faulty else ("ingest,recall",)
         self.workers = _Workers(self.settings, env.root, env.state_dir / self.prefix, roles)
-        self.redis = Redis.from_url(self.settings.redis_url)
+        self.redis = Redis.from_url(self.settings.redis.url)
         self.gate = SendGate()
         self.inputs = _Inputs(self.settings.bootstrap_servers)
         self.driver = _Driver(
@@ -2013,7 +2011,7 @@ class _Run:
             async with GrimoireClient(
                 self.settings.bootstrap_servers,
                 self.prefix,
-                partitions=self.settings.partitions,
+                partitions=self.settings.broker.partitions,
                 client_id=CLIENT_ID,
             ) as client:
                 await self.inputs.start()
@@ -2327,7 +2325,7 @@ async def _bench(env: _Env, *, fuzz_count: int, plan: FaultPlan) -> dict[str, An
     comparison = _compare(faulty, clean)
     differences: dict[str, Any] = {}
     if comparison["differ"]:
-        redis = Redis.from_url(env.base.redis_url)
+        redis = Redis.from_url(env.base.redis.url)
         try:
             for agent in comparison["differ"][:5]:
                 one = await _family_digests(redis, faulty["prefix"], agent)
@@ -2398,11 +2396,8 @@ def run_faults_bench(
     for prefix_dir in state_dir.glob("f[ab]*"):
         shutil.rmtree(prefix_dir, ignore_errors=True)
     services.up()
-    base = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-        }
+    base = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
     )
     valid = valid_events(events=events, agents=agents, seed=seed)
     expected_valid = expected_candidates(valid, base)

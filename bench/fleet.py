@@ -474,13 +474,11 @@ async def run_trial(
     prefix = f"fleet{trial_id}"
     warmup = options.warmup_blocks if warmup_blocks is None else warmup_blocks
     warmup = min(warmup, shape.blocks - 1)
-    settings = base.model_copy(
-        update={
-            "topic_prefix": prefix,
-            "app_id": f"grimoire-{prefix}",
-            "block_interval_s": shape.wall_block_s,
-            "maintenance_enabled": True,
-        }
+    settings = base.with_values(
+        topic_prefix=prefix,
+        app_id=f"grimoire-{prefix}",
+        block_interval_s=shape.wall_block_s,
+        maintenance_enabled=True,
     )
     topics = TopicNames(prefix)
     began = time.monotonic()
@@ -498,9 +496,9 @@ async def run_trial(
     for n, (_, update) in enumerate(layout):
         data_dir = log_dir / f"data-{prefix}-{n}"
         data_dir.mkdir(parents=True, exist_ok=True)
-        own = settings.model_copy(update={**update, "data_dir": data_dir})
+        own = settings.with_values(**update, data_dir=data_dir)
         workers.append(start_worker(own, log_dir / f"worker-{prefix}-{n}.log"))
-    redis = create_redis(settings.redis_url, 16)
+    redis = create_redis(settings.redis.url, 16)
     tally = _Tally()
     rng = random.Random(options.seed)
     recall_count = sum(1 for s in schedule(shape) if s.recall)
@@ -508,10 +506,10 @@ async def run_trial(
     agents = [agent_id(i) for i in range(shape.agents)]
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, prefix, partitions=settings.partitions
+            settings.bootstrap_servers, prefix, partitions=settings.broker.partitions
         ) as client:
             await client.wait_until_ready(timeout=240)
-            watch = _Watch(settings.bootstrap_servers, topics, settings.partitions)
+            watch = _Watch(settings.bootstrap_servers, topics, settings.broker.partitions)
             await watch.start()
             try:
                 probe_timeout = options.drain_timeout_s
@@ -772,11 +770,8 @@ def run_fleet_bench(settings: Settings, options: FleetOptions) -> dict[str, Any]
         fleet_dir, ports, wheel_cache=state_dir / "wheels", ready_timeout=120.0
     )
     started = services.up()
-    base = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-        }
+    base = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
     )
     log_dir = fleet_dir / "log"
     trials_run = 0

@@ -131,10 +131,10 @@ def _inputs(options: FoldOptions, topic: str) -> list[InputMessage]:
 
 async def _fold(settings: Settings, options: FoldOptions) -> dict[str, Any]:
     prefix = f"fold{uuid.uuid4().hex[:8]}"
-    configured = settings.model_copy(
-        update={"topic_prefix": prefix, "auth_enabled": False, "maintenance_enabled": False}
+    configured = settings.with_values(
+        topic_prefix=prefix, auth_enabled=False, maintenance_enabled=False
     )
-    redis = create_redis(configured.redis_url, configured.redis_max_connections)
+    redis = create_redis(configured.redis.url, configured.redis.max_connections)
     sink = MemorySink()
     topics = TopicNames(prefix)
     try:
@@ -194,7 +194,7 @@ def run_fold_bench(settings: Settings, options: FoldOptions) -> dict[str, Any]:
     services = LocalServices(state_dir, ports)
     started = services.up()
     try:
-        configured = settings.model_copy(update={"redis_url": services.redis_url})
+        configured = settings.with_values(redis_url=services.redis_url)
         report = asyncio.run(_fold(configured, options))
         report["cpus"] = os.cpu_count()
         return report

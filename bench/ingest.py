@@ -160,23 +160,25 @@ async def _run_mix(
     broker_data: Path | None = None,
     prefix: str | None = None,
 ) -> dict[str, Any]:
-    settings = base.model_copy(update={"topic_prefix": prefix or f"bench{uuid.uuid4().hex[:6]}"})
-    topics = TopicNames(settings.topic_prefix)
+    settings = base.with_values(topic_prefix=prefix or f"bench{uuid.uuid4().hex[:6]}")
+    topics = TopicNames(settings.broker.topic_prefix)
     stream = list(generate(topics, events=events, agents=agents, distinct=distinct))
     texts = _candidate_texts(topics, stream, settings)
-    embed_s, embed_cpu_s = await _embed_only(embedder, texts, settings.embed_batch_size)
+    embed_s, embed_cpu_s = await _embed_only(embedder, texts, settings.embedding.batch_size)
 
-    worker = start_worker(settings, state_dir / "log" / f"worker-{settings.topic_prefix}.log")
-    redis = Redis.from_url(settings.redis_url)
+    worker = start_worker(
+        settings, state_dir / "log" / f"worker-{settings.broker.topic_prefix}.log"
+    )
+    redis = Redis.from_url(settings.redis.url)
     try:
         async with GrimoireClient(
             settings.bootstrap_servers,
-            settings.topic_prefix,
-            partitions=settings.partitions,
+            settings.broker.topic_prefix,
+            partitions=settings.broker.partitions,
             api_key=api_key,
         ) as client:
             await client.wait_until_ready(timeout=180)
-            state = AgentStateStore(redis, settings.topic_prefix)
+            state = AgentStateStore(redis, settings.broker.topic_prefix)
             agent_ids = sorted({event.key for event in stream})
             pids = {"worker": worker.pid, **service_pids, "bench": os.getpid()}
             cpu_before = sample_cpu(pids, split=["worker"])
@@ -196,12 +198,13 @@ async def _run_mix(
             cpu_after = sample_cpu(pids, split=["worker"])
             # Texts the model ran during the load (the probes' come later).
             load_misses = float(
-                await redis.hget(Keyspace(settings.topic_prefix).metrics, "embed_misses") or 0
+                await redis.hget(Keyspace(settings.broker.topic_prefix).metrics, "embed_misses")
+                or 0
             )
             # Maintenance commands issued during the load sit behind it in the
             # journal: the probes time a fresh event on a worker that has caught
             # up, and the catching up is reported on its own.
-            settle_s = await _settle(redis, settings.topic_prefix, agent_ids)
+            settle_s = await _settle(redis, settings.broker.topic_prefix, agent_ids)
             # The broker's bytes for the load: the inputs, their journal entries, the
             # memory-events, offsets; the probes' come after.
             broker_bytes = _disk_bytes(broker_data) - bytes_before
@@ -209,7 +212,9 @@ async def _run_mix(
             stats = await asyncio.gather(*(state.stats(agent) for agent in agent_ids))
             metrics = {
                 k.decode(): float(v)
-                for k, v in (await redis.hgetall(Keyspace(settings.topic_prefix).metrics)).items()
+                for k, v in (
+                    await redis.hgetall(Keyspace(settings.broker.topic_prefix).metrics)
+                ).items()
             }
     finally:
         await redis.aclose()
@@ -235,7 +240,7 @@ async def _run_mix(
         "settle_s": round(settle_s, 1),
         "admission_rate": round(admitted / len(texts), 4),
         "cache_hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
-        "batch_size": settings.embed_batch_size,
+        "batch_size": settings.embedding.batch_size,
         "model_busy": round(metrics.get("embed_model_seconds", 0.0) / ingest_s, 3),
         "mean_batch": round(
             metrics.get("ingest_candidates", 0.0) / max(1.0, metrics.get("ingest_batches", 0.0)), 1
@@ -273,9 +278,9 @@ def _disk_bytes(root: Path | None) -> int:
 
 async def _bench_key(settings: Settings) -> str:
     """An admin tenant key for the durable profile's client (keys are checked there)."""
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis.url)
     try:
-        _, token = await RedisApiKeyStore(redis, settings.topic_prefix).create(
+        _, token = await RedisApiKeyStore(redis, settings.broker.topic_prefix).create(
             TenantScope(admin=True), "bench ingest", now_ms=int(time.time() * 1000)
         )
         return token
@@ -305,13 +310,11 @@ def _durable_distinct(
     services.up()
     try:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
-        base = settings.model_copy(
-            update={
-                "broker_url": f"kafka://{services.kafka_bootstrap}",
-                "redis_url": services.redis_url,
-                "auth_enabled": True,
-                "topic_prefix": prefix,
-            }
+        base = settings.with_values(
+            broker_url=f"kafka://{services.kafka_bootstrap}",
+            redis_url=services.redis_url,
+            auth_enabled=True,
+            topic_prefix=prefix,
         )
         token = asyncio.run(_bench_key(base))
         pids = find_service_pids(state_dir, ports)
@@ -372,11 +375,8 @@ def _memory_mixes(
     )
     services = LocalServices(state_dir, ports)
     started_services = services.up()
-    base = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-        }
+    base = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
     )
     pids = find_service_pids(state_dir, ports)
     try:

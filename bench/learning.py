@@ -777,14 +777,12 @@ async def run_learning(
     """The bench against running services (`base` names them): its own topic prefix,
     its own worker process (started here, stopped at the end)."""
     bench_id = uuid.uuid4().hex[:6]
-    settings = base.model_copy(
-        update={
-            "topic_prefix": f"learn{bench_id}",
-            "app_id": f"grimoire-learn{bench_id}",
-            # The block timer's maintenance runs on the wall clock, so it would land at
-            # different places in a learner's and its shadow's journals.
-            "maintenance_enabled": False,
-        }
+    settings = base.with_values(
+        topic_prefix=f"learn{bench_id}",
+        app_id=f"grimoire-learn{bench_id}",
+        # The block timer's maintenance runs on the wall clock, so it would land at
+        # different places in a learner's and its shadow's journals.
+        maintenance_enabled=False,
     )
     env = build_environment(
         seed=options.seed,
@@ -794,15 +792,19 @@ async def run_learning(
         runs_per_agent=options.runs,
     )
     began = time.perf_counter()
-    worker = start_worker(settings, log_dir / f"worker-{settings.topic_prefix}.log")
+    worker = start_worker(settings, log_dir / f"worker-{settings.broker.topic_prefix}.log")
     tally = _Tally()
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+            settings.bootstrap_servers,
+            settings.broker.topic_prefix,
+            partitions=settings.broker.partitions,
         ) as client:
             await client.wait_until_ready(timeout=180)
             ready = time.perf_counter()
-            watch = LearningWatch(settings.bootstrap_servers, client.topics, settings.partitions)
+            watch = LearningWatch(
+                settings.bootstrap_servers, client.topics, settings.broker.partitions
+            )
             await watch.start()
             try:
                 await asyncio.gather(
@@ -855,11 +857,8 @@ def run_on_own_services(
         state_dir / f"bench-{name}", ports, wheel_cache=state_dir / "wheels", ready_timeout=120.0
     )
     started = services.up()
-    base = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-        }
+    base = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
     )
     try:
         report = asyncio.run(bench(base, state_dir / f"bench-{name}" / "log"))

@@ -201,17 +201,15 @@ def run_locomo_bench(
     services = LocalServices(state_dir, ports)
     started_services = services.up()
     prefix = f"locomo{uuid.uuid4().hex[:6]}"
-    run_settings = ablated_settings(settings, options.ablate).model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-            "topic_prefix": prefix,
-            # The conversations span months of event time but are ingested in a
-            # minute: maintenance would compact whole sessions into summaries and
-            # add curator insights before the first question, and the benchmark
-            # scores retrieval of the turns themselves.
-            "maintenance_enabled": False,
-        }
+    run_settings = ablated_settings(settings, options.ablate).with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}",
+        redis_url=services.redis_url,
+        topic_prefix=prefix,
+        # The conversations span months of event time but are ingested in a
+        # minute: maintenance would compact whole sessions into summaries and
+        # add curator insights before the first question, and the benchmark
+        # scores retrieval of the turns themselves.
+        maintenance_enabled=False,
     )
     worker = start_worker(run_settings, state_dir / "log" / f"worker-{prefix}.log")
     try:
@@ -259,13 +257,15 @@ def run_locomo_bench(
 
 
 async def _pipeline(settings: Settings, conversations: list[Conversation]) -> dict[str, Any]:
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis.url)
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+            settings.bootstrap_servers,
+            settings.broker.topic_prefix,
+            partitions=settings.broker.partitions,
         ) as client:
             await client.wait_until_ready(timeout=180)
-            state = AgentStateStore(redis, settings.topic_prefix)
+            state = AgentStateStore(redis, settings.broker.topic_prefix)
             started = time.perf_counter()
             totals = await _ingest(client, state, conversations)
             ingest_s = time.perf_counter() - started

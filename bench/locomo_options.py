@@ -83,9 +83,7 @@ def ablated_settings(settings: Settings, names: Iterable[str]) -> Settings:
         update.update(changes)
     if not update:
         return settings
-    # model_copy does not validate: check the values as the worker's environment will.
-    Settings.model_validate({**update})
-    return settings.model_copy(update=update)
+    return settings.with_values(**update)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -191,26 +191,26 @@ async def _earlier_ticks(handler: MaintenanceHandler, plan: MaintenancePlan, blo
 
 async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[str, Any]:
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     store = RedisMemoryStore(
-        redis, settings.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)
+        redis, settings.broker.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)
     )
     await store.ensure_schema()
     loader = CorpusLoader(
         store,
         embedder,
         AGENT,
-        batch_size=settings.embed_batch_size,
-        eidolon_weight=settings.eidolon_state_weight,
+        batch_size=settings.embedding.batch_size,
+        eidolon_weight=settings.embedding.eidolon_state_weight,
         limits=settings.input_limits,
     )
     sink = MemorySink()
     runtime = Runtime(settings, sink, embedder)
-    state = AgentStateStore(redis, settings.topic_prefix)
-    curator_store = RedisCuratorStore(redis, settings.topic_prefix)
-    block_ms = int(settings.block_interval_s * 1000)
-    every = settings.maintenance_curator_every_ticks
-    schedule = Keyspace(settings.topic_prefix).decay_schedule(AGENT)
+    state = AgentStateStore(redis, settings.broker.topic_prefix)
+    curator_store = RedisCuratorStore(redis, settings.broker.topic_prefix)
+    block_ms = int(settings.worker.block_interval_s * 1000)
+    every = settings.maintenance.curator_every_ticks
+    schedule = Keyspace(settings.broker.topic_prefix).decay_schedule(AGENT)
     report: dict[str, Any] = {}
     serial = 0
     try:
@@ -266,7 +266,7 @@ async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[
             backlog = await redis.zcount(schedule, "-inf", plan.as_of_ms)
             full = await _full_decay_passes(handler, plan, redis, schedule)
             stored = await store.count(AGENT)
-            keys = Keyspace(settings.topic_prefix)
+            keys = Keyspace(settings.broker.topic_prefix)
             curated = {
                 "scheduled": await redis.zcard(keys.curator_due(AGENT)),
                 "playbook": await redis.scard(keys.curator_playbook(AGENT)),
@@ -433,15 +433,13 @@ def run_maintenance_bench(
     )
     services = LocalServices(state_dir, ports, wheel_cache=root / "wheels")
     started_services = services.up()
-    settings = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-            "topic_prefix": f"bmaint{uuid.uuid4().hex[:6]}",
-            # 10,000 memories span ~17 h of event time: with the 7-day default
-            # only the larger store would have anything old enough to compact.
-            "maintenance_compaction_min_age_h": BENCH_MIN_AGE_H,
-        }
+    settings = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}",
+        redis_url=services.redis_url,
+        topic_prefix=f"bmaint{uuid.uuid4().hex[:6]}",
+        # 10,000 memories span ~17 h of event time: with the 7-day default
+        # only the larger store would have anything old enough to compact.
+        maintenance_compaction_min_age_h=BENCH_MIN_AGE_H,
     )
     try:
         return asyncio.run(_run(settings, sizes=sizes, fresh=fresh))

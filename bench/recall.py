@@ -182,7 +182,9 @@ async def measure_kafka(
     worker = start_worker(settings, log_path)
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+            settings.bootstrap_servers,
+            settings.broker.topic_prefix,
+            partitions=settings.broker.partitions,
         ) as client:
             await client.wait_until_ready(timeout=240)
             for query in warmup:
@@ -273,22 +275,22 @@ async def _run(
     query_embed = await measure_embedding(embedder, pool.take(WARMUP), pool.take(queries))
     logger.info("query embedding: %s", query_embed)
 
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     store = RedisMemoryStore(
-        redis, settings.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)
+        redis, settings.broker.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)
     )
     await store.ensure_schema()
     loader = CorpusLoader(
         store,
         embedder,
         AGENT,
-        batch_size=settings.embed_batch_size,
-        eidolon_weight=settings.eidolon_state_weight,
+        batch_size=settings.embedding.batch_size,
+        eidolon_weight=settings.embedding.eidolon_state_weight,
         limits=settings.input_limits,
     )
-    sink = ReplyClock(TopicNames(settings.topic_prefix).reply_topic(REPLY_CLIENT))
+    sink = ReplyClock(TopicNames(settings.broker.topic_prefix).reply_topic(REPLY_CLIENT))
     runtime = Runtime(settings, sink, embedder)
-    topic = TopicNames(settings.topic_prefix).recall_requests
+    topic = TopicNames(settings.broker.topic_prefix).recall_requests
     report: dict[str, Any] = {
         "in_process": {},
         "kafka_round_trip": {},
@@ -325,7 +327,7 @@ async def _run(
             report["in_process_stages_ms"][label] = local.stages()
             logger.info("in process at %d: %s", size, report["in_process"][label])
 
-            log_path = state_dir / "log" / f"worker-{settings.topic_prefix}-{size}.log"
+            log_path = state_dir / "log" / f"worker-{settings.broker.topic_prefix}-{size}.log"
             remote = await measure_kafka(
                 settings, log_path, pool.take(WARMUP), pool.take(kafka_queries)
             )
@@ -373,12 +375,10 @@ def run_recall_bench(
     )
     services = LocalServices(state_dir, ports, wheel_cache=root / "wheels")
     started_services = services.up()
-    settings = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-            "topic_prefix": f"brecall{uuid.uuid4().hex[:6]}",
-        }
+    settings = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}",
+        redis_url=services.redis_url,
+        topic_prefix=f"brecall{uuid.uuid4().hex[:6]}",
     )
     try:
         return asyncio.run(_run(settings, state_dir, sizes=sizes, queries=queries))
@@ -386,4 +386,4 @@ def run_recall_bench(
         if started_services:
             services.down()
         else:
-            asyncio.run(_drop_prefix(settings.redis_url, settings.topic_prefix))
+            asyncio.run(_drop_prefix(settings.redis.url, settings.broker.topic_prefix))

@@ -52,27 +52,27 @@ def faust_credentials(security: KafkaSecurity) -> CredentialsT | None:
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> GrimoireApp:
     app = GrimoireApp(
-        settings.app_id,
-        broker=settings.broker_url,  # kafka:// whatever the protocol: credentials say it
+        settings.worker.app_id,
+        broker=settings.broker.url,  # kafka:// whatever the protocol: credentials say it
         broker_credentials=faust_credentials(settings.kafka_security),
         store="memory://",
-        datadir=str(settings.data_dir),
+        datadir=str(settings.worker.data_dir),
         autodiscover=False,
         key_serializer="raw",
         value_serializer="raw",
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        topic_partitions=settings.broker.partitions,
+        topic_replication_factor=settings.broker.replication_factor,
         consumer_auto_offset_reset="earliest",
-        broker_session_timeout=settings.broker_session_timeout_s,
-        broker_heartbeat_interval=settings.broker_heartbeat_interval_s,
-        broker_rebalance_timeout=settings.broker_rebalance_timeout_s,
-        broker_commit_interval=settings.broker_commit_interval_s,
-        web_enabled=settings.web_enabled,
-        web_port=settings.web_port,
+        broker_session_timeout=settings.broker.session_timeout_s,
+        broker_heartbeat_interval=settings.broker.heartbeat_interval_s,
+        broker_rebalance_timeout=settings.broker.rebalance_timeout_s,
+        broker_commit_interval=settings.broker.commit_interval_s,
+        web_enabled=settings.worker.web_enabled,
+        web_port=settings.worker.web_port,
         web_bind="127.0.0.1",
     )
-    app.fetch_max_wait_ms = settings.consumer_fetch_max_wait_ms
-    names = TopicNames(settings.topic_prefix)
+    app.fetch_max_wait_ms = settings.broker.consumer_fetch_max_wait_ms
+    names = TopicNames(settings.broker.topic_prefix)
     # What the worker's pressure watches: the inputs waiting to be journaled and the
     # journal waiting to be applied.
     ingest_topics = {

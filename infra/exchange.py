@@ -115,7 +115,7 @@ async def export_agent(
     out_name: str = "-",
 ) -> ExportReport:
     """Write the agent's export to `out`; what was written."""
-    redis = create_redis(settings.redis_url, 2)
+    redis = create_redis(settings.redis.url, 2)
     try:
         reading = _bar(0, "export: read", "key", progress)
 
@@ -128,7 +128,7 @@ async def export_agent(
             bar.refresh()
 
         header, lines = await export_state(
-            redis, settings.topic_prefix, agent_id, vectors=vectors, progress=advance
+            redis, settings.broker.topic_prefix, agent_id, vectors=vectors, progress=advance
         )
         reading.close()
     finally:
@@ -292,8 +292,8 @@ async def import_file(
     options = options or InheritanceOptions()
     with path.open("rb") as handle:
         header, lines, trailer = read_file(handle)
-    keys = Keyspace(settings.topic_prefix)
-    redis = create_redis(settings.redis_url, 2)
+    keys = Keyspace(settings.broker.topic_prefix)
+    redis = create_redis(settings.redis.url, 2)
     try:
         space = await redis.get(keys.vector_space)
         plan = plan_import(
@@ -342,8 +342,8 @@ async def _publish(
     bar = _bar(len(plan.chunks), "import: send", "chunk", progress)
     async with GrimoireClient(
         settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
         api_key=api_key,
         security=settings.kafka_security,
     ) as client:

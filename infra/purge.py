@@ -269,30 +269,30 @@ def build_staging_purge(
     group: str | None = None,
     tally: Callable[[PurgeReport], Awaitable[None]] | None = None,
 ) -> StagingPurge | None:
-    """The purge `settings.staging_purge` asks for (None: off). `group`: the workers'
+    """The purge `settings.staging.purge` asks for (None: off). `group`: the workers'
     consumer group (Faust's is the app id)."""
-    mode = settings.staging_purge
+    mode = settings.staging.purge
     if mode == "off":
         return None
     security = settings.kafka_security
     store: StagingStore
     if mode == "s3":
-        if not settings.staging_s3_url:
+        if not settings.staging.s3_url:
             raise ValueError("GRIMOIRE_STAGING_PURGE=s3 needs GRIMOIRE_STAGING_S3_URL")
         store = TansuObjectStore(
-            settings.staging_s3_url,
-            settings.staging_s3_bucket,
-            vacuum_url=settings.staging_s3_vacuum_url,
+            settings.staging.s3_url,
+            settings.staging.s3_bucket,
+            vacuum_url=settings.staging.s3_vacuum_url,
         )
     else:
         store = KafkaRecordsStore(settings.bootstrap_servers, security=security)
     return StagingPurge(
         store,
         KafkaBrokerView(settings.bootstrap_servers, security=security),
-        prefix=settings.topic_prefix,
-        group=group or settings.app_id,
-        retention_s=settings.staging_retention_s,
-        interval_s=settings.staging_purge_interval_s,
+        prefix=settings.broker.topic_prefix,
+        group=group or settings.worker.app_id,
+        retention_s=settings.staging.retention_s,
+        interval_s=settings.staging.purge_interval_s,
         tally=tally,
     )
 
@@ -351,13 +351,13 @@ class RedisPurgeTally:
 
 def register_staging_purge(app: faust.App, settings: Settings) -> StagingPurge | None:
     """Add the purge's leader timer to `app` (None, and a warning, when it is off)."""
-    if settings.staging_purge == "off":
+    if settings.staging.purge == "off":
         logger.warning(
             "staging purge off (GRIMOIRE_STAGING_PURGE): inputs, dead letters, memory "
             "events and replies stay on the broker, so forgetting has no bound there"
         )
         return None
-    tally = RedisPurgeTally(create_redis(settings.redis_url, 2), settings.topic_prefix)
+    tally = RedisPurgeTally(create_redis(settings.redis.url, 2), settings.broker.topic_prefix)
     # Faust's consumer group is its app id.
     purge = build_staging_purge(settings, group=app.conf.id, tally=tally)
     if purge is None:
@@ -365,9 +365,9 @@ def register_staging_purge(app: faust.App, settings: Settings) -> StagingPurge |
     logger.info(
         "staging purge (%s) every %.0fs, retention %.0fs: a forgotten agent's records "
         "leave the broker within %.0fs",
-        settings.staging_purge,
+        settings.staging.purge,
         purge.interval_s,
-        settings.staging_retention_s,
+        settings.staging.retention_s,
         purge.bound_s,
     )
 

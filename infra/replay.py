@@ -64,30 +64,32 @@ async def replay(
     embedder: Embedder | None = None,
     progress: bool = True,
 ) -> ReplayReport:
-    """Fold `settings.topic_prefix`'s journal into `into_prefix` (default: the same
+    """Fold `settings.broker.topic_prefix`'s journal into `into_prefix` (default: the same
     prefix); `wipe` first deletes the target's memory state (never the key store)."""
-    prefix = into_prefix or settings.topic_prefix
+    prefix = into_prefix or settings.broker.topic_prefix
     report = ReplayReport(prefix)
-    redis = create_redis(settings.redis_url, settings.redis_max_connections)
-    keystore_redis = create_redis(settings.keystore_url, 4) if settings.keystore_url else None
+    redis = create_redis(settings.redis.url, settings.redis.max_connections)
+    keystore_redis = (
+        create_redis(settings.redis.keystore_url, 4) if settings.redis.keystore_url else None
+    )
     consumer: AIOKafkaConsumer | None = None
     try:
         if wipe:
             report.wiped_keys = await wipe_memory_state(redis, prefix)
         if embedder is None:
             embedder = SentenceTransformerEmbedder.from_settings(settings)
-        keys = CachedKeyStore(RedisKeyStore(keystore_redis or redis, settings.topic_prefix))
+        keys = CachedKeyStore(RedisKeyStore(keystore_redis or redis, settings.broker.topic_prefix))
         composed = await compose(
             settings,
             prefix=prefix,
             redis=redis,
             keys=keys,
-            embedder=CachingEmbedder(embedder, capacity=settings.embed_cache_size),
+            embedder=CachingEmbedder(embedder, capacity=settings.embedding.cache_size),
             sink=MemorySink(),
             worker_id=f"replay:{worker_id()}",
         )
         applier = composed.handlers.applier
-        journal = TopicNames(settings.topic_prefix).journal
+        journal = TopicNames(settings.broker.topic_prefix).journal
         consumer = _journal_reader(settings)
         await consumer.start()
         partitions = sorted(consumer.partitions_for_topic(journal) or ())
@@ -115,7 +117,7 @@ def _journal_reader(settings: Settings) -> AIOKafkaConsumer:
     """A consumer outside any group that reads assigned journal partitions from
     their start (a replay, a refold)."""
     return AIOKafkaConsumer(
-        bootstrap_servers=settings.broker_url.removeprefix("kafka://"),
+        bootstrap_servers=settings.broker.url.removeprefix("kafka://"),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         **settings.kafka_security.aiokafka_kwargs(),
@@ -133,8 +135,8 @@ async def refold(
     """Fold `partitions` of the deployment's journal again through `applier`, from
     `start` to their end now (a worker rebuilding a lost store), or up to `stop`,
     exclusive (a worker folding again what a crashed Redis lost)."""
-    report = ReplayReport(settings.topic_prefix)
-    journal = TopicNames(settings.topic_prefix).journal
+    report = ReplayReport(settings.broker.topic_prefix)
+    journal = TopicNames(settings.broker.topic_prefix).journal
     consumer = _journal_reader(settings)
     await consumer.start()
     try:

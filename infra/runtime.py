@@ -100,9 +100,9 @@ class Runtime:
         lag: Callable[[], int] | None = None,
     ):
         self._settings = settings
-        topics = TopicNames(settings.topic_prefix)
+        topics = TopicNames(settings.broker.topic_prefix)
         self._counting = CountingSink(
-            sink, topics.dead_letters, topics.memory_events, settings.block_interval_s
+            sink, topics.dead_letters, topics.memory_events, settings.worker.block_interval_s
         )
         self._sink: EventSink = self._counting
         self._lag = lag or (lambda: 0)
@@ -137,24 +137,24 @@ class Runtime:
                 None,
                 lambda: SentenceTransformerEmbedder.from_settings(settings),
             )
-        embedder = CachingEmbedder(embedder, capacity=settings.embed_cache_size)
-        self._redis = create_redis(settings.redis_url, settings.redis_max_connections)
+        embedder = CachingEmbedder(embedder, capacity=settings.embedding.cache_size)
+        self._redis = create_redis(settings.redis.url, settings.redis.max_connections)
         self._keystore_redis = (
-            create_redis(settings.keystore_url, 8) if settings.keystore_url else None
+            create_redis(settings.redis.keystore_url, 8) if settings.redis.keystore_url else None
         )
         keys = CachedKeyStore(
-            RedisKeyStore(self._keystore_redis or self._redis, settings.topic_prefix)
+            RedisKeyStore(self._keystore_redis or self._redis, settings.broker.topic_prefix)
         )
         composed = await compose(
             settings,
-            prefix=settings.topic_prefix,
+            prefix=settings.broker.topic_prefix,
             redis=self._redis,
             keys=keys,
             embedder=embedder,
             sink=CountedDeadLetters(
                 self._sink,
-                TopicNames(settings.topic_prefix).dead_letters,
-                RedisDeadLetterCounts(self._redis, settings.topic_prefix),
+                TopicNames(settings.broker.topic_prefix).dead_letters,
+                RedisDeadLetterCounts(self._redis, settings.broker.topic_prefix),
             ),
             worker_id=self.worker_id,
             keystore_redis=self._keystore_redis,
@@ -162,7 +162,7 @@ class Runtime:
         self._witness = composed.witness
         self._composed = composed
         self._embedder_in_use = embedder
-        logger.info("runtime ready (prefix %s)", settings.topic_prefix)
+        logger.info("runtime ready (prefix %s)", settings.broker.topic_prefix)
         return composed.handlers
 
     async def recover(self, failure: BaseException, journal_partitions: list[int]) -> None:
@@ -181,14 +181,14 @@ class Runtime:
             journal_partitions,
         )
         store = self._composed.store
-        await claim_store_format(self._redis, settings.topic_prefix)
+        await claim_store_format(self._redis, settings.broker.topic_prefix)
         await store.ensure_schema()
         assert self._redis is not None and self._embedder_in_use is not None
         await claim_vector_space(
             self._redis,
-            settings.topic_prefix,
+            settings.broker.topic_prefix,
             self._embedder_in_use.vector_space,
-            has_memories=await index_holds_documents(self._redis, settings.topic_prefix),
+            has_memories=await index_holds_documents(self._redis, settings.broker.topic_prefix),
         )
         self._composed.witness.invalidate()
         report = await refold(settings, self._composed.handlers.applier, journal_partitions)
@@ -223,7 +223,7 @@ class Runtime:
     async def _catch_up(self, partition: int, first_offset: int) -> None:
         handlers = await self.handlers()
         assert self._redis is not None
-        progress = RedisJournalProgress(self._redis, self._settings.topic_prefix)
+        progress = RedisJournalProgress(self._redis, self._settings.broker.topic_prefix)
         applied = await progress.load(partition)
         if applied is not None and applied + 1 < first_offset:
             from grimoire.infra.replay import refold
@@ -243,7 +243,7 @@ class Runtime:
     async def applied_through(self, offsets: Mapping[int, int]) -> None:
         """Each journal partition's last offset of a batch the fold finished."""
         assert self._redis is not None
-        await RedisJournalProgress(self._redis, self._settings.topic_prefix).advance(offsets)
+        await RedisJournalProgress(self._redis, self._settings.broker.topic_prefix).advance(offsets)
 
     def partitions_assigned(self) -> None:
         """After every rebalance: forget the witness heads kept for agents, so each
@@ -264,7 +264,7 @@ class Runtime:
     async def known_agents(self) -> AsyncIterator[tuple[str, int]]:
         await self.handlers()
         assert self._redis is not None
-        async for agent in agent_watermarks(self._redis, self._settings.topic_prefix):
+        async for agent in agent_watermarks(self._redis, self._settings.broker.topic_prefix):
             yield agent
 
     async def maintenance_handler(self) -> MaintenanceHandler:
@@ -292,10 +292,10 @@ async def _committed_journal_offsets(
 ) -> dict[int, int]:
     """Where the worker group resumes each journal partition (partitions it never
     committed are left out: it reads those from their start)."""
-    journal = TopicNames(settings.topic_prefix).journal
+    journal = TopicNames(settings.broker.topic_prefix).journal
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,
-        group_id=settings.app_id,
+        group_id=settings.worker.app_id,
         enable_auto_commit=False,
         **settings.kafka_security.aiokafka_kwargs(),
     )
@@ -324,32 +324,32 @@ def build_runners(
 ) -> Mapping[Task, TaskRunner]:
     curator = RedisCuratorStore(redis, prefix)
     return {
-        Task.DECAY: DecayRunner(store.decay, settings.maintenance_decay_pass_limit),
+        Task.DECAY: DecayRunner(store.decay, settings.maintenance.decay_pass_limit),
         Task.CURATOR: CuratorRunner(curator, model_bytes(embedder), store.decay.reschedule),
         Task.COMPACTION: CompactionRunner(
             CompactionTask(
                 RedisCompactionStore(redis, prefix, dims=embedder.dims),
                 embedder.embed,
                 CompactionPolicy(
-                    min_age_ms=int(settings.maintenance_compaction_min_age_h * 3_600_000)
+                    min_age_ms=int(settings.maintenance.compaction_min_age_h * 3_600_000)
                 ),
             ),
             store.decay,
-            CompactionBudget(max_clusters=settings.maintenance_compaction_budget),
+            CompactionBudget(max_clusters=settings.maintenance.compaction_budget),
         ),
     }
 
 
 def worker_topology(settings: Settings) -> WorkerTopology:
     return WorkerTopology(
-        topic_prefix=settings.topic_prefix,
-        partitions=settings.partitions,
-        embed_batch_size=settings.embed_batch_size,
-        embed_batch_within_s=settings.embed_batch_within_s,
-        journal_batch_size=settings.journal_batch_size,
-        recall_concurrency=settings.recall_concurrency,
-        maintenance_enabled=settings.maintenance_enabled,
-        block_interval_s=settings.block_interval_s,
+        topic_prefix=settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
+        embed_batch_size=settings.embedding.batch_size,
+        embed_batch_within_s=settings.embedding.batch_within_s,
+        journal_batch_size=settings.worker.journal_batch_size,
+        recall_concurrency=settings.recall.concurrency,
+        maintenance_enabled=settings.maintenance.enabled,
+        block_interval_s=settings.worker.block_interval_s,
         roles=settings.roles,
     )
 
@@ -386,13 +386,13 @@ async def compose(
         embedder.dims,
         clock_ms=lambda: int(time.time() * 1000),
         knn_policy=KnnPolicy(
-            settings.knn_ef_runtime,
-            settings.knn_hybrid_policy or None,
-            common_term_docs=settings.bm25_common_term_docs or None,
-            common_term_share=settings.bm25_common_term_share,
-            common_term_floor=settings.bm25_common_term_floor,
+            settings.recall.knn.ef_runtime,
+            settings.recall.knn.hybrid_policy or None,
+            common_term_docs=settings.recall.bm25.common_term_docs or None,
+            common_term_share=settings.recall.bm25.common_term_share,
+            common_term_floor=settings.recall.bm25.common_term_floor,
         ),
-        decoded_nodes=settings.recall_decoded_nodes,
+        decoded_nodes=settings.recall.decoded_nodes,
     )
     # Before the schema: an index over keys of another layout is not to be touched.
     await claim_store_format(redis, prefix)
@@ -403,7 +403,7 @@ async def compose(
         embedder.vector_space,
         has_memories=await index_holds_documents(redis, prefix),
     )
-    topics = TopicNames(settings.topic_prefix)
+    topics = TopicNames(settings.broker.topic_prefix)
     witness = Witness(RedisWitnessLog(redis, prefix))
     learning = RedisLearningStore(redis, prefix)
     ingest = IngestHandler(
@@ -412,7 +412,7 @@ async def compose(
         sink,
         topics,
         settings.input_limits,
-        eidolon_weight=settings.eidolon_state_weight,
+        eidolon_weight=settings.embedding.eidolon_state_weight,
         learning=learning,
     )
     maintenance = MaintenanceHandler(
@@ -422,17 +422,17 @@ async def compose(
         sink=sink,
         topics=topics,
         worker_id=worker_id,
-        block_interval_ms=int(settings.block_interval_s * 1000),
+        block_interval_ms=int(settings.worker.block_interval_s * 1000),
         live_count=store.count,
         policy=settings.maintenance_policy,
         limits=settings.input_limits,
-        lease_ms=int(settings.maintenance_lease_s * 1000),
+        lease_ms=int(settings.maintenance.lease_s * 1000),
         decay=store.decay,
         count_estimates=store,
     )
     authenticator = Authenticator(
-        RedisApiKeyStore(keystore_redis or redis, settings.topic_prefix),
-        enabled=settings.auth_enabled,
+        RedisApiKeyStore(keystore_redis or redis, settings.broker.topic_prefix),
+        enabled=settings.worker.auth_enabled,
     )
     auth_metrics = RedisAuthMetrics(redis, prefix)
     # Clade membership lives in the key store (kept by a wipe, like tenant keys).
@@ -445,7 +445,7 @@ async def compose(
         authenticator=authenticator,
         auth_metrics=auth_metrics,
         defaults=RedisDefaultConfig(keystore_redis or redis, prefix),
-        partitions=settings.partitions,
+        partitions=settings.broker.partitions,
         clades=clade_registry,
     )
     steps = StepLog()
@@ -469,7 +469,7 @@ async def compose(
         sink,
         topics,
         settings.input_limits,
-        discount=settings.clade_discount,
+        discount=settings.recall.clade_discount,
     )
     rules = fold_rules(
         ingest=ingest,
@@ -517,7 +517,7 @@ async def compose(
         rules=rules,
         sink=sink,
         topics=topics,
-        max_run=settings.embed_batch_size,
+        max_run=settings.embedding.batch_size,
         is_outage=is_outage,
         publication=publication,
     )
@@ -529,7 +529,7 @@ async def compose(
         settings.recall_limits,
         settings.input_limits,
         settings.ranking_policy,
-        eidolon_weight=settings.eidolon_state_weight,
+        eidolon_weight=settings.embedding.eidolon_state_weight,
         usage=sequencer,
         configs=configs,
         authenticator=authenticator,

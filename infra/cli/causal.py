@@ -32,7 +32,7 @@ async def _causal(
 
     way = Direction(direction)
     async with common.memory_redis(settings) as redis:
-        store = RedisLearningStore(redis, settings.topic_prefix)
+        store = RedisLearningStore(redis, settings.broker.topic_prefix)
         found = await causal_neighbours(
             store, agent_id, memory_id, hops=hops, direction=way, limit=limit
         )

@@ -53,9 +53,11 @@ async def _stores(settings: Settings) -> AsyncIterator[CladeStores]:
     from grimoire.tables.memory.inspect import memory_detail
     from grimoire.tables.redis_client import create_redis
 
-    prefix = settings.topic_prefix
+    prefix = settings.broker.topic_prefix
     async with common.memory_redis(settings) as redis:
-        keys = create_redis(settings.keystore_url, 2) if settings.keystore_url else redis
+        keys = (
+            create_redis(settings.redis.keystore_url, 2) if settings.redis.keystore_url else redis
+        )
         try:
             yield CladeStores(
                 RedisCladeRegistry(keys, prefix),

@@ -34,7 +34,7 @@ async def _config_store(settings: Settings) -> AsyncIterator[ConfigStore]:
     from grimoire.tables.config.store import RedisConfigStore
 
     async with common.memory_redis(settings) as redis:
-        yield RedisConfigStore(redis, settings.topic_prefix)
+        yield RedisConfigStore(redis, settings.broker.topic_prefix)
 
 
 async def _load_config(settings: Settings, agent_id: str) -> AgentConfig:
@@ -46,7 +46,7 @@ async def _memory_exists(settings: Settings, agent_id: str, memory_id: str) -> b
     from grimoire.tables.memory.inspect import memory_exists
 
     async with common.memory_redis(settings) as redis:
-        return await memory_exists(redis, settings.topic_prefix, agent_id, memory_id)
+        return await memory_exists(redis, settings.broker.topic_prefix, agent_id, memory_id)
 
 
 async def _send_command(settings: Settings, api_key: str | None, command: CommandV1) -> None:

@@ -107,8 +107,8 @@ async def gateway(settings: Settings, api_key: str | None) -> AsyncIterator[Grim
 
     async with GrimoireClient(
         settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
         api_key=api_key,
         security=settings.kafka_security,
     ) as client:
@@ -120,7 +120,7 @@ async def memory_redis(settings: Settings) -> AsyncIterator[Redis]:
     """The memory Redis (`GRIMOIRE_REDIS_URL`), closed on the way out."""
     from grimoire.tables.redis_client import create_redis
 
-    redis = create_redis(settings.redis_url, 2)
+    redis = create_redis(settings.redis.url, 2)
     try:
         yield redis
     finally:
@@ -134,9 +134,9 @@ async def api_keys(settings: Settings) -> AsyncIterator[ApiKeyStore]:
     from grimoire.tables.redis_client import create_redis
     from grimoire.tables.trust.api_keys import RedisApiKeyStore
 
-    redis = create_redis(settings.keystore_url or settings.redis_url, 2)
+    redis = create_redis(settings.redis.keystore_url or settings.redis.url, 2)
     try:
-        yield RedisApiKeyStore(redis, settings.topic_prefix)
+        yield RedisApiKeyStore(redis, settings.broker.topic_prefix)
     finally:
         await redis.aclose()
 

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.worker.log_level)
     command = COMMANDS.get(args.command)
     if command is None:
         return 2

@@ -29,7 +29,7 @@ def _import_key_check(
     """Where the workers check keys, an import's key must reach every agent it
     touches (the target; a successor's predecessor too): refused here, before a
     chunk is sent, rather than dead-lettered chunk by chunk while the CLI waits."""
-    if not settings.auth_enabled:
+    if not settings.worker.auth_enabled:
         return None
 
     async def check(agents: Sequence[str]) -> None:
@@ -69,7 +69,7 @@ def _run_exchange(settings: Settings, args: argparse.Namespace) -> int:
                 )  # fmt: skip
             return 0
         if args.prefix:
-            settings = settings.model_copy(update={"topic_prefix": args.prefix})
+            settings = settings.with_values(topic_prefix=args.prefix)
         report = asyncio.run(
             import_file(
                 settings,

@@ -32,7 +32,7 @@ def run_serve(settings: Settings, host: str | None, port: int | None) -> int:
 
     # uvicorn re-raises the signal it shut down on, once it has closed everything.
     with contextlib.suppress(KeyboardInterrupt):
-        run_server(settings, host=host or settings.http_host, port=port or settings.http_port)
+        run_server(settings, host=host or settings.http.host, port=port or settings.http.port)
     return 0
 
 
@@ -86,16 +86,14 @@ def _run_services(_settings: Settings, args: argparse.Namespace) -> int:
 def _run_up(settings: Settings, args: argparse.Namespace) -> int:
     from grimoire.infra.local.up import run_up
 
-    return run_up(
-        settings.model_copy(update={"auth_enabled": not args.no_auth}), _up_options(args, "run")
-    )
+    return run_up(settings.with_values(auth_enabled=not args.no_auth), _up_options(args, "run"))
 
 
 def _run_smoke(settings: Settings, args: argparse.Namespace) -> int:
     from grimoire.infra.local.smoke import SmokeOptions, run_smoke
 
     report = run_smoke(
-        settings.model_copy(update={"topic_prefix": f"smoke{int(time.time())}"}),
+        settings.with_values(topic_prefix=f"smoke{int(time.time())}"),
         SmokeOptions(up=_up_options(args, "smoke"), screenshot=Path(args.screenshot)),
     )
     sys.stdout.write(orjson.dumps(report).decode() + "\n")

@@ -39,7 +39,7 @@ def operation(run: common.Handler) -> common.Handler:
         except common.Refused as refused:
             message, code = refused.message, refused.code
         except RecallTimeout:
-            message = f"no worker answered within {settings.http_recall_timeout_s}s"
+            message = f"no worker answered within {settings.http.recall_timeout_s}s"
             code = 1
         except RecallUnauthorized as refused_key:
             message, code = f"the worker refused the key: {refused_key}", 1

@@ -42,7 +42,7 @@ async def _agents(settings: Settings) -> list[str]:
     from grimoire.tables.maintenance.ledger import known_agents
 
     async with common.memory_redis(settings) as redis:
-        return sorted([agent async for agent in known_agents(redis, settings.topic_prefix)])
+        return sorted([agent async for agent in known_agents(redis, settings.broker.topic_prefix)])
 
 
 async def _search(
@@ -61,7 +61,7 @@ async def _search(
             k=k,
             explain=explain or None,
             record_usage=False,  # inspection: the worker counts nothing
-            timeout=settings.http_recall_timeout_s,
+            timeout=settings.http.recall_timeout_s,
         )
 
 
@@ -73,10 +73,12 @@ async def _memory(
     from grimoire.tables.memory.inspect import memory_detail, neighbourhood
 
     async with common.memory_redis(settings) as redis:
-        found = await memory_detail(redis, settings.topic_prefix, agent_id, memory_id)
+        found = await memory_detail(redis, settings.broker.topic_prefix, agent_id, memory_id)
         if found is None or depth is None:
             return found
-        graph = await neighbourhood(redis, settings.topic_prefix, agent_id, memory_id, depth=depth)
+        graph = await neighbourhood(
+            redis, settings.broker.topic_prefix, agent_id, memory_id, depth=depth
+        )
     if graph is None:  # gone between the two reads
         return None
     found["graph"] = graph.to_json(depth)
@@ -91,7 +93,9 @@ async def _episodes(
     from grimoire.tables.memory.inspect import episodes
 
     async with common.memory_redis(settings) as redis:
-        found = await episodes(redis, settings.topic_prefix, agent_id, limit=limit, offset=offset)
+        found = await episodes(
+            redis, settings.broker.topic_prefix, agent_id, limit=limit, offset=offset
+        )
     return [asdict(episode) for episode in found]
 
 
@@ -102,7 +106,7 @@ async def _episode(settings: Settings, agent_id: str, episode_id: str) -> list[d
     from grimoire.tables.memory.inspect import episode_members
 
     async with common.memory_redis(settings) as redis:
-        members = await episode_members(redis, settings.topic_prefix, agent_id, episode_id)
+        members = await episode_members(redis, settings.broker.topic_prefix, agent_id, episode_id)
     return [asdict(member) for member in members]
 
 
@@ -126,7 +130,7 @@ def _run_search(settings: Settings, args: argparse.Namespace) -> int:
     wire: dict[str, Any] = {
         "agent_id": args.agent,
         "query": args.query,
-        "reply_to": TopicNames(settings.topic_prefix).reply_topic("cli"),
+        "reply_to": TopicNames(settings.broker.topic_prefix).reply_topic("cli"),
         "correlation_id": "cli",
     }
     if args.k is not None:

@@ -25,7 +25,7 @@ async def _stats(settings: Settings, agent_id: str) -> dict[str, Any]:
     from grimoire.infra.http.stats import agent_stats
 
     async with common.memory_redis(settings) as redis:
-        return await agent_stats(redis, settings.topic_prefix, agent_id, settings)
+        return await agent_stats(redis, settings.broker.topic_prefix, agent_id, settings)
 
 
 def _stats_table(report: dict[str, Any]) -> str:
@@ -50,8 +50,8 @@ async def _playbook(settings: Settings, agent_id: str) -> str | None:
     from grimoire.tables.maintenance.curator_store import RedisCuratorStore, playbook_text
 
     async with common.memory_redis(settings) as redis:
-        store = RedisCuratorStore(redis, settings.topic_prefix)
-        return await playbook_text(store, agent_id, settings.clade_discount)
+        store = RedisCuratorStore(redis, settings.broker.topic_prefix)
+        return await playbook_text(store, agent_id, settings.recall.clade_discount)
 
 
 async def _maintain(settings: Settings, agent_id: str, compact: bool) -> None:
@@ -67,7 +67,7 @@ async def _reindex(settings: Settings, agent_id: str) -> dict[str, object]:
     from grimoire.tables.memory.rebuild import rebuild_derived
     from grimoire.tables.redis_client import create_redis
 
-    redis = create_redis(settings.redis_url, 2)
+    redis = create_redis(settings.redis.url, 2)
     bar = tqdm(unit="memory", desc="reindex", file=sys.stderr)
 
     def advance(done: int, total: int) -> None:
@@ -75,7 +75,7 @@ async def _reindex(settings: Settings, agent_id: str) -> dict[str, object]:
         bar.update(done - bar.n)
 
     try:
-        return asdict(await rebuild_derived(redis, settings.topic_prefix, agent_id, advance))
+        return asdict(await rebuild_derived(redis, settings.broker.topic_prefix, agent_id, advance))
     finally:
         bar.close()
         await redis.aclose()
@@ -86,7 +86,7 @@ async def _digest(settings: Settings, agent_ids: list[str]) -> list[dict[str, ob
 
     async with common.memory_redis(settings) as redis:
         return [
-            (await agent_digest(redis, settings.topic_prefix, agent_id)).asdict()
+            (await agent_digest(redis, settings.broker.topic_prefix, agent_id)).asdict()
             for agent_id in agent_ids
         ]
 
@@ -95,7 +95,7 @@ async def _audit_verify(settings: Settings, agent_id: str) -> dict[str, object]:
     from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 
     async with common.memory_redis(settings) as redis:
-        verdict = await audit(RedisWitnessLog(redis, settings.topic_prefix), agent_id)
+        verdict = await audit(RedisWitnessLog(redis, settings.broker.topic_prefix), agent_id)
     return {
         "agent": agent_id,
         "verified": verdict.ok,

@@ -25,26 +25,26 @@ def run_worker(settings: Settings) -> int:
     # The model shares the cores with the event loop, Redis and the broker: idle
     # OpenMP threads must sleep rather than spin, or they starve everything else.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if settings.worker_nice:
+    if settings.worker.nice:
         # Before any thread starts: Linux sets a thread's priority, and every thread
         # the worker makes later (the consumer's, the model lanes) inherits this one.
-        os.nice(settings.worker_nice)
+        os.nice(settings.worker.nice)
     import faust
 
     from grimoire.infra.app import create_app
 
-    names = TopicNames(settings.topic_prefix)
+    names = TopicNames(settings.broker.topic_prefix)
     asyncio.run(
         ensure_topics(
             settings.bootstrap_servers,
-            {name: settings.partitions for name in names.all_partitioned()},
-            replication_factor=settings.replication_factor,
+            {name: settings.broker.partitions for name in names.all_partitioned()},
+            replication_factor=settings.broker.replication_factor,
             security=settings.kafka_security,
         )
     )
     app = create_app(settings)
     logger.info("worker serves %s", ", ".join(sorted(role.value for role in settings.roles)))
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    worker = faust.Worker(app, loglevel=settings.worker.log_level, quiet=True)
     worker.execute_from_commandline()  # runs until SIGINT/SIGTERM, then exits the process
     return 0
 
@@ -54,13 +54,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         from grimoire.agents.roles import parse_roles
 
         try:
-            roles = parse_roles(args.roles)
+            parse_roles(args.roles)  # a bad one is a usage error, not a settings error
         except ValueError as exc:
             raise common.UsageError(str(exc)) from None
-        # model_copy does not validate: the roles go in normalised, as the field keeps them.
-        settings = settings.model_copy(
-            update={"worker_roles": ",".join(sorted(role.value for role in roles))}
-        )
+        settings = settings.with_values(worker_roles=args.roles)  # kept normalised
     return run_worker(settings)
 
 

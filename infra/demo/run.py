@@ -28,7 +28,9 @@ def _say(text: str) -> None:
 
 async def _simulate(settings: Settings, ticks: int, cadence_s: float) -> None:
     async with GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        settings.bootstrap_servers,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
     ) as client:
         _say("waiting for the worker to answer (loads the embedding model)...")
         await client.wait_until_ready(timeout=180)
@@ -55,10 +57,10 @@ async def _simulate(settings: Settings, ticks: int, cadence_s: float) -> None:
 
 
 async def _print_stats(settings: Settings) -> None:
-    redis = create_redis(settings.redis_url, 2)
+    redis = create_redis(settings.redis.url, 2)
     try:
-        state = AgentStateStore(redis, settings.topic_prefix)
-        ledgers = MaintenanceLedgerStore(redis, settings.topic_prefix)
+        state = AgentStateStore(redis, settings.broker.topic_prefix)
+        ledgers = MaintenanceLedgerStore(redis, settings.broker.topic_prefix)
         for agent in AGENTS:
             stats = AgentStats.from_counters(await state.stats(agent))
             field = await state.field(agent)
@@ -84,19 +86,17 @@ def run_demo(settings: Settings, *, ticks: int, block_interval_s: float | None) 
     cadence = block_interval_s if block_interval_s is not None else 1.0
     _say(
         f"Grimoire demo: {ticks} ticks at an accelerated cadence of {cadence:g} s per block "
-        f"(production default {settings.block_interval_s:g} s)."
+        f"(production default {settings.worker.block_interval_s:g} s)."
     )
     services = LocalServices(state_dir, ports)
     started_services = services.up()
     for name, line in services.status().items():
         _say(f"  {name}: {line}")
-    demo_settings = settings.model_copy(
-        update={
-            "broker_url": f"kafka://{services.kafka_bootstrap}",
-            "redis_url": services.redis_url,
-            "topic_prefix": f"demo{int(time.time())}",
-            "block_interval_s": cadence,
-        }
+    demo_settings = settings.with_values(
+        broker_url=f"kafka://{services.kafka_bootstrap}",
+        redis_url=services.redis_url,
+        topic_prefix=f"demo{int(time.time())}",
+        block_interval_s=cadence,
     )
     worker = start_worker(demo_settings, state_dir / "log" / "worker.log")
     try:

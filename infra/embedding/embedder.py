@@ -143,12 +143,12 @@ class SentenceTransformerEmbedder:
     def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
         """The embedder the settings describe (the worker and every benchmark)."""
         return cls(
-            settings.model_path,
-            lanes=settings.embed_lanes,
-            max_batch=settings.embed_batch_size,
-            backend=settings.embed_backend,
-            cache_dir=settings.model_cache_dir,
-            lane_nice=settings.embed_lane_nice,
+            settings.embedding.model_path,
+            lanes=settings.embedding.lanes,
+            max_batch=settings.embedding.batch_size,
+            backend=settings.embedding.backend,
+            cache_dir=settings.embedding.model_cache_dir,
+            lane_nice=settings.embedding.lane_nice,
         )
 
     def _encode_now(self, texts: list[str]) -> Vectors:

@@ -56,7 +56,7 @@ async def list_agents(request: Request) -> Response:
 async def playbook(request: Request, agent_id: str) -> Response:
     deps = deps_of(request)
     text = await playbook_text(
-        RedisCuratorStore(deps.redis, deps.prefix), agent_id, deps.settings.clade_discount
+        RedisCuratorStore(deps.redis, deps.prefix), agent_id, deps.settings.recall.clade_discount
     )
     if text is None:
         raise ApiError(404, "not_found", f"no PLAYBOOK.md yet for {agent_id!r}")

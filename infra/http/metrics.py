@@ -208,7 +208,7 @@ class StoreCollector(Collector):
         async with self._lock:
             now = self._clock()
             fresh = self._read_at is not None and now - self._read_at < (
-                self._settings.http_metrics_cache_s
+                self._settings.http.metrics_cache_s
             )
             if fresh:
                 return
@@ -236,7 +236,7 @@ class StoreCollector(Collector):
         families.extend(_decision_families(await agent_counters(self._redis, self._prefix, agents)))
         # The most recently active agents get series of their own.
         watermarks.sort(key=lambda pair: (-pair[1], pair[0]))
-        chosen = [agent for agent, _ in watermarks[: self._settings.http_metrics_agents]]
+        chosen = [agent for agent, _ in watermarks[: self._settings.http.metrics_agents]]
         readings = await self._agent_readings(chosen)
         families.extend(_cognitive_families(readings))
         families.extend(_maintenance_families(readings))
@@ -246,7 +246,7 @@ class StoreCollector(Collector):
 
     async def _agent_readings(self, agents: Sequence[str]) -> list[_AgentReading]:
         gate = asyncio.Semaphore(_AGENT_READS)
-        window_ms = int(self._settings.http_cognitive_window_h * 3_600_000)
+        window_ms = int(self._settings.http.cognitive_window_h * 3_600_000)
 
         async def one(agent_id: str) -> _AgentReading:
             async with gate:

@@ -130,13 +130,13 @@ async def _ask(request: Request, agent_id: str, *, route: str) -> Response:
             expand_episodes=body.get("expand_episodes"),
             # Search counts nothing; a recall leaves the worker's default (it counts).
             record_usage=False if route == "search" else None,
-            timeout=deps.settings.http_recall_timeout_s,
+            timeout=deps.settings.http.recall_timeout_s,
         )
     except RecallTimeout:
         raise ApiError(
             504,
             "timeout",
-            f"no worker answered within {deps.settings.http_recall_timeout_s}s",
+            f"no worker answered within {deps.settings.http.recall_timeout_s}s",
         ) from None
     except RecallFailed as failed:
         reason, _, detail = str(failed).partition(": ")

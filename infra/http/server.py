@@ -24,28 +24,31 @@ logger = logging.getLogger(__name__)
 
 def build_app(settings: Settings) -> Starlette:
     """The app with deps of its own (started and closed by its lifespan)."""
-    redis = create_redis(settings.redis_url, settings.redis_max_connections)
-    keys_redis = create_redis(settings.keystore_url, 4) if settings.keystore_url else redis
+    redis = create_redis(settings.redis.url, settings.redis.max_connections)
+    keys_redis = (
+        create_redis(settings.redis.keystore_url, 4) if settings.redis.keystore_url else redis
+    )
     client = GrimoireClient(
         settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
-        api_key=settings.http_kafka_api_key,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
+        api_key=settings.http.kafka_api_key,
         security=settings.kafka_security,
     )
     lag = JournalLagProbe(
         settings.bootstrap_servers,
-        settings.app_id,
-        TopicNames(settings.topic_prefix).journal,
-        settings.partitions,
+        settings.worker.app_id,
+        TopicNames(settings.broker.topic_prefix).journal,
+        settings.broker.partitions,
         security=settings.kafka_security,
     )
     deps = HttpDeps(
         redis=redis,
-        prefix=settings.topic_prefix,
+        prefix=settings.broker.topic_prefix,
         client=client,
         authenticator=Authenticator(
-            RedisApiKeyStore(keys_redis, settings.topic_prefix), enabled=settings.auth_enabled
+            RedisApiKeyStore(keys_redis, settings.broker.topic_prefix),
+            enabled=settings.worker.auth_enabled,
         ),
         settings=settings,
         journal_lag=lag,
@@ -65,11 +68,11 @@ def run_server(settings: Settings, *, host: str, port: int) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's own handling), then close what it opened."""
     import uvicorn
 
-    if not settings.auth_enabled:
+    if not settings.worker.auth_enabled:
         logger.warning(
             "tenant keys are off (GRIMOIRE_AUTH_ENABLED=false): every caller sees every agent"
         )
-    elif not settings.http_kafka_api_key:
+    elif not settings.http.kafka_api_key:
         # Workers answer a keyless request nowhere (docs/security.md): every recall
         # and search through this API would time out.
         logger.warning(

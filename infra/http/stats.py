@@ -29,7 +29,7 @@ async def agent_stats(
         redis,
         prefix,
         agent_id,
-        window_ms=int(settings.http_cognitive_window_h * 3_600_000),
+        window_ms=int(settings.http.cognitive_window_h * 3_600_000),
     )
     return {
         "agent_id": agent_id,

@@ -192,7 +192,7 @@ async def _tenant_refusals(http: httpx.AsyncClient, stack: Stack) -> tuple[bool,
     none = await http.get(f"/v1/agents/{AGENT}/stats")
     redis = create_redis(stack.redis_url, 2)
     try:
-        store = RedisApiKeyStore(redis, stack.settings.topic_prefix)
+        store = RedisApiKeyStore(redis, stack.settings.broker.topic_prefix)
         _, rival = await store.create(
             TenantScope(agent_ids=frozenset({OTHER})), "smoke rival", now_ms=T0
         )
@@ -206,11 +206,11 @@ async def _tenant_refusals(http: httpx.AsyncClient, stack: Stack) -> tuple[bool,
 
 async def _kafka_refusals(stack: Stack) -> tuple[bool, bool]:
     settings = stack.settings
-    topics = TopicNames(settings.topic_prefix)
+    topics = TopicNames(settings.broker.topic_prefix)
     async with GrimoireClient(
         settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
         security=settings.kafka_security,
     ) as keyless:
         # Without a key: answered nowhere (no error reply either), dead-lettered
@@ -360,7 +360,7 @@ async def inspect_in_browser(stack: Stack, screenshot: Path) -> dict[str, Any]:
 
 
 def run_smoke(settings: Settings, options: SmokeOptions) -> dict[str, Any]:
-    stack = start_stack(settings.model_copy(update={"auth_enabled": True}), options.up)
+    stack = start_stack(settings.with_values(auth_enabled=True), options.up)
     try:
         report = asyncio.run(_smoke(stack, options))
     finally:

@@ -105,10 +105,10 @@ def _say(text: str) -> None:
 
 
 async def _first_key(settings: Settings, prefix: str) -> str:
-    redis = create_redis(settings.keystore_url or settings.redis_url, 2)
+    redis = create_redis(settings.redis.keystore_url or settings.redis.url, 2)
     try:
         scope = TenantScope(agent_prefix=prefix) if prefix else TenantScope(admin=True)
-        store = RedisApiKeyStore(redis, settings.topic_prefix)
+        store = RedisApiKeyStore(redis, settings.broker.topic_prefix)
         label = f"grimoire up {time.strftime('%Y-%m-%d %H:%M:%S')}"
         _, token = await store.create(scope, label, now_ms=int(time.time() * 1000))
         return token
@@ -187,29 +187,27 @@ def start_stack(settings: Settings, options: UpOptions) -> Stack:
             _say(f"note: {finding}")
         started.services = services
         services.up()
-        settings = settings.model_copy(
-            update={
-                "broker_url": f"kafka://{services.kafka_bootstrap}",
-                "redis_url": services.redis_url,
-                "keystore_url": None,
-                "http_port": options.http_port,
-                # The local broker speaks plaintext on loopback, whatever the
-                # environment says of a production cluster.
-                "kafka_security_protocol": "PLAINTEXT",
-                "kafka_sasl_mechanism": None,
-                "kafka_sasl_username": None,
-                "kafka_sasl_password": None,
-                "kafka_ssl_cafile": None,
-                "kafka_ssl_certfile": None,
-                "kafka_ssl_keyfile": None,
-                # The durable profile's broker can delete what was consumed: forgetting
-                # then has a bound (docs/security.md, "Forgetting and its bound").
-                **local_staging_settings(services),
-            }
+        settings = settings.with_values(
+            broker_url=f"kafka://{services.kafka_bootstrap}",
+            redis_url=services.redis_url,
+            keystore_url=None,
+            http_port=options.http_port,
+            # The local broker speaks plaintext on loopback, whatever the
+            # environment says of a production cluster.
+            kafka_security_protocol="PLAINTEXT",
+            kafka_sasl_mechanism=None,
+            kafka_sasl_username=None,
+            kafka_sasl_password=None,
+            kafka_ssl_cafile=None,
+            kafka_ssl_certfile=None,
+            kafka_ssl_keyfile=None,
+            # The durable profile's broker can delete what was consumed: forgetting
+            # then has a bound (docs/security.md, "Forgetting and its bound").
+            **local_staging_settings(services),
         )
         token = asyncio.run(_first_key(settings, options.tenant_prefix))
         # The API's own recalls and commands go to the worker with this key.
-        api_settings = settings.model_copy(update={"http_kafka_api_key": token})
+        api_settings = settings.with_values(http_kafka_api_key=token)
         worker = start_worker(settings, logs / "worker.log", tie_to_parent=True, append_log=True)
         started.processes.append(("worker", worker))
         api = _child("http api", ["serve", "--port", str(options.http_port)], api_settings,
@@ -265,7 +263,7 @@ def run_up(settings: Settings, options: UpOptions) -> int:
             "\n".join(
                 [
                     "Grimoire is up.",
-                    f"  Kafka        {stack.kafka_bootstrap}  ({settings.topic_prefix}.*)",
+                    f"  Kafka        {stack.kafka_bootstrap}  ({settings.broker.topic_prefix}.*)",
                     f"  Redis        {stack.redis_url}",
                     f"  HTTP API     {base}/v1  (OpenAPI: {base}/openapi.yaml)",
                     f"  Inspector    {base}/inspector",
@@ -280,7 +278,7 @@ def run_up(settings: Settings, options: UpOptions) -> int:
                         if options.durable
                         else "  Data         in memory: gone when this stops"
                     ),
-                    f"  Auth         {'on' if stack.settings.auth_enabled else 'off'}",
+                    f"  Auth         {'on' if stack.settings.worker.auth_enabled else 'off'}",
                     "The worker loads its model in the background; Ctrl-C stops everything.",
                 ]
             )

@@ -11,18 +11,18 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from grimoire.infra.local.services import die_with_parent
-from grimoire.infra.settings import Settings
+from grimoire.infra.settings import ENV_PREFIX, Settings
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a child process see exactly these settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRIMOIRE_")}
-    for name, value in settings.model_dump().items():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    for name, value in settings.flat_values().items():
         if isinstance(value, SecretStr):
             # str() would hand the child "**********" in place of the secret.
             value = value.get_secret_value()
         if value is not None:
-            env[f"GRIMOIRE_{name.upper()}"] = str(value)
+            env[f"{ENV_PREFIX}{name.upper()}"] = str(value)
     env["HF_HUB_OFFLINE"] = "1"
     return env
 

@@ -66,7 +66,7 @@ def settings(local_services: LocalServices) -> Settings:
         # Maintenance has its own tests (and workers); here it would add curator
         # insights to what other tests recall.
         maintenance_enabled=False,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
 
 
@@ -85,7 +85,9 @@ async def client(
     settings: Settings, worker: subprocess.Popen[bytes]
 ) -> AsyncIterator[GrimoireClient]:
     async with GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        settings.bootstrap_servers,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
     ) as grimoire:
         yield grimoire
 
@@ -93,7 +95,7 @@ async def client(
 @pytest.fixture
 async def redis_client(settings: Settings) -> AsyncIterator[Redis]:
     # One Redis or a cluster client, as the worker makes it.
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     yield redis
     await redis.aclose()
 

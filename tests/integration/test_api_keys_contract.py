@@ -53,9 +53,9 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[ApiKeyStore]:
         return
     settings: Settings = request.getfixturevalue("settings")
     redis = (
-        Redis.from_url(settings.redis_url, decode_responses=True)
+        Redis.from_url(settings.redis.url, decode_responses=True)
         if kind == "redis-decoded"
-        else create_redis(settings.redis_url, 8)
+        else create_redis(settings.redis.url, 8)
     )
     try:
         yield RedisApiKeyStore(redis, f"ak{uuid.uuid4().hex[:8]}")
@@ -139,7 +139,7 @@ async def test_keys_created_at_once_all_differ(store: ApiKeyStore) -> None:
 async def test_the_keys_live_in_the_key_store_and_survive_a_wipe(settings: Settings) -> None:
     prefix = f"ak{uuid.uuid4().hex[:8]}"
     keys = Keyspace(prefix)
-    redis: Redis = create_redis(settings.redis_url, 2)
+    redis: Redis = create_redis(settings.redis.url, 2)
     try:
         store = RedisApiKeyStore(redis, prefix)
         record, token = await store.create(FLEET, "fleet", now_ms=1)
@@ -163,7 +163,7 @@ async def test_the_keys_live_in_the_key_store_and_survive_a_wipe(settings: Setti
 
 async def test_refusals_are_counted_in_the_metrics_hash(settings: Settings) -> None:
     prefix = f"ak{uuid.uuid4().hex[:8]}"
-    redis: Redis = create_redis(settings.redis_url, 2)
+    redis: Redis = create_redis(settings.redis.url, 2)
     try:
         metrics = RedisAuthMetrics(redis, prefix)
         await metrics.refused(AuthDecision(AuthOutcome.FORBIDDEN, "k", ""), SURFACE_KAFKA)
@@ -185,9 +185,9 @@ async def test_the_worker_checks_keys_from_the_key_store_redis(
     # compose() hands one Authenticator, over the key store's Redis and the
     # deployment's prefix, to the recall handler and the sequencer.
     prefix = f"ak{uuid.uuid4().hex[:8]}"
-    configured = settings.model_copy(update={"auth_enabled": enabled, "topic_prefix": prefix})
-    redis: Redis = create_redis(settings.redis_url, 4)
-    keystore = create_redis(settings.redis_url, 2)
+    configured = settings.with_values(auth_enabled=enabled, topic_prefix=prefix)
+    redis: Redis = create_redis(settings.redis.url, 4)
+    keystore = create_redis(settings.redis.url, 2)
     try:
         composed = await compose(
             configured,

@@ -51,7 +51,7 @@ class Api:
 
 @pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[Api]:
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis.url)
     prefix = f"ch{uuid.uuid4().hex[:8]}"
     try:
         learning = RedisLearningStore(redis, prefix)

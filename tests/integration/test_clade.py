@@ -116,8 +116,8 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
     origin, sibling, other, outsider = (f"{n}-{suffix}" for n in ("origin", "sib", "sib2", "out"))
     members = [origin, sibling, other]
     clade = f"ops-{suffix}"
-    prefix = clade_settings.topic_prefix
-    redis = Redis.from_url(clade_settings.redis_url)
+    prefix = clade_settings.broker.topic_prefix
+    redis = Redis.from_url(clade_settings.redis.url)
     registry = RedisCladeRegistry(redis, prefix)
     try:
         for agent in members:

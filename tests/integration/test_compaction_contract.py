@@ -244,7 +244,7 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         yield MemoryHarness()
         return
     settings: Settings = request.getfixturevalue("settings")
-    harness = RedisHarness(create_redis(settings.redis_url, 8), f"cc{uuid.uuid4().hex[:10]}")
+    harness = RedisHarness(create_redis(settings.redis.url, 8), f"cc{uuid.uuid4().hex[:10]}")
     try:
         await harness.memory.ensure_schema()
         yield harness

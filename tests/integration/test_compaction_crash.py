@@ -247,7 +247,7 @@ async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
         yield memory_world
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     w = RedisWorld(redis, f"cp{uuid.uuid4().hex[:10]}", agent)
     try:
         await w.memory.ensure_schema()

@@ -28,9 +28,7 @@ T0 = 1_790_000_000_000
 @pytest.fixture(scope="module")
 def two_worker_settings(settings: Settings) -> Settings:
     suffix = uuid.uuid4().hex[:8]
-    return settings.model_copy(
-        update={"topic_prefix": f"cw{suffix}", "app_id": f"grimoire-cw{suffix}"}
-    )
+    return settings.with_values(topic_prefix=f"cw{suffix}", app_id=f"grimoire-cw{suffix}")
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +60,18 @@ async def test_ingest_off_is_obeyed_on_every_workers_partitions(
     two_worker_settings: Settings, two_workers: list[subprocess.Popen[bytes]], eventually: Any
 ) -> None:
     settings = two_worker_settings
-    partitions = settings.partitions
+    partitions = settings.broker.partitions
     agents: dict[int, str] = {}
     n = 0
     while len(agents) < partitions:  # one agent on every journal partition
         agent = f"fleet-{n}"
         agents.setdefault(partition_of(agent, partitions), agent)
         n += 1
-    keys = Keyspace(settings.topic_prefix)
-    redis = Redis.from_url(settings.redis_url)
+    keys = Keyspace(settings.broker.topic_prefix)
+    redis = Redis.from_url(settings.redis.url)
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=partitions
+            settings.bootstrap_servers, settings.broker.topic_prefix, partitions=partitions
         ) as client:
 
             async def links(count: int) -> bool:

@@ -213,7 +213,7 @@ class RedisHarness(Harness):
 
 
 async def open_redis(settings: Settings) -> RedisHarness:
-    harness = RedisHarness(create_redis(settings.redis_url, 8), f"cc{uuid.uuid4().hex[:10]}")
+    harness = RedisHarness(create_redis(settings.redis.url, 8), f"cc{uuid.uuid4().hex[:10]}")
     await harness.memory_store.ensure_schema()
     return harness
 

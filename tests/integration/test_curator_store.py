@@ -60,7 +60,7 @@ class Env:
 
 @pytest.fixture
 async def env(settings: Settings) -> AsyncIterator[Env]:
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     prefix = f"cu{uuid.uuid4().hex[:10]}"
     memory = RedisMemoryStore(redis, prefix, DIMS)
     await memory.ensure_schema()

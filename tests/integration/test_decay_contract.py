@@ -243,7 +243,8 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         return
     settings: Settings = request.getfixturevalue("settings")
     harness = RedisHarness(
-        create_redis(settings.redis_url, 8), f"{settings.topic_prefix}dk{uuid.uuid4().hex[:6]}"
+        create_redis(settings.redis.url, 8),
+        f"{settings.broker.topic_prefix}dk{uuid.uuid4().hex[:6]}",
     )
     # The memory store's schema check: the index on every master of a cluster.
     await RedisMemoryStore(harness.redis, harness.prefix, 384).ensure_schema()

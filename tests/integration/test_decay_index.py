@@ -41,7 +41,7 @@ def agent() -> str:
 
 @pytest.fixture
 async def store(redis_client: Redis, settings: Settings) -> AsyncIterator[RedisMemoryStore]:
-    prefix = f"{settings.topic_prefix}dk{uuid.uuid4().hex[:6]}"
+    prefix = f"{settings.broker.topic_prefix}dk{uuid.uuid4().hex[:6]}"
     memory = RedisMemoryStore(redis_client, prefix, DIMS)
     await memory.ensure_schema()
     try:

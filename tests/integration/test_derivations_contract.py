@@ -212,7 +212,7 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         yield MemoryHarness()
         return
     settings: Settings = request.getfixturevalue("settings")
-    harness = RedisHarness(create_redis(settings.redis_url, 8), f"dc{uuid.uuid4().hex[:10]}")
+    harness = RedisHarness(create_redis(settings.redis.url, 8), f"dc{uuid.uuid4().hex[:10]}")
     await harness.memory_store.ensure_schema()
     try:
         yield harness

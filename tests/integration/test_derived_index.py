@@ -27,7 +27,7 @@ def _record(agent: str, n: int, text: str, *, quarantined: bool = False) -> Memo
 
 
 async def test_a_rebuild_recreates_what_the_write_path_keeps(settings: Settings) -> None:
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     prefix = f"dx{uuid.uuid4().hex[:8]}"
     store = RedisMemoryStore(redis, prefix, 384)
     await store.ensure_schema()

@@ -67,7 +67,7 @@ async def open_deployment(
     opened: list[Deployment] = []
 
     async def open_one(clock_ms: int) -> Deployment:
-        redis = create_redis(settings.redis_url, 4)
+        redis = create_redis(settings.redis.url, 4)
         prefix = f"dg{uuid.uuid4().hex[:10]}"
         store = RedisMemoryStore(redis, prefix, DIMS, clock_ms=lambda: clock_ms)
         await store.ensure_schema()

@@ -153,7 +153,7 @@ class RecordingApplier:
 
 async def test_the_fold_reads_the_journal_to_its_end(settings: Settings, prefix: str) -> None:
     applier = RecordingApplier()
-    own = settings.model_copy(update={"topic_prefix": prefix})
+    own = settings.with_values(topic_prefix=prefix)
     report = await refold(own, applier, list(BATCHES))  # type: ignore[arg-type]
     assert dict(applier.offsets) == {p: list(range(_total(p))) for p in BATCHES if _total(p)}
     assert report.entries == sum(_total(p) for p in BATCHES)
@@ -162,6 +162,6 @@ async def test_the_fold_reads_the_journal_to_its_end(settings: Settings, prefix:
 
 async def test_a_fold_between_offsets_stops_inside_a_batch(settings: Settings, prefix: str) -> None:
     applier = RecordingApplier()
-    own = settings.model_copy(update={"topic_prefix": prefix})
+    own = settings.with_values(topic_prefix=prefix)
     await refold(own, applier, [0, 2], start=3, stop=9)  # type: ignore[arg-type]
     assert dict(applier.offsets) == {0: list(range(3, 9)), 2: list(range(3, 9))}

@@ -121,7 +121,7 @@ async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(
     settings: Settings,
 ) -> None:
     learner, control = agent_ids
-    keys = Keyspace(settings.topic_prefix)
+    keys = Keyspace(settings.broker.topic_prefix)
     await client.send_command(
         CommandV1(agent_id=control, command="configure", config={"learn_from_outcomes": False})
     )
@@ -161,7 +161,9 @@ async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(
 
     # PLAYBOOK.md says which action works best where, with its evidence count
     text = await playbook_text(
-        RedisCuratorStore(redis_client, settings.topic_prefix), learner, settings.clade_discount
+        RedisCuratorStore(redis_client, settings.broker.topic_prefix),
+        learner,
+        settings.recall.clade_discount,
     )
     assert text is not None
     assert "- works best: prune-wal: 3 of 3 runs succeeded _(posterior mean 0.80)_" in text

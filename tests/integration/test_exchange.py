@@ -152,8 +152,8 @@ async def test_an_export_imported_elsewhere_has_the_same_state_digest(
     eventually: Any,
 ) -> None:
     agent = state["agent"]
-    redis = Redis.from_url(source_settings.redis_url)
-    source, target = source_settings.topic_prefix, target_settings.topic_prefix
+    redis = Redis.from_url(source_settings.redis.url)
+    source, target = source_settings.broker.topic_prefix, target_settings.broker.topic_prefix
     try:
         async with client_for(source_settings) as client:
             await _history(client, agent)
@@ -212,9 +212,9 @@ async def test_a_successor_recalls_its_predecessors_entries_at_a_discount(
     eventually: Any,
 ) -> None:
     agent, successor = state["agent"], state["successor"]
-    prefix = source_settings.topic_prefix
+    prefix = source_settings.broker.topic_prefix
     keys = Keyspace(prefix)
-    redis = Redis.from_url(source_settings.redis_url)
+    redis = Redis.from_url(source_settings.redis.url)
     try:
         report = await import_file(
             source_settings,
@@ -274,13 +274,13 @@ async def test_a_replay_with_imports_in_the_journal_rebuilds_the_same_digests(
     eventually: Any,
 ) -> None:
     agents = [state["agent"], state["successor"]]
-    redis = Redis.from_url(source_settings.redis_url)
+    redis = Redis.from_url(source_settings.redis.url)
     try:
         for settings, name, who in (
             (source_settings, "source", agents),
             (target_settings, "target", agents[:1]),
         ):
-            prefix = settings.topic_prefix
+            prefix = settings.broker.topic_prefix
             before = await _settled(redis, prefix, who, eventually)
             states = [(await state_digest(redis, prefix, a)).sha256 for a in who]
             stop_worker(workers[name])

@@ -127,9 +127,9 @@ async def test_assert_supersede_query_and_retract_over_the_sdk(
         ("acme", 1)
     ]
 
-    redis = Redis.from_url(facts_settings.redis_url)
+    redis = Redis.from_url(facts_settings.redis.url)
     try:
-        log = RedisWitnessLog(redis, facts_settings.topic_prefix)
+        log = RedisWitnessLog(redis, facts_settings.broker.topic_prefix)
         ops = [r.op for r in await log.records(agent)]
         assert ops.count("fact") == 4 and "retract.fact" in ops
         assert (await audit(log, agent)).ok
@@ -215,8 +215,8 @@ async def test_forgetting_an_agent_removes_its_facts(
         return await fclient.facts_valid_at(agent, 1)
 
     await eventually(asserted, timeout=60, interval=0.2)
-    redis = Redis.from_url(facts_settings.redis_url)
-    prefix = facts_settings.topic_prefix
+    redis = Redis.from_url(facts_settings.redis.url)
+    prefix = facts_settings.broker.topic_prefix
     keys = Keyspace(prefix)
     try:
         assert keys.facts(agent) in await agent_keys(redis, prefix, agent)
@@ -239,8 +239,8 @@ async def test_a_wiped_store_replays_facts_to_the_same_digests(
     eventually: Any,
 ) -> None:  # fmt: skip
     assert AGENTS, "runs after the tests that assert facts"
-    redis = Redis.from_url(facts_settings.redis_url)
-    prefix = facts_settings.topic_prefix
+    redis = Redis.from_url(facts_settings.redis.url)
+    prefix = facts_settings.broker.topic_prefix
     try:
 
         async def settled() -> Any:

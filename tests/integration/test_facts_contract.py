@@ -25,7 +25,7 @@ async def facts(request: pytest.FixtureRequest) -> AsyncIterator[FactStore]:
         yield InMemoryFactStore()
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     try:
         yield RedisFactStore(redis, f"fc{uuid.uuid4().hex[:8]}")
     finally:

@@ -81,21 +81,23 @@ async def deployment(
         staging_s3_url=durable.object_store_url,
         staging_retention_s=RETENTION_S,
         staging_purge_interval_s=INTERVAL_S,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
     # The ingest worker answers no recall: the recall worker's readiness says both
     # are up once a recall of an agent it has never seen comes back.
     ingest = start_worker(
-        settings.model_copy(update={"worker_roles": "ingest"}), tmp_path / "ingest.log", ROOT
+        settings.with_values(worker_roles="ingest"), tmp_path / "ingest.log", ROOT
     )
     recall = await start_ready_worker(
-        settings.model_copy(update={"worker_roles": "recall"}), tmp_path / "recall.log",
+        settings.with_values(worker_roles="recall"), tmp_path / "recall.log",
         timeout=180,
     )  # fmt: skip
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis.url)
     try:
         async with GrimoireClient(
-            settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+            settings.bootstrap_servers,
+            settings.broker.topic_prefix,
+            partitions=settings.broker.partitions,
         ) as client:
             yield settings, client, redis
     finally:
@@ -134,7 +136,9 @@ async def _topic_bytes(settings: Settings) -> dict[str, bytes]:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
     await admin.start()
     try:
-        topics = [t for t in await admin.list_topics() if t.startswith(settings.topic_prefix)]
+        topics = [
+            t for t in await admin.list_topics() if t.startswith(settings.broker.topic_prefix)
+        ]
         partitions = {
             described["topic"]: sorted(p["partition"] for p in described["partitions"])
             for described in await admin.describe_topics(topics)
@@ -218,7 +222,7 @@ async def test_forgetting_leaves_nothing_readable_and_a_reused_id_starts_clean(
     for query in SECRETS:
         await client.recall(agent, query, k=3)  # usage entries, journaled by the recall worker
     await asyncio.sleep(3)
-    kept = (await agent_digest(redis, settings.topic_prefix, other)).sha256
+    kept = (await agent_digest(redis, settings.broker.topic_prefix, other)).sha256
 
     await client.send_command(
         CommandV1(agent_id=agent, command="forget", event_id=f"forget-{suffix}")
@@ -240,7 +244,7 @@ async def test_forgetting_leaves_nothing_readable_and_a_reused_id_starts_clean(
     leaks = await clean()
     waited = time.monotonic() - forgotten_at
     assert leaks == [], f"readable after {waited:.0f}s (bound {BOUND_S:.0f}s): {leaks[:10]}"
-    assert (await agent_digest(redis, settings.topic_prefix, other)).sha256 == kept
+    assert (await agent_digest(redis, settings.broker.topic_prefix, other)).sha256 == kept
 
     # The id used again: a new key, and every usage entry sealed with it is applied.
     await _publish(client, agent, ["a fresh start on node nine"], 10)
@@ -252,10 +256,10 @@ async def test_forgetting_leaves_nothing_readable_and_a_reused_id_starts_clean(
     await _eventually(reborn, timeout=60)
     for _ in range(3):
         await client.recall(agent, "fresh start", k=3)
-    name = await journal_name_of(redis, settings.topic_prefix, agent)
-    current = await redis.hget(Keyspace(settings.topic_prefix).agent_keys(agent), "current")
+    name = await journal_name_of(redis, settings.broker.topic_prefix, agent)
+    current = await redis.hget(Keyspace(settings.broker.topic_prefix).agent_keys(agent), "current")
     assert current is not None
-    topics = TopicNames(settings.topic_prefix)
+    topics = TopicNames(settings.broker.topic_prefix)
 
     async def usage_applied() -> tuple[int, int] | None:
         journal = await _journal_entries(settings, topics.journal)
@@ -263,7 +267,9 @@ async def test_forgetting_leaves_nothing_readable_and_a_reused_id_starts_clean(
             e for e in journal
             if e.journal == name and e.kind is EntryKind.USAGE and e.key_id == current.decode()
         ]  # fmt: skip
-        members = await redis.zrange(Keyspace(settings.topic_prefix).applied_usage(agent), 0, -1)
+        members = await redis.zrange(
+            Keyspace(settings.broker.topic_prefix).applied_usage(agent), 0, -1
+        )
         # Entries by seq (the set also names the recall requests they answered).
         applied = sum(1 for member in members if member.isdigit())
         return (
@@ -290,7 +296,7 @@ async def _dead_letters(settings: Settings, topic: str) -> list[dict[str, Any]]:
 
 
 async def _values(settings: Settings, topic: str) -> list[bytes]:
-    records = await _records(settings, topic, range(settings.partitions))
+    records = await _records(settings, topic, range(settings.broker.partitions))
     return [record.value or b"" for record in records]
 
 

@@ -40,7 +40,7 @@ def _record(n: int, text: str) -> MemoryRecord:
 
 @pytest.fixture
 async def redis(settings: Settings) -> AsyncIterator[Redis]:
-    client = create_redis(settings.redis_url, 4)
+    client = create_redis(settings.redis.url, 4)
     prefix = f"ft{uuid.uuid4().hex[:8]}"
     store = RedisMemoryStore(client, prefix, 384)
     await store.ensure_schema()

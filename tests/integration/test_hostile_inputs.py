@@ -58,7 +58,9 @@ async def _events_of(
 
 async def _owner(redis: Redis, settings: Settings, agent: str, memory_id: str) -> str:
     """The `agent_id` the memory's hash holds under `agent`'s key ("" when absent)."""
-    raw = await redis.hget(Keyspace(settings.topic_prefix).memory(agent, memory_id), "agent_id")
+    raw = await redis.hget(
+        Keyspace(settings.broker.topic_prefix).memory(agent, memory_id), "agent_id"
+    )
     return raw.decode() if raw is not None else ""
 
 
@@ -148,7 +150,7 @@ async def test_reply_to_outside_the_reply_namespace_gets_no_reply_and_one_dead_l
     read_topic: Any,
 ) -> None:
     agent = f"probe-{uuid.uuid4().hex[:6]}"
-    fresh = f"{settings.topic_prefix}-new-{uuid.uuid4().hex[:6]}"
+    fresh = f"{settings.broker.topic_prefix}-new-{uuid.uuid4().hex[:6]}"
     targets = [
         client.topics.memory_events,
         client.topics.episodes,
@@ -242,7 +244,7 @@ async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
     events = await _events_of(read_topic, settings, client, agent, count)
     admitted = sum(1 for e in events if e["action"] == "admit")
     assert admitted >= 20, [e["action"] for e in events]
-    ranked = min(admitted, settings.rerank_depth)  # what a recall returns at most
+    ranked = min(admitted, settings.recall.rerank.depth)  # what a recall returns at most
     await eventually(all_stored, timeout=60)
     # Every budget within its documented ceiling; the 20 items recall ranks (its
     # rerank depth) carry ~1.2 MB of text: more than a Kafka record may hold.

@@ -62,13 +62,13 @@ async def api(
     worker: subprocess.Popen[bytes],
     eventually: Eventually,
 ) -> AsyncIterator[Setup]:
-    store = RedisApiKeyStore(redis_client, settings.topic_prefix)
+    store = RedisApiKeyStore(redis_client, settings.broker.topic_prefix)
     deps = keyed_deps(
         redis_client,
-        settings.topic_prefix,
+        settings.broker.topic_prefix,
         client,
         store,
-        settings.model_copy(update={"http_metrics_cache_s": 0.0}),
+        settings.with_values(http_metrics_cache_s=0.0),
     )
     suffix = uuid.uuid4().hex[:8]
     fleet = f"fleet-{suffix}/"
@@ -83,7 +83,7 @@ async def api(
         setup = Setup(
             http=http,
             redis=redis_client,
-            prefix=settings.topic_prefix,
+            prefix=settings.broker.topic_prefix,
             agent=agent,
             other=other,
             doomed=doomed,

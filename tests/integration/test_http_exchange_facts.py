@@ -81,7 +81,7 @@ async def _seed(store: RedisFactStore) -> None:
 
 @pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[Api]:
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis.url)
     prefix = f"hx{uuid.uuid4().hex[:8]}"
     try:
         await _seed(RedisFactStore(redis, prefix))
@@ -90,7 +90,7 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
         _, heir = await keys.create(TenantScope(agent_ids=frozenset({HEIR})), "heir", now_ms=1)
         _, rival = await keys.create(TenantScope(agent_ids=frozenset({RIVAL})), "rival", now_ms=1)
         gateway = RecordingGateway()
-        scoped = settings.model_copy(update={"topic_prefix": prefix})
+        scoped = settings.with_values(topic_prefix=prefix)
         deps = keyed_deps(redis, prefix, gateway, keys, scoped)
         transport = httpx.ASGITransport(app=create_app(deps))
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:

@@ -76,8 +76,8 @@ class Deployment:
     def client(self, key: str | None) -> GrimoireClient:
         return GrimoireClient(
             self.settings.bootstrap_servers,
-            self.settings.topic_prefix,
-            partitions=self.settings.partitions,
+            self.settings.broker.topic_prefix,
+            partitions=self.settings.broker.partitions,
             api_key=self.tokens[key] if key else None,
         )
 
@@ -95,11 +95,11 @@ async def deployment(
     settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Deployment]:
     mine = prefixed_settings(settings, "ia", auth_enabled=True)
-    mine = mine.model_copy(update={"app_id": f"grimoire-{mine.topic_prefix}"})
+    mine = mine.with_values(app_id=f"grimoire-{mine.broker.topic_prefix}")
     suffix = uuid.uuid4().hex[:6]
     fleet, rival_agent = f"tenant-{suffix}/", f"rival-{suffix}"
-    redis = create_redis(mine.redis_url, 4)
-    store = RedisApiKeyStore(redis, mine.topic_prefix)
+    redis = create_redis(mine.redis.url, 4)
+    store = RedisApiKeyStore(redis, mine.broker.topic_prefix)
     tokens: dict[str, str] = {}
     _, tokens["tenant"] = await store.create(TenantScope(agent_prefix=fleet), "tenant", now_ms=1)
     _, tokens["rival"] = await store.create(
@@ -118,14 +118,14 @@ async def deployment(
         # A keyless probe would never be answered here: the operator's key is.
         async with GrimoireClient(
             mine.bootstrap_servers,
-            mine.topic_prefix,
-            partitions=mine.partitions,
+            mine.broker.topic_prefix,
+            partitions=mine.broker.partitions,
             api_key=tokens["admin"],
         ) as probe:
             await probe.wait_until_ready(timeout=READY_S)
         yield Deployment(
             settings=mine,
-            topics=TopicNames(mine.topic_prefix),
+            topics=TopicNames(mine.broker.topic_prefix),
             redis=redis,
             tokens=tokens,
             agent=f"{fleet}golem-1",
@@ -144,13 +144,13 @@ async def deployment(
 @pytest.fixture
 async def scrape(deployment: Deployment) -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """GET /metrics of an API over the deployment's Redis (with a bearer key or not)."""
-    prefix = deployment.settings.topic_prefix
+    prefix = deployment.settings.broker.topic_prefix
     deps = keyed_deps(
         deployment.redis,
         prefix,
         RecordingGateway(topics=deployment.topics),
         RedisApiKeyStore(deployment.redis, prefix),
-        deployment.settings.model_copy(update={"http_metrics_cache_s": 0.0}),
+        deployment.settings.with_values(http_metrics_cache_s=0.0),
     )
     transport = httpx.ASGITransport(app=create_app(deps))
     async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as http:
@@ -211,7 +211,7 @@ async def journaled_sources(deployment: Deployment, read_topic: Any, until: Coor
 
     # The inputs were just produced: the first one journaled creates the secret.
     name = await journal_name_once_written(
-        deployment.redis, deployment.settings.topic_prefix, deployment.agent
+        deployment.redis, deployment.settings.broker.topic_prefix, deployment.agent
     )
 
     def sources(records: list[Any]) -> set[Coords]:
@@ -427,7 +427,7 @@ async def test_a_clade_copy_is_read_only_with_a_key_that_reaches_its_sibling(
     from grimoire.tables.keyspace import Keyspace
 
     d = deployment
-    prefix = d.settings.topic_prefix
+    prefix = d.settings.broker.topic_prefix
     keys = Keyspace(prefix)
     origin = d.agent
     sibling = origin.rsplit("/", 1)[0] + "/golem-clade-2"

@@ -86,8 +86,8 @@ async def served(
     worker: subprocess.Popen[bytes],
     eventually: Eventually,
 ) -> AsyncIterator[Served]:
-    store = RedisApiKeyStore(redis_client, settings.topic_prefix)
-    deps = keyed_deps(redis_client, settings.topic_prefix, client, store, settings)
+    store = RedisApiKeyStore(redis_client, settings.broker.topic_prefix)
+    deps = keyed_deps(redis_client, settings.broker.topic_prefix, client, store, settings)
     app = create_app(deps)
     if not any(getattr(route, "path", None) == "/inspector" for route in app.routes):
         app.router.routes.extend(inspector_routes())
@@ -129,7 +129,7 @@ async def served(
             token=token,
             other_token=other_token,
             redis=redis_client,
-            prefix=settings.topic_prefix,
+            prefix=settings.broker.topic_prefix,
         )
     finally:
         server.should_exit = True

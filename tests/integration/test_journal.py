@@ -92,7 +92,7 @@ async def jclient(
 
 async def _journal(settings: Settings) -> list[InputMessage]:
     """Every journal record, partition by partition, in offset order."""
-    topic = TopicNames(settings.topic_prefix).journal
+    topic = TopicNames(settings.broker.topic_prefix).journal
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
     await consumer.start()
     out: list[InputMessage] = []
@@ -112,7 +112,7 @@ async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> F
     reference stores in memory, the deployment's key store to open the entries."""
     store = InMemoryMemoryStore(dims=FakeEmbedder.dims)
     sink = MemorySink()
-    topics = TopicNames(settings.topic_prefix)
+    topics = TopicNames(settings.broker.topic_prefix)
 
     async def live(_: str) -> int:
         return 0
@@ -131,7 +131,7 @@ async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> F
             sink=sink,
             topics=topics,
             worker_id="reference",
-            block_interval_ms=int(settings.block_interval_s * 1000),
+            block_interval_ms=int(settings.worker.block_interval_s * 1000),
             live_count=live,
         ),
         usage=StoreUsage(store),
@@ -139,7 +139,7 @@ async def _fold_in_process(settings: Settings, redis: Redis, agent_id: str) -> F
         witness=PublishedWitness(Witness(InMemoryWitnessLog()), sink, topics),
     )
     applier = JournalApplier(
-        keys=RedisKeyStore(redis, settings.topic_prefix),
+        keys=RedisKeyStore(redis, settings.broker.topic_prefix),
         marks=InMemoryAppliedMarks(),
         rules=rules,
         sink=sink,
@@ -226,20 +226,20 @@ async def test_one_writer_folds_every_kind_of_input_in_journal_order(
 ) -> None:
     agent = f"fold-{uuid.uuid4().hex[:6]}"
     published = await _send_everything_at_once(jclient, agent)
-    redis = Redis.from_url(journal_settings.redis_url)
+    redis = Redis.from_url(journal_settings.redis.url)
     try:
 
         async def journaled() -> bool:
             journal = await _journal(journal_settings)
             if not journal:  # nothing journaled: no journal secret yet either
                 return False
-            name = await journal_name_of(redis, journal_settings.topic_prefix, agent)
+            name = await journal_name_of(redis, journal_settings.broker.topic_prefix, agent)
             return _agent_entries(journal, name) >= published
 
         await eventually(journaled, timeout=60, interval=0.5)
         expected = await _fold_in_process(journal_settings, redis, agent)
         assert expected.tick is not None and expected.focus
-        state = AgentStateStore(redis, journal_settings.topic_prefix)
+        state = AgentStateStore(redis, journal_settings.broker.topic_prefix)
 
         async def folded() -> bool:
             return await state.field(agent) == await _fold_in_process(
@@ -247,7 +247,7 @@ async def test_one_writer_folds_every_kind_of_input_in_journal_order(
             )
 
         await eventually(folded, timeout=60, interval=1.0)
-        verdict = await audit(RedisWitnessLog(redis, journal_settings.topic_prefix), agent)
+        verdict = await audit(RedisWitnessLog(redis, journal_settings.broker.topic_prefix), agent)
         assert verdict.ok and verdict.count > published // 2
     finally:
         await redis.aclose()
@@ -258,8 +258,8 @@ async def test_an_outcome_before_its_memory_takes_effect_once_it_is_written(
 ) -> None:
     agent = f"early-{uuid.uuid4().hex[:6]}"
     memory = mid(agent, "late-1", BASE_TS)
-    redis = Redis.from_url(journal_settings.redis_url)
-    store = RedisMemoryStore(redis, journal_settings.topic_prefix, 384)
+    redis = Redis.from_url(journal_settings.redis.url)
+    store = RedisMemoryStore(redis, journal_settings.broker.topic_prefix, 384)
     try:
         await jclient.publish_outcome(
             OutcomeV1(
@@ -308,8 +308,8 @@ async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
     agents = [f"replay-{n}-{uuid.uuid4().hex[:4]}" for n in range(3)]
     for agent in agents:
         await _send_everything_at_once(jclient, agent)
-    redis = Redis.from_url(journal_settings.redis_url)
-    prefix = journal_settings.topic_prefix
+    redis = Redis.from_url(journal_settings.redis.url)
+    prefix = journal_settings.broker.topic_prefix
     topics = [
         "slippage",
         "gas",
@@ -369,14 +369,14 @@ async def test_forgetting_an_agent_leaves_nothing_of_it(
     jclient: GrimoireClient, journal_settings: Settings, eventually: Any
 ) -> None:
     forgotten, kept = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("gone", "kept"))
-    prefix = journal_settings.topic_prefix
+    prefix = journal_settings.broker.topic_prefix
     for agent in (forgotten, kept):
         for i in range(6):
             await jclient.publish_episode(
                 EpisodeV1(agent_id=agent, ts=BASE_TS + i * 12_000, tick=i, event_id=f"e-{i}",
                           text=f"confidential ledger line {i} of {agent}")
             )  # fmt: skip
-    redis = Redis.from_url(journal_settings.redis_url)
+    redis = Redis.from_url(journal_settings.redis.url)
     try:
         log = RedisWitnessLog(redis, prefix)
 
@@ -431,13 +431,13 @@ async def test_a_retracted_event_is_gone_from_recall_and_witnessed(
     jclient: GrimoireClient, journal_settings: Settings, eventually: Any
 ) -> None:
     agent = f"retract-{uuid.uuid4().hex[:6]}"
-    prefix = journal_settings.topic_prefix
+    prefix = journal_settings.broker.topic_prefix
     for i, text in enumerate(["the oracle price feed froze at block nine",
                               "the keeper bot rebalanced the vault"]):  # fmt: skip
         await jclient.publish_episode(
             EpisodeV1(agent_id=agent, ts=BASE_TS + i, tick=i, event_id=f"r-{i}", text=text)
         )
-    redis = Redis.from_url(journal_settings.redis_url)
+    redis = Redis.from_url(journal_settings.redis.url)
     store = RedisMemoryStore(redis, prefix, 384)
     wrong = mid(agent, "r-0", BASE_TS)
     try:
@@ -470,8 +470,8 @@ async def test_a_worker_rebuilds_a_lost_store_from_the_journal(
     jclient: GrimoireClient, journal_settings: Settings, eventually: Any
 ) -> None:
     agent = f"lost-{uuid.uuid4().hex[:6]}"
-    prefix = journal_settings.topic_prefix
-    redis = Redis.from_url(journal_settings.redis_url)
+    prefix = journal_settings.broker.topic_prefix
+    redis = Redis.from_url(journal_settings.redis.url)
     log = RedisWitnessLog(redis, prefix)
     texts = [f"the sequencer {word} at height {i}" for i, word in
              enumerate(["stalled", "recovered", "forked", "rejoined", "halted"])]  # fmt: skip
@@ -514,7 +514,7 @@ async def test_a_configuration_change_rules_the_next_event_and_replays(
     replay of the journal into a new prefix reaches the same configuration and the
     same memories."""
     agent = f"config-{uuid.uuid4().hex[:6]}"
-    prefix = journal_settings.topic_prefix
+    prefix = journal_settings.broker.topic_prefix
 
     async def configure(update: dict[str, Any]) -> None:
         await jclient.send_command(CommandV1(agent_id=agent, command="configure", config=update))
@@ -532,7 +532,7 @@ async def test_a_configuration_change_rules_the_next_event_and_replays(
             )
         )
 
-    redis = Redis.from_url(journal_settings.redis_url)
+    redis = Redis.from_url(journal_settings.redis.url)
     log = RedisWitnessLog(redis, prefix)
     try:
         # Commands and events travel on different topics: the journal orders them

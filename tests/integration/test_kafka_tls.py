@@ -85,15 +85,15 @@ def tls_settings(tls_services: TlsLocalServices) -> Settings:
         maintenance_enabled=False,
         kafka_security_protocol="SSL",
         kafka_ssl_cafile=tls_services.tls_files.ca,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
 
 
 def _sdk(settings: Settings) -> GrimoireClient:
     return GrimoireClient(
         settings.bootstrap_servers,
-        settings.topic_prefix,
-        partitions=settings.partitions,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
         security=settings.kafka_security,
     )
 

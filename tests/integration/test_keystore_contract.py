@@ -31,7 +31,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[KeyStore]:
         yield CachedKeyStore(plain) if kind.startswith("cached") else plain
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     try:
         plain = RedisKeyStore(redis, f"ks{uuid.uuid4().hex[:8]}")
         yield CachedKeyStore(plain) if kind.startswith("cached") else plain
@@ -145,7 +145,7 @@ async def test_a_sequence_block_holds_at_least_one_number(store: KeyStore) -> No
 async def test_the_key_store_survives_a_wipe_of_the_memory_state(settings: Settings) -> None:
     prefix = f"ks{uuid.uuid4().hex[:8]}"
     keys = Keyspace(prefix)
-    redis: Redis = create_redis(settings.redis_url, 2)
+    redis: Redis = create_redis(settings.redis.url, 2)
     try:
         store = RedisKeyStore(redis, prefix)
         key = await store.key_for("a")

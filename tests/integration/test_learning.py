@@ -124,7 +124,7 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
             outcome_ids[agent].append(await _publish_run(client, agent, number, quality))
 
     members = [(n, p) for n in range(1, 7) for p in ("alert", "act", "result")]
-    keys = Keyspace(settings.topic_prefix)
+    keys = Keyspace(settings.broker.topic_prefix)
 
     async def settled() -> bool:
         for agent in (learner, control):
@@ -197,7 +197,7 @@ async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_w
     settings: Settings,
 ) -> None:
     agent, _ = agent_ids
-    keys = Keyspace(settings.topic_prefix)
+    keys = Keyspace(settings.broker.topic_prefix)
     fields = ("confidence", "strength", "validated_count", "contradicted_count", "causal_uplift")
 
     async def run_learned(number: int, quality: float) -> None:

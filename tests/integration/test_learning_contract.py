@@ -50,7 +50,7 @@ async def learning(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
         yield Subject(InMemoryLearningStore(), alone)
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     prefix = f"lc{uuid.uuid4().hex[:8]}"
 
     async def in_multi(part: TransactionPart) -> None:

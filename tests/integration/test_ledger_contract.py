@@ -26,7 +26,7 @@ async def ledgers(request: pytest.FixtureRequest) -> AsyncIterator[MaintenanceLe
         yield InMemoryMaintenanceLedger()
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     try:
         yield MaintenanceLedgerStore(redis, f"lc{uuid.uuid4().hex[:8]}")
     finally:
@@ -72,7 +72,7 @@ async def test_history_keeps_each_completion_once(ledgers: MaintenanceLedger) ->
 
 
 async def test_known_agents_are_the_agents_in_the_registry(settings: Settings) -> None:
-    redis: Redis = create_redis(settings.redis_url, 2)
+    redis: Redis = create_redis(settings.redis.url, 2)
     prefix = f"lc{uuid.uuid4().hex[:8]}"
     try:
         await redis.zadd(Keyspace(prefix).agents, {"a": 1, "b": 2})

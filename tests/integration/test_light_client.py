@@ -235,8 +235,8 @@ async def test_a_light_client_publishes_and_recalls_from_the_real_worker(
     agent = f"light-{uuid.uuid4().hex[:8]}"
     args = (
         settings.bootstrap_servers,
-        settings.topic_prefix,
-        str(settings.partitions),
+        settings.broker.topic_prefix,
+        str(settings.broker.partitions),
         agent,
         str(BASE_TS),
         *HEAVY_MODULES,

@@ -86,7 +86,7 @@ def _events(agent: str) -> dict[str, Any]:
 
 
 async def _stored(redis: Redis, settings: Settings, agent: str, name: str) -> dict[str, str]:
-    key = Keyspace(settings.topic_prefix).memory(
+    key = Keyspace(settings.broker.topic_prefix).memory(
         agent, memory_id(agent, f"{agent}-{name}", 0, BASE_TS)
     )
     values = await redis.hmget(key, list(STORED))

@@ -34,24 +34,22 @@ WAVES = ((1, 5), (6, 10), (11, 15))
 async def two_workers(
     settings: Settings, tmp_path: Path
 ) -> AsyncIterator[tuple[Settings, list[subprocess.Popen[bytes]]]]:
-    group = settings.model_copy(
-        update={
-            "topic_prefix": f"mt{uuid.uuid4().hex[:8]}",
-            "app_id": f"grimoire-mt-{uuid.uuid4().hex[:6]}",
-            "maintenance_enabled": True,
-            "block_interval_s": 0.5,
-            "maintenance_curator_every_ticks": CURATOR_EVERY,
-            "maintenance_compaction_every_ticks": 1_000,
-        }
+    group = settings.with_values(
+        topic_prefix=f"mt{uuid.uuid4().hex[:8]}",
+        app_id=f"grimoire-mt-{uuid.uuid4().hex[:6]}",
+        maintenance_enabled=True,
+        block_interval_s=0.5,
+        maintenance_curator_every_ticks=CURATOR_EVERY,
+        maintenance_compaction_every_ticks=1_000,
     )
     processes: list[subprocess.Popen[bytes]] = []
     logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
     try:
         for n, log in enumerate(logs):
-            own = group.model_copy(update={"data_dir": tmp_path / f"data-{n}"})
+            own = group.with_values(data_dir=tmp_path / f"data-{n}")
             processes.append(start_worker(own, log, cwd=ROOT))
         async with GrimoireClient(
-            group.bootstrap_servers, group.topic_prefix, partitions=group.partitions
+            group.bootstrap_servers, group.broker.topic_prefix, partitions=group.broker.partitions
         ) as probe:
             await probe.wait_until_ready(timeout=180)
         yield group, processes
@@ -72,11 +70,11 @@ async def test_each_due_tick_is_maintained_by_exactly_one_worker(
 ) -> None:
     group, processes = two_workers
     agents = [f"golem-{n}-{uuid.uuid4().hex[:4]}" for n in range(AGENTS)]
-    redis = Redis.from_url(group.redis_url)
-    ledgers = MaintenanceLedgerStore(redis, group.topic_prefix)
+    redis = Redis.from_url(group.redis.url)
+    ledgers = MaintenanceLedgerStore(redis, group.broker.topic_prefix)
     try:
         async with GrimoireClient(
-            group.bootstrap_servers, group.topic_prefix, partitions=group.partitions
+            group.bootstrap_servers, group.broker.topic_prefix, partitions=group.broker.partitions
         ) as client:
             for first, last in WAVES:
                 for tick in range(first, last + 1):
@@ -106,7 +104,7 @@ async def test_each_due_tick_is_maintained_by_exactly_one_worker(
         await redis.aclose()
     assert all(process.poll() is None for process in processes), "a worker died"
 
-    names = TopicNames(group.topic_prefix)
+    names = TopicNames(group.broker.topic_prefix)
     expected_runs = sum(1 for _ in agents) * 2  # at least the curator runs per agent
 
     def enough(records: list[Any]) -> bool:

@@ -34,7 +34,7 @@ async def outbox(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Outbox, 
         yield InMemoryOutbox(), None
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     prefix = f"ob{uuid.uuid4().hex[:8]}"
     try:
         yield RedisOutbox(redis, prefix), redis

@@ -206,7 +206,7 @@ class Deployment:
 
 @pytest.fixture
 async def deployment(settings: Settings) -> AsyncIterator[Deployment]:
-    redis = create_redis(settings.redis_url, 8)
+    redis = create_redis(settings.redis.url, 8)
     prefix = f"pt{uuid.uuid4().hex[:10]}"
     try:
         yield Deployment(redis, prefix)
@@ -313,9 +313,9 @@ async def test_a_journal_replay_over_one_instant_compacts_the_same_memories(
     tie_settings: Settings, tie_workers: dict[str, Any], eventually: Any
 ) -> None:
     agent = f"ties-{uuid.uuid4().hex[:6]}"
-    prefix = tie_settings.topic_prefix
+    prefix = tie_settings.broker.topic_prefix
     keys = Keyspace(prefix)
-    redis = Redis.from_url(tie_settings.redis_url)
+    redis = Redis.from_url(tie_settings.redis.url)
 
     async def decided(count: int) -> None:
         async def done() -> bool:

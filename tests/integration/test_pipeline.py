@@ -85,7 +85,7 @@ async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
         "invalid_json": b'{"agent_id": "' + agent.encode() + b'", "text": "' + marker.encode(),
         "missing_field": orjson.dumps({"ts": BASE_TS, "text": f"no agent {marker}"}),
         "wrong_type": orjson.dumps({**good, "tick": f"seven {marker}"}),
-        "oversize": orjson.dumps({**good, "text": marker + "x" * settings.max_text_chars}),
+        "oversize": orjson.dumps({**good, "text": marker + "x" * settings.limits.max_text_chars}),
     }
     for payload in bad_payloads.values():
         await client.publish_raw(topic, agent, payload)
@@ -126,7 +126,7 @@ async def test_publishing_the_same_events_twice_changes_nothing(
     read_topic: Any,
 ) -> None:
     agent, _ = agent_ids
-    pattern = Keyspace(settings.topic_prefix).agent_memory_pattern(agent)
+    pattern = Keyspace(settings.broker.topic_prefix).agent_memory_pattern(agent)
     episodes = [
         EpisodeV1(agent_id=agent, ts=BASE_TS + i, text=text, event_id=f"evt-{i}" if i else None)
         for i, text in enumerate(A_EPISODES)
@@ -191,5 +191,5 @@ async def test_a_new_episode_is_recallable_within_one_block_interval(
         answer = await client.recall(agent, text, k=1)
         return bool(answer.items) and answer.items[0].text == text
 
-    await eventually(found, timeout=settings.block_interval_s)
-    assert time.monotonic() - published <= settings.block_interval_s
+    await eventually(found, timeout=settings.worker.block_interval_s)
+    assert time.monotonic() - published <= settings.worker.block_interval_s

@@ -96,9 +96,9 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     assert all(s["role"] for s in top.episode)
     assert explained.timings_ms["total"] > 0 and explained.mode == "full"
 
-    assert await redis_client.exists(Keyspace(settings.topic_prefix).memory(agent, top.id))
+    assert await redis_client.exists(Keyspace(settings.broker.topic_prefix).memory(agent, top.id))
     # not indexed: a touch never re-indexes
-    usage = Keyspace(settings.topic_prefix).usage(agent, top.id)
+    usage = Keyspace(settings.broker.topic_prefix).usage(agent, top.id)
     counts = await redis_client.hmget(usage, ["included_count_total", "last_accessed"])
     assert int(counts[0]) >= 1  # the explained recall counted it (record_usage defaults on)
     assert int(counts[1]) == explained.as_of
@@ -115,7 +115,7 @@ async def test_outcomes_through_the_broker_apply_once(
     await _ingest(client, agent, eventually)
     answer = await client.recall(agent, "staging deploy timeout", k=1, record_usage=False)
     (top,) = answer.items
-    key = Keyspace(settings.topic_prefix).memory(agent, top.id)
+    key = Keyspace(settings.broker.topic_prefix).memory(agent, top.id)
     before = float(await redis_client.hget(key, "confidence"))
 
     positive = OutcomeV1(
@@ -139,7 +139,7 @@ async def test_outcomes_through_the_broker_apply_once(
     await eventually(validated, timeout=15)
     assert float(await redis_client.hget(key, "confidence")) == pytest.approx(before + 0.1)
     assert float(await redis_client.hget(key, "strength")) == 2.0
-    usage = Keyspace(settings.topic_prefix).usage(agent, top.id)
+    usage = Keyspace(settings.broker.topic_prefix).usage(agent, top.id)
     assert int(await redis_client.hget(usage, "last_accessed")) == BASE_TS + 60_000
 
 
@@ -190,7 +190,7 @@ async def test_anti_rumination_through_the_pipeline(
     assert first.items[-1].source_event_id == "glad"
     assert injected[0].scores is not None and injected[0].scores["contrarian"] == 1.0
     assert not any("anti-rumination" in (item.reasons or ()) for item in again.items)
-    windows = Keyspace(settings.topic_prefix).contrarian_window(agent)
+    windows = Keyspace(settings.broker.topic_prefix).contrarian_window(agent)
 
     async def served() -> Any:
         # Recall is a read: the window served is a journal entry, applied shortly.

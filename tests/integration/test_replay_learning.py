@@ -435,16 +435,16 @@ async def test_a_replay_with_learning_facts_and_imports_rebuilds_the_same_digest
     learner, toggler = f"learner-{suffix}", f"toggler-{suffix}"
     donor, successor = f"donor-{suffix}", f"heir-{suffix}"
     agents = [learner, toggler, donor, successor]
-    prefix = main_settings.topic_prefix
-    redis = Redis.from_url(main_settings.redis_url)
+    prefix = main_settings.broker.topic_prefix
+    redis = Redis.from_url(main_settings.redis.url)
     try:
         # The donor deployment: its agent's history, exported, and the deployment gone.
         await add_worker(workers, "donor", donor_settings)
         async with client_for(donor_settings) as client:
-            elsewhere = Agent(client, redis, donor_settings.topic_prefix, donor, "cache",
+            elsewhere = Agent(client, redis, donor_settings.broker.topic_prefix, donor, "cache",
                               eventually)  # fmt: skip
             await _donor_history(elsewhere)
-        await _settled(redis, donor_settings.topic_prefix, [donor], eventually)
+        await _settled(redis, donor_settings.broker.topic_prefix, [donor], eventually)
         path = tmp_path / "donor.jsonl"
         with path.open("wb") as out:
             exported = await export_agent(donor_settings, donor, out, progress=False)

@@ -130,7 +130,7 @@ class World:
 
 @pytest.fixture
 async def world(settings: Settings) -> AsyncIterator[World]:
-    made = World(create_redis(settings.redis_url, 8), f"rt{uuid.uuid4().hex[:10]}")
+    made = World(create_redis(settings.redis.url, 8), f"rt{uuid.uuid4().hex[:10]}")
     await made.store.ensure_schema()
     try:
         yield made

@@ -41,8 +41,8 @@ async def _round_trips(settings: Settings, agents: int, events: int) -> int:
     """Requests the apply loop sends to fold `events` all-distinct episodes of
     `agents` agents, journaled beforehand, as one batch per journal partition."""
     prefix = f"rt{uuid.uuid4().hex[:8]}"
-    configured = settings.model_copy(update={"topic_prefix": prefix, "auth_enabled": False})
-    redis: Redis = create_redis(configured.redis_url, 8)
+    configured = settings.with_values(topic_prefix=prefix, auth_enabled=False)
+    redis: Redis = create_redis(configured.redis.url, 8)
     sink = MemorySink()
     try:
         composed = await compose_in_process(configured, redis, sink, "round-trips")

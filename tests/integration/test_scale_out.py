@@ -104,11 +104,11 @@ pytestmark = pytest.mark.timeout(600)
 def _deployment(settings: Settings, head: str) -> Settings:
     prefixed = prefixed_settings(settings, head, partitions=PARTITIONS)
     # A consumer group of its own: the membership this test changes is its alone.
-    return prefixed.model_copy(update={"app_id": f"grimoire-{prefixed.topic_prefix}"})
+    return prefixed.with_values(app_id=f"grimoire-{prefixed.broker.topic_prefix}")
 
 
 def _worker(settings: Settings, logs: Path, name: str) -> Settings:
-    return settings.model_copy(update={"data_dir": logs / f"{name}-data"})
+    return settings.with_values(data_dir=logs / f"{name}-data")
 
 
 @dataclass
@@ -244,14 +244,14 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
 ) -> None:
     began = time.monotonic()
     scaled, reference = _deployment(settings, "so"), _deployment(settings, "sr")
-    prefixes = (scaled.topic_prefix, reference.topic_prefix)
+    prefixes = (scaled.broker.topic_prefix, reference.broker.topic_prefix)
     events = valid_events(events=MAX_EVENTS, agents=AGENTS, seed=24)
     agents = sorted({e.agent_id for e in events})
     every = list(range(PARTITIONS))
     assert {DefaultPartitioner()(a.encode(), every, every) for a in agents} == set(every)
     expected_all = expected_candidates(events, scaled)
     logs = tmp_path
-    redis = Redis.from_url(scaled.redis_url)
+    redis = Redis.from_url(scaled.redis.url)
     admin = AIOKafkaAdminClient(bootstrap_servers=scaled.bootstrap_servers)
     await admin.start()
     changes: list[dict[str, Any]] = []
@@ -263,13 +263,16 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
                 add_worker(held, "reference", _worker(reference, logs, "reference")),
             )
             async with client_for(scaled) as sclient, client_for(reference) as rclient:
-                clients = {scaled.topic_prefix: sclient, reference.topic_prefix: rclient}
+                clients = {
+                    scaled.broker.topic_prefix: sclient,
+                    reference.broker.topic_prefix: rclient,
+                }
                 counts = [len(expected_all[e.event_id]) for e in events]
                 stream = _Stream(events, counts, (sclient, rclient), redis, prefixes[0], agents)
                 publisher = asyncio.create_task(stream.run(), name="scale-out-publisher")
 
                 async def group_of(size: int) -> bool:
-                    return await _group(admin, scaled.app_id) == ("Stable", size)
+                    return await _group(admin, scaled.worker.app_id) == ("Stable", size)
 
                 async def decided_since(mark: int) -> bool:
                     return stream.decided >= mark + STEP
@@ -283,7 +286,7 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
                         lambda: decided_since(mark),
                         publisher=publisher,
                     )
-                    was = await _group(admin, scaled.app_id)
+                    was = await _group(admin, scaled.worker.app_id)
                     waiting_at_act = await stream.fill()
                     stream.full = True
                     act()
@@ -291,7 +294,7 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
 
                     async def rebalancing() -> bool:
                         # The first sight of the group otherwise than it was.
-                        if await _group(admin, scaled.app_id) == was:
+                        if await _group(admin, scaled.worker.app_id) == was:
                             return False
                         moved.append(await stream.waiting())
                         return True
@@ -357,7 +360,7 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
 
                 # Outcomes naming memories both wrote, published once everything
                 # is decided: after each agent's events in both journals.
-                written = await _decisions(redis, reference.topic_prefix, agents)
+                written = await _decisions(redis, reference.broker.topic_prefix, agents)
                 outcomes: dict[str, int] = {}
                 # Each agent's events are in event-time order: its last is its latest.
                 last_ts = {e.agent_id: int(orjson.loads(e.value)["ts"]) for e in published}
@@ -393,7 +396,7 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
                 assert held[name].poll() is None, f"{name} died: see {logs / f'{name}.log'}"
         stopped_s = time.monotonic() - began
         # Every worker stopped: what they published is on the broker.
-        topics = TopicNames(scaled.topic_prefix)
+        topics = TopicNames(scaled.broker.topic_prefix)
         records = await read_topics(
             scaled.bootstrap_servers, [topics.memory_events, topics.dead_letters]
         )
@@ -402,16 +405,16 @@ async def test_workers_joining_and_dying_mid_stream_fold_as_one_worker(
         )
         account = account_valid(
             expected,
-            await decided_sets(redis, scaled.topic_prefix, agents),
+            await decided_sets(redis, scaled.broker.topic_prefix, agents),
             decision_events,
-            await records_per_event(redis, scaled.topic_prefix),
+            await records_per_event(redis, scaled.broker.topic_prefix),
         )
         reference_account = account_valid(
-            expected, await decided_sets(redis, reference.topic_prefix, agents), {}, {}
+            expected, await decided_sets(redis, reference.broker.topic_prefix, agents), {}, {}
         )
         decisions = {prefix: await _decisions(redis, prefix, agents) for prefix in prefixes}
         in_reference = [
-            await redis.exists(Keyspace(reference.topic_prefix).memory(owner, memory)) == 1
+            await redis.exists(Keyspace(reference.broker.topic_prefix).memory(owner, memory)) == 1
             for _, items in recalled
             for memory, owner in items
         ]

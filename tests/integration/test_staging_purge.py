@@ -165,7 +165,7 @@ async def test_a_pass_purges_what_was_taken_and_what_expired(services: LocalServ
     assert _in_object_store(store_dir, purged_text + kept_text) == set(purged_text + kept_text)
 
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         broker_url=f"kafka://{bootstrap}",
         topic_prefix=prefix,
         staging_retention_s=600.0,
@@ -176,7 +176,7 @@ async def test_a_pass_purges_what_was_taken_and_what_expired(services: LocalServ
     cutoff = young_started - 1.2
     purge = build_staging_purge(settings, group=GROUP)
     assert purge is not None
-    purge._clock = lambda: cutoff + settings.staging_retention_s
+    purge._clock = lambda: cutoff + settings.staging.retention_s
     try:
         started = time.perf_counter()
         report = await purge.run_once()

@@ -272,7 +272,7 @@ def _text(value: str | bytes) -> str:
 
 
 async def open_redis(settings: Settings) -> RedisHarness:
-    harness = RedisHarness(create_redis(settings.redis_url, 8), f"ct{uuid.uuid4().hex[:10]}")
+    harness = RedisHarness(create_redis(settings.redis.url, 8), f"ct{uuid.uuid4().hex[:10]}")
     await harness.store.ensure_schema()
     return harness
 

@@ -156,9 +156,9 @@ async def test_a_successor_inherits_facts_and_causal_edges_at_the_discount(
     eventually: Any,
 ) -> None:
     agent, heir = state["agent"], state["successor"]
-    prefix = source_settings.topic_prefix
+    prefix = source_settings.broker.topic_prefix
     keys = Keyspace(prefix)
-    redis = Redis.from_url(source_settings.redis_url)
+    redis = Redis.from_url(source_settings.redis.url)
     learning, facts = RedisLearningStore(redis, prefix), RedisFactStore(redis, prefix)
     try:
         async with client_for(source_settings) as client:
@@ -287,9 +287,9 @@ async def test_the_same_file_inherited_again_gives_the_same_state(
     eventually: Any,
 ) -> None:
     agent, heir = state["agent"], state["successor"]
-    redis = Redis.from_url(source_settings.redis_url)
+    redis = Redis.from_url(source_settings.redis.url)
     try:
-        target = target_settings.topic_prefix
+        target = target_settings.broker.topic_prefix
         report = await import_file(
             target_settings, state["file"], agent_id=heir, successor_of=agent,
             options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
@@ -299,7 +299,7 @@ async def test_the_same_file_inherited_again_gives_the_same_state(
         assert (await state_digest(redis, target, heir)).sha256 == state["heir_state"]
         assert await RedisFactStore(redis, target).all_versions(agent) == []  # A was never here
 
-        source = source_settings.topic_prefix
+        source = source_settings.broker.topic_prefix
         resent = await import_file(
             source_settings, state["file"], agent_id=heir, successor_of=agent,
             options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
@@ -316,8 +316,8 @@ async def test_a_successor_with_facts_of_its_own_keeps_them_indexed(
 ) -> None:
     """C asserted facts before inheriting A's: the fact indexes hold both, joined."""
     agent, own = state["agent"], f"own-{uuid.uuid4().hex[:6]}"
-    target = target_settings.topic_prefix
-    redis = Redis.from_url(target_settings.redis_url)
+    target = target_settings.broker.topic_prefix
+    redis = Redis.from_url(target_settings.redis.url)
     store = RedisFactStore(redis, target)
     try:
         async with client_for(target_settings) as client:
@@ -380,8 +380,8 @@ async def test_a_replay_rebuilds_the_inherited_facts_and_edges(
     source_settings: Settings, workers: dict[str, Any], state: dict[str, Any], eventually: Any
 ) -> None:
     agents = [state["agent"], state["successor"]]
-    prefix = source_settings.topic_prefix
-    redis = Redis.from_url(source_settings.redis_url)
+    prefix = source_settings.broker.topic_prefix
+    redis = Redis.from_url(source_settings.redis.url)
     try:
         before = await settled_digests(redis, prefix, agents, eventually, quiet_s=2.0)
         states = [(await state_digest(redis, prefix, a)).sha256 for a in agents]

@@ -28,7 +28,7 @@ OTHER_MODEL = "bert-bbbb:float32"
 
 @pytest.fixture
 async def redis(settings: Settings) -> AsyncIterator[Redis]:
-    client = Redis.from_url(settings.redis_url)
+    client = Redis.from_url(settings.redis.url)
     yield client
     await client.aclose()
 
@@ -77,7 +77,7 @@ async def test_workers_starting_together_agree_on_one_space(redis: Redis) -> Non
 
 
 async def test_a_worker_with_another_space_does_not_start(settings: Settings) -> None:
-    mine = settings.model_copy(update={"topic_prefix": _prefix()})
+    mine = settings.with_values(topic_prefix=_prefix())
     first = Runtime(mine, MemorySink(), ConstantEmbedder(FLOAT))
     await first.handlers()
     await first.close()

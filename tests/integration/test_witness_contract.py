@@ -74,7 +74,7 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         yield MemoryHarness()
         return
     settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     prefix = f"wc{uuid.uuid4().hex[:10]}"
     try:
         yield RedisHarness(redis, prefix)
@@ -250,7 +250,7 @@ async def test_the_audit_finds_a_forged_hash(h: Harness) -> None:
 
 @pytest.fixture
 async def redis_log(settings: Settings) -> AsyncIterator[RedisHarness]:
-    redis = create_redis(settings.redis_url, 4)
+    redis = create_redis(settings.redis.url, 4)
     prefix = f"wc{uuid.uuid4().hex[:10]}"
     try:
         yield RedisHarness(redis, prefix)

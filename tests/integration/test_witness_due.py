@@ -74,8 +74,8 @@ async def _run(
     them, retrying when the witness drops. The agent's chain (op, ids, fields
     digest)."""
     prefix = f"due{uuid.uuid4().hex[:8]}"
-    configured = settings.model_copy(update={"topic_prefix": prefix})
-    redis: Redis = create_redis(settings.redis_url, 4)
+    configured = settings.with_values(topic_prefix=prefix)
+    redis: Redis = create_redis(settings.redis.url, 4)
     sink = MemorySink()
     try:
         composed = await compose_in_process(configured, redis, sink, "due-test")

@@ -37,9 +37,9 @@ async def split_workers(
     logs: Path = tmp_path_factory.mktemp("worker-roles")
     held: dict[str, Any] = {"logs": logs}
     try:
-        folding = split_settings.model_copy(update={"worker_roles": "ingest"})
+        folding = split_settings.with_values(worker_roles="ingest")
         held["ingest"] = start_worker(folding, logs / "ingest.log", cwd=ROOT)
-        reading = split_settings.model_copy(update={"worker_roles": "recall"})
+        reading = split_settings.with_values(worker_roles="recall")
         held["recall"] = await start_ready_worker(reading, logs / "recall.log", timeout=180)
         deadline = time.monotonic() + 120
         while "_on_partitions_assigned" not in (logs / "ingest.log").read_text(errors="replace"):
@@ -57,8 +57,8 @@ async def test_split_roles_fold_and_answer_apart(
     split_settings: Settings, split_workers: dict[str, Any], eventually: Any
 ) -> None:
     settings = split_settings
-    keys = Keyspace(settings.topic_prefix)
-    redis = Redis.from_url(settings.redis_url)
+    keys = Keyspace(settings.broker.topic_prefix)
+    redis = Redis.from_url(settings.redis.url)
     try:
         async with client_for(settings) as client:
             await client.publish_episode(

@@ -66,14 +66,14 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     await client.publish_transcript(user_line)
     await client.publish_transcript(assistant_line)
 
-    edge_key = Keyspace(settings.topic_prefix).hyperedge(agent, "turn:turn-7")
+    edge_key = Keyspace(settings.broker.topic_prefix).hyperedge(agent, "turn:turn-7")
 
     async def members() -> dict[bytes, bytes] | None:
         found = await redis_client.hgetall(edge_key)
         return found if len(found) == 5 else None
 
     edge = await eventually(members, timeout=15)
-    keys = Keyspace(settings.topic_prefix)
+    keys = Keyspace(settings.broker.topic_prefix)
     layers: dict[str, str] = {}
     for memory_id, role in edge.items():
         record = await redis_client.hgetall(keys.memory(agent, memory_id.decode()))
@@ -92,14 +92,12 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
 
     # The agent's latest state vector is kept for its recalls: the stored field
     # state's parts, embedded by the same model, composed.
-    state = await AgentStateStore(redis_client, settings.topic_prefix).field(agent)
-    kept = (await AgentStateStore(redis_client, settings.topic_prefix).state_vectors([agent]))[
-        agent
-    ]
+    state = await AgentStateStore(redis_client, settings.broker.topic_prefix).field(agent)
+    kept = (
+        await AgentStateStore(redis_client, settings.broker.topic_prefix).state_vectors([agent])
+    )[agent]
     assert state.digest_parts() and kept.key == state_key(state.digest_parts())
-    embedder = SentenceTransformerEmbedder.from_settings(
-        settings.model_copy(update={"embed_lanes": 1})
-    )
+    embedder = SentenceTransformerEmbedder.from_settings(settings.with_values(embed_lanes=1))
     try:
         parts = state.digest_parts()
         vectors = await embedder.embed(list(parts))
@@ -149,8 +147,8 @@ async def test_redelivery_after_a_crash_changes_nothing(
             else:
                 await client.publish_tool_event(event)
 
-    state = AgentStateStore(redis_client, settings.topic_prefix)
-    graph = Keyspace(settings.topic_prefix)
+    state = AgentStateStore(redis_client, settings.broker.topic_prefix)
+    graph = Keyspace(settings.broker.topic_prefix)
 
     async def snapshot() -> dict[str, Any]:
         stats = await state.stats(agent)

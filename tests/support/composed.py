@@ -31,10 +31,10 @@ async def compose_in_process(
     in `redis`), the fake embedder standing in for the model."""
     return await compose(
         settings,
-        prefix=settings.topic_prefix,
+        prefix=settings.broker.topic_prefix,
         redis=redis,
         # Cached, as a worker's: opening an entry then costs no round trip.
-        keys=CachedKeyStore(RedisKeyStore(redis, settings.topic_prefix)),
+        keys=CachedKeyStore(RedisKeyStore(redis, settings.broker.topic_prefix)),
         embedder=FakeEmbedder(),
         sink=sink,
         worker_id=worker_id,

@@ -267,7 +267,7 @@ async def _restore_keystore(redis: Redis, prefix: str, keystore: Mapping[str, An
 
 
 def _settings(base: Settings, prefix: str) -> Settings:
-    return base.model_copy(update={"topic_prefix": prefix, "auth_enabled": False})
+    return base.with_values(topic_prefix=prefix, auth_enabled=False)
 
 
 async def record(redis: Redis, base: Settings) -> RecordedJournal:
@@ -324,7 +324,7 @@ async def record(redis: Redis, base: Settings) -> RecordedJournal:
         records=records,
         keystore=await _keystore(redis, prefix),
         digests=digests,
-        partitions=settings.partitions,
+        partitions=settings.broker.partitions,
     )
 
 
@@ -334,7 +334,7 @@ async def fold(
     """Fold the recorded journal into an empty prefix with today's code; each agent's
     state digest."""
     prefix = prefix or f"rep{uuid.uuid4().hex[:8]}"
-    settings = _settings(base, prefix).model_copy(update={"partitions": recorded.partitions})
+    settings = _settings(base, prefix).with_values(partitions=recorded.partitions)
     topics = TopicNames(prefix)
     await _restore_keystore(redis, prefix, recorded.keystore)
     composed = await compose_in_process(settings, redis, MemorySink(), "recorded-journal")

@@ -9,4 +9,4 @@ from grimoire.infra.settings import Settings
 
 def unit_settings(**overrides: object) -> Settings:
     """Settings from ``overrides`` alone (no .env file), on the ``unit`` topic prefix."""
-    return Settings(_env_file=None, topic_prefix="unit", **overrides)  # type: ignore[arg-type, call-arg]
+    return Settings(_env_file=None, topic_prefix="unit", **overrides)

@@ -24,13 +24,15 @@ def prefixed_settings(settings: Settings, head: str, **update: Any) -> Settings:
     """`settings` (with `update`) on a prefix of its own, `head` and 8 random hex
     digits: topics and keys no other test touches, so its worker, wipe and replay
     leave the other tests alone."""
-    return settings.model_copy(update={"topic_prefix": f"{head}{uuid.uuid4().hex[:8]}", **update})
+    return settings.with_values(topic_prefix=f"{head}{uuid.uuid4().hex[:8]}", **update)
 
 
 def client_for(settings: Settings) -> GrimoireClient:
     """A client (not started: `async with` it) of the deployment `settings` name."""
     return GrimoireClient(
-        settings.bootstrap_servers, settings.topic_prefix, partitions=settings.partitions
+        settings.bootstrap_servers,
+        settings.broker.topic_prefix,
+        partitions=settings.broker.partitions,
     )
 
 

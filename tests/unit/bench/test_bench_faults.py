@@ -60,7 +60,7 @@ VALID_LOOKING = {"edge_valid", "mismatched_key"}
 
 @pytest.fixture(scope="module")
 def settings() -> Settings:
-    return Settings(_env_file=None)  # type: ignore[call-arg]
+    return Settings(_env_file=None)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_the_fuzz_is_as_hostile_as_named(fuzz: list[FuzzMessage], settings: Sett
     assert reasons["huge_text"] == {"oversize"}
     assert reasons["unknown_schema_version"] == {"unsupported_schema"}
     huge = [m for m in fuzz if m.kind == "huge_text"]
-    assert all(len(m.value) > settings.max_text_chars for m in huge)
+    assert all(len(m.value) > settings.limits.max_text_chars for m in huge)
     replies = [m for m in fuzz if m.kind == "recall_hostile_reply_to"]
     named = b"".join(m.value for m in replies)
     assert TOPICS.memory_events.encode() in named and b"other" in named

@@ -193,4 +193,4 @@ def test_a_child_process_environment_reproduces_every_setting(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert env["GRIMOIRE_EMBED_BATCH_SIZE"] == "7"
-    assert Settings(_env_file=None) == parent  # type: ignore[call-arg]
+    assert Settings(_env_file=None) == parent

@@ -387,8 +387,8 @@ def test_settings_from_environment_variables(
         "GRIMOIRE_KAFKA_SSL_CHECK_HOSTNAME": "false",
     }.items():
         monkeypatch.setenv(name, value)
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert isinstance(settings.kafka_sasl_password, SecretStr)
+    settings = Settings(_env_file=None)
+    assert isinstance(settings.broker.sasl_password, SecretStr)
     security = settings.kafka_security
     assert security == KafkaSecurity(
         security_protocol="SASL_SSL",
@@ -408,7 +408,7 @@ def test_settings_that_do_not_fit_fail_at_load_without_echoing_secrets(
     monkeypatch.setenv("GRIMOIRE_KAFKA_SASL_PASSWORD", PASSWORD)
     monkeypatch.setenv("GRIMOIRE_REDIS_URL", "redis://app:redis-secret@cache:6379/0")
     with pytest.raises(ValueError, match="SASL_SSL needs sasl_mechanism") as caught:
-        Settings(_env_file=None)  # type: ignore[call-arg]
+        Settings(_env_file=None)
     assert PASSWORD not in str(caught.value)
     assert "redis-secret" not in str(caught.value)
 
@@ -428,9 +428,9 @@ def test_settings_env_hands_the_child_the_secret_itself(tls_files: dict[str, Pat
     with pytest.MonkeyPatch.context() as patch:
         for name, value in child_env.items():
             patch.setenv(name, value)
-        child = Settings(_env_file=None)  # type: ignore[call-arg]
+        child = Settings(_env_file=None)
     assert child.kafka_security == settings.kafka_security
-    assert child.redis_url == settings.redis_url
+    assert child.redis.url == settings.redis.url
 
 
 # -- Redis: an ACL user, TLS, and URLs in logs ---------------------------------------------

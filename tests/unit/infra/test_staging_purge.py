@@ -475,7 +475,7 @@ async def test_broker_view_names_partitions_and_keeps_committed_ones() -> None:
 
 def test_purge_is_off_by_default_and_s3_needs_its_url() -> None:
     settings = unit_settings()
-    assert settings.staging_purge == "off"
+    assert settings.staging.purge == "off"
     assert build_staging_purge(settings) is None
     with pytest.raises(ValueError, match="STAGING_S3_URL"):
         build_staging_purge(unit_settings(staging_purge="s3"))
@@ -497,9 +497,9 @@ def test_env_names_the_purge(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRIMOIRE_STAGING_PURGE", "kafka")
     monkeypatch.setenv("GRIMOIRE_STAGING_RETENTION_S", "120")
     monkeypatch.setenv("GRIMOIRE_STAGING_PURGE_INTERVAL_S", "15")
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert (settings.staging_purge, settings.staging_retention_s) == ("kafka", 120)
-    assert settings.staging_purge_interval_s == 15
+    settings = Settings(_env_file=None)
+    assert (settings.staging.purge, settings.staging.retention_s) == ("kafka", 120)
+    assert settings.staging.purge_interval_s == 15
 
 
 def test_local_durable_services_turn_the_s3_purge_on(tmp_path: Any) -> None:

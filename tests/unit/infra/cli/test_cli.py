@@ -77,7 +77,7 @@ def test_worker_roles_and_nice_reach_the_worker(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(worker.os, "nice", lambda n: niced.append(n) or n)
 
     def fake_run_worker(settings: Settings) -> int:
-        started.append((settings.worker_roles, settings.worker_nice))
+        started.append((settings.worker.roles, settings.worker.nice))
         return 0
 
     monkeypatch.setattr(worker, "run_worker", fake_run_worker)
@@ -109,9 +109,9 @@ def test_run_worker_nices_itself_before_building_the_app(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(app_module, "create_app", create_app)
     with pytest.raises(Stop):
-        worker.run_worker(Settings(_env_file=None, worker_nice=3))  # type: ignore[call-arg]
+        worker.run_worker(Settings(_env_file=None, worker_nice=3))
     assert order == ["nice 3", "topics", "app"]
     order.clear()
     with pytest.raises(Stop):
-        worker.run_worker(Settings(_env_file=None))  # type: ignore[call-arg]
+        worker.run_worker(Settings(_env_file=None))
     assert order == ["topics", "app"]

@@ -97,7 +97,7 @@ async def make_api() -> AsyncIterator[MakeApi]:
             prefix=PREFIX,
             client=gateway,
             authenticator=Authenticator(keys, enabled=auth),
-            settings=settings or Settings(topic_prefix=PREFIX, _env_file=None),  # type: ignore[call-arg]
+            settings=settings or Settings(topic_prefix=PREFIX, _env_file=None),
             auth_metrics=refusals,
             clade_registry=clade_registry,
             published_store=published_store,

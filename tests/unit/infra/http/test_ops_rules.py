@@ -420,7 +420,7 @@ async def _registry_samples(mp: pytest.MonkeyPatch) -> dict[str, frozenset[str]]
     mp.setattr(metrics_module, "agent_counters", per_agent)
     mp.setattr(metrics_module, "cognitive_reading", cognitive)
     mp.setattr(metrics_module, "maintenance_runs", runs)
-    settings = Settings(topic_prefix="gm", _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(topic_prefix="gm", _env_file=None)
     collector = StoreCollector(object(), "gm", settings, journal_lag=lag)  # type: ignore[arg-type]
     http = HttpMetrics(collector)
     await collector.refresh()

@@ -51,7 +51,7 @@ async def test_recall_sends_the_typed_options_and_answers_the_result(
     )
     assert (sent["mode"], sent["explain"], sent["expand_episodes"]) == ("full", True, True)
     assert sent["record_usage"] is None  # the worker's default: usage counted
-    assert sent["timeout"] == api.app.state.deps.settings.http_recall_timeout_s
+    assert sent["timeout"] == api.app.state.deps.settings.http.recall_timeout_s
 
 
 async def test_as_of_in_iso_8601_goes_out_as_epoch_ms(api: Any, auth: dict[str, str]) -> None:

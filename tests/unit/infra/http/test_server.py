@@ -18,7 +18,7 @@ def test_the_served_app_is_built_from_settings_without_connecting() -> None:
         topic_prefix="gm",
         auth_enabled=True,
         http_kafka_api_key="gmk_00.aaaaaaaaaaaaaaaaaaaa",
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
     app = build_app(settings)
     deps: HttpDeps = app.state.deps
@@ -50,7 +50,7 @@ async def test_owned_resources_start_the_client_then_stop_it_and_close_the_rest(
         prefix="gm",
         client=Client(),  # type: ignore[arg-type]
         authenticator=None,  # type: ignore[arg-type]
-        settings=Settings(_env_file=None),  # type: ignore[call-arg]
+        settings=Settings(_env_file=None),
     )
     async with owned_resources(deps, closers=(broken, close_redis)):
         calls.append("serving")
