@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Final
 
 __all__ = [
@@ -107,6 +108,9 @@ _WHEN: Final = re.compile(
 )
 
 
+# Recall asks this of every pooled memory for every question about time, and the
+# same memories come back question after question: the scan is paid once a text.
+@lru_cache(maxsize=4096)
 def has_time_cue(text: str) -> bool:
     """Whether `text` names a time: a relative expression, a weekday, a month
     (the month "May" only beside a day or a preposition), a year or a date."""

@@ -97,6 +97,9 @@ class NodeInfo:
     # utility * kind preference * (1 - spam): fixed per node, so worked out once
     # when it is built, not on every walk that meets it (nodes are cached).
     prior: float = field(init=False, repr=False, compare=False)
+    # The node's `entity:` keys, the only ones facts link: a walk looks them up
+    # on every node it reads, and nodes outlive walks in the store's cache.
+    entity_keys: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         prior = (
@@ -105,6 +108,8 @@ class NodeInfo:
             * (1.0 - _clamp01(self.spam))
         )
         object.__setattr__(self, "prior", prior)
+        entities = frozenset(k for k in self.keys if k.startswith(ENTITY_KEY_PREFIX))
+        object.__setattr__(self, "entity_keys", entities)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +288,9 @@ class _Caches:
     # links as read, and per node the keys facts added to it -> the fact id.
     linker: KeyLinks | None = None
     links: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # The entity keys read so far that do link somewhere: a node holding none of
+    # them gains nothing, and most nodes of most agents hold none.
+    linking: set[str] = field(default_factory=set)
     node_links: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -302,24 +310,25 @@ async def _with_links(
 ) -> dict[str, NodeInfo]:
     """`found` with each node's fact-linked entity keys added (see the module
     docstring); one `linked_keys` call for entity keys not looked up yet."""
+    links, linking = caches.links, caches.linking
     unknown = sorted(
-        {
-            key
-            for node in found.values()
-            for key in node.keys
-            if key.startswith(ENTITY_KEY_PREFIX) and key not in caches.links
-        }
+        {key for node in found.values() for key in node.entity_keys if key not in links}
     )
     if unknown:
         got = await linker.linked_keys(unknown)
         for key in unknown:
-            caches.links[key] = list(got.get(key, ()))
+            links[key] = list(got.get(key, ()))
+            if links[key]:
+                linking.add(key)
     out: dict[str, NodeInfo] = {}
     for memory_id, node in found.items():
+        if linking.isdisjoint(node.entity_keys):
+            out[memory_id] = node
+            continue
         own = set(node.keys)
         extra: dict[str, str] = {}
-        for key in sorted(k for k in own if k.startswith(ENTITY_KEY_PREFIX)):
-            for linked, fact_id in caches.links.get(key, ()):
+        for key in sorted(node.entity_keys):
+            for linked, fact_id in links.get(key, ()):
                 if len(extra) >= MAX_LINKED_KEYS_PER_NODE:
                     break
                 if linked not in own and linked not in extra:
@@ -695,7 +704,7 @@ async def walk(
             via_keys=tuple(sorted(hit.keys)),
             hops=hit.hops,
             walker=hit.walker,
-            via_facts=tuple(sorted(hit.facts)),
+            via_facts=tuple(sorted(hit.facts)) if hit.facts else (),
         )
         for memory_id, hit in hits.items()
     ]
