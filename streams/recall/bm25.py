@@ -1,13 +1,14 @@
 """BM25 of one term in one memory, from the agent's own statistics.
 
-The full-text index finds the memories that hold a term and says, for each, how
-often (`tf`) and how long the memory is (`length`): both are facts of the
-memory's text alone. How rare the term is and how long the agent's memories are
-on average come from the agent's own counts, kept by the write path in the same
-transactions as its memories. The index's own statistics are deployment-wide
-(every tenant's memories move every other tenant's scores) and count rewritten
-and deleted documents until its garbage collector purges them, so a replay into
-an empty Redis, with other batch boundaries, scored the same memories differently.
+The full-text index finds the memories that hold a term; how often each holds
+it (`tf`) and how long it is (`length`) are counted from its lexical form, the
+very words the index holds for it: both are facts of the memory's text alone.
+How rare the term is and how long the agent's memories are on average come from
+the agent's own counts, kept by the write path in the same transactions as its
+memories. The index's own statistics are deployment-wide (every tenant's
+memories move every other tenant's scores) and count rewritten and deleted
+documents until its garbage collector purges them, so a replay into an empty
+Redis, with other batch boundaries, scored the same memories differently.
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ from grimoire.streams.model.lexicon import lexical_form, query_terms
 from grimoire.streams.model.records import MemoryRecord
 from grimoire.streams.recall.options import NO_FILTERS, ProvenanceFilters
 from grimoire.streams.write.changes import WriteBatch
-from grimoire.tables.codec.search_replies import term_matches
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.queries import FullTextQuery
 from grimoire.tables.redis_client import create_redis
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.explain_score import term_matches
 from tests.support.stored import drop_deployment
 from tests.support.vectors import flat_unit
 
@@ -168,6 +168,18 @@ async def test_indexed_length_is_the_length_the_index_counts(redis: Redis) -> No
     }
     total = await redis.hget(keys.terms(agent), "#length")
     assert int(total) == sum(form.length for form in forms.values())
+    # Recall scores from the stored forms: each word's count there must be the
+    # index's count of it too ("cat" and "école" twice, dots kept as "_").
+    for word in ("cat", "stop", "word", "école", "3_14", "v1_2_3", "example_com", "snake_case"):
+        reply = await redis.execute_command(
+            "FT.SEARCH", keys.index_name, FullTextQuery(agent, (word,), 9).query_string(),
+            "SCORER", "BM25STD", "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "VERBATIM",
+            "DIALECT", 2,
+        )  # fmt: skip
+        counted = {keys.memory_id_of(m.key): int(m.tf) for m in term_matches(reply, word)}
+        held = {i: f.words.count(word) for i, f in forms.items() if word in f.words}
+        assert counted == held, word
+        assert held, word
 
 
 async def test_lexical_scores_do_not_depend_on_the_index_history(redis: Redis) -> None:

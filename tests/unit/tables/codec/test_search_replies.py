@@ -1,4 +1,6 @@
-"""`total_results` reads a reply's match count in every form Redis gives it."""
+"""`total_results` reads a reply's match count in every form Redis gives it; the
+integration tests' reader of EXPLAINSCORE (tests/support/explain_score.py) finds a
+term's own counts."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from grimoire.tables.codec.search_replies import TermMatch, term_matches, total_results
+from grimoire.tables.codec.search_replies import total_results
+from tests.support.explain_score import TermMatch, term_matches
 
 
 @pytest.mark.parametrize(
