@@ -25,9 +25,10 @@ Semantics (all deterministic, no clock, no randomness):
   are known), keep ``max_keys_per_node``, one ``newest`` call for the keys
   not fetched yet, one ``nodes`` call for unseen neighbours, and at most
   `MAX_REPLACEMENT_DEPTH` ``nodes`` calls to resolve compaction replacements.
-  Each round reads ahead what its walkers' next expansions need: a node with at
-  most ``max_keys_per_node`` keys will fetch all it has not walked, so their
-  degrees and members come in one ``neighbourhood`` call.
+  Each round reads ahead what its walkers' next expansions need: for a node with
+  at most `READ_AHEAD_KEYS_FACTOR` x ``max_keys_per_node`` keys, all its keys'
+  degrees and members come in one ``neighbourhood`` call, though only the best
+  ``max_keys_per_node`` are walked.
 * A neighbour with ``replaced_by`` is replaced by its summary (followed up to
   `MAX_REPLACEMENT_DEPTH` links); if the summary is missing or deleted the original
   stands. Deleted memories and the seeds themselves are never returned.
@@ -69,6 +70,11 @@ from grimoire.streams.ports.recall import GraphView, KeyLinks
 DEFAULT_FIELD_BONUS = 1.4
 DEFAULT_HALF_LIFE_MS = 7 * 24 * 3600 * 1000
 MAX_REPLACEMENT_DEPTH = 3
+# A node with up to this many times the keys a walker takes from it has all its
+# keys read ahead in one round trip (degrees and members together): reading a
+# few lists it will not walk costs less than ranking first and reading after
+# (two more round trips a round; ~1.7 ms of a 100,000-memory recall's walk).
+READ_AHEAD_KEYS_FACTOR = 2
 # Extra keys facts may give one node: bounds what a hub entity adds to a walk.
 MAX_LINKED_KEYS_PER_NODE = 4
 ENTITY_KEY_PREFIX = "entity:"
@@ -532,15 +538,15 @@ async def _prefetch_round(
         if node is not None:
             nodes.append((walker, node))
     if budget.max_neighbors_per_key > 0:
-        # A node with no more keys than a walker takes from one node has every
-        # key it has not walked yet fetched, whatever the keys' degrees: those
-        # keys' degrees and members come in one round trip. Larger nodes rank
-        # their keys on the degrees first and fetch only the best.
+        # A node with few keys has them all read in one round trip, degrees
+        # and members, whichever the walker then takes; larger nodes rank their
+        # keys on the degrees first and fetch only the best.
+        few = READ_AHEAD_KEYS_FACTOR * budget.max_keys_per_node
         whole = sorted(
             {
                 key
                 for _, node in nodes
-                if len(set(node.keys)) <= budget.max_keys_per_node
+                if len(set(node.keys)) <= few
                 for key in node.keys
                 if key not in caches.newest
             }

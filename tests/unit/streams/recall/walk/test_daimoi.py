@@ -16,6 +16,7 @@ from grimoire.streams.model.nexus_keys import commonness_penalty
 from grimoire.streams.recall.walk.daimoi import (
     DEFAULT_FIELD_BONUS,
     MAX_REPLACEMENT_DEPTH,
+    READ_AHEAD_KEYS_FACTOR,
     Circuit,
     NodeInfo,
     Related,
@@ -404,8 +405,9 @@ async def test_walkers_sharing_a_seed_reuse_the_cache() -> None:
 
 
 async def test_a_node_with_more_keys_than_it_expands_fetches_only_its_best() -> None:
-    """Up to `max_keys_per_node` keys a node's keys are all fetched with their
-    degrees; beyond it the degrees come first, and only the best keys are fetched."""
+    """Up to `READ_AHEAD_KEYS_FACTOR` x `max_keys_per_node` keys a node's keys are
+    all read ahead with their degrees, though only the best are walked; beyond it
+    the degrees come first, and only the best keys are fetched."""
     keys = [f"entity:e{i}" for i in range(4)]
     many = FakeGraph(
         [node("S", *keys, ts_ms=NOW + 1)]
@@ -413,12 +415,21 @@ async def test_a_node_with_more_keys_than_it_expands_fetches_only_its_best() -> 
         + [node(f"N{i}", keys[0]) for i in range(6)]
         + [node(f"M{i}", key) for i, key in enumerate(keys[1:])]
     )
-    budget = WalkBudget(num_walkers=1, max_hops=1, max_keys_per_node=3)
-    got = await run(many, [Seed("S", 1.0)], budget=budget)
+    narrow = WalkBudget(num_walkers=1, max_hops=1, max_keys_per_node=1)
+    assert len(keys) > READ_AHEAD_KEYS_FACTOR * narrow.max_keys_per_node
+    got = await run(many, [Seed("S", 1.0)], budget=narrow)
     assert many.calls["neighbourhood"] == 0
     assert many.calls["degrees"] == 1
-    assert sorted(many.fetched_keys) == keys[1:]
-    assert {r.memory_id for r in got} == {"M0", "M1", "M2"}
+    assert sorted(many.fetched_keys) == keys[1:2]  # the rarest, ties by key
+    assert {r.memory_id for r in got} == {"M0"}
+
+    ahead = FakeGraph(many._nodes.values())
+    budget = WalkBudget(num_walkers=1, max_hops=1, max_keys_per_node=3)
+    got = await run(ahead, [Seed("S", 1.0)], budget=budget)
+    assert ahead.calls["neighbourhood"] == 1
+    assert ahead.calls["degrees"] == 0
+    assert sorted(ahead.fetched_keys) == keys  # read ahead, e0 included ...
+    assert {r.memory_id for r in got} == {"M0", "M1", "M2"}  # ... but not walked
 
     few = FakeGraph(many._nodes.values())
     wide = WalkBudget(num_walkers=1, max_hops=1, max_keys_per_node=4)
