@@ -87,6 +87,12 @@ class KeyLinks(Protocol):
         facts, sorted; keys without any may be left out."""
         ...
 
+    @property
+    def may_link(self) -> bool:
+        """False once the graph knows it holds no links at all: a walk then stops
+        looking (most agents record no facts)."""
+        ...
+
 
 class Ranked(Protocol):
     """Anything MMR and packing order: an id and a score (larger is better)."""

@@ -352,6 +352,10 @@ class RedisRecallSource:
             return {}
         return {key: decode_links(raw) for key, raw in zip(keys, rows, strict=True) if raw}
 
+    @property
+    def may_link(self) -> bool:
+        return self._may_link
+
     async def degrees(self, keys: Sequence[str]) -> dict[str, int]:
         if not keys:
             return {}

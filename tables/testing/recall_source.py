@@ -43,6 +43,10 @@ class InMemoryRecallSource:
             return {}
         return await self._facts.links(self._agent, keys)
 
+    @property
+    def may_link(self) -> bool:
+        return self._facts is not None
+
     def _candidates(
         self, filters: ProvenanceFilters
     ) -> list[tuple[RecallRecord, Mapping[str, object]]]:

@@ -326,6 +326,10 @@ async def _with_links(
             links[key] = list(got.get(key, ()))
             if links[key]:
                 linking.add(key)
+        if not linker.may_link:
+            caches.linker = None  # it holds none: the rest of the walk stops asking
+    if not linking:
+        return dict(found)
     out: dict[str, NodeInfo] = {}
     for memory_id, node in found.items():
         if linking.isdisjoint(node.entity_keys):

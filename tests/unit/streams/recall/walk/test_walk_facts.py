@@ -63,6 +63,10 @@ class LinkedGraph(Graph):
         self.link_calls.append(list(keys))
         return {k: self._links[k] for k in keys if k in self._links}
 
+    @property
+    def may_link(self) -> bool:
+        return bool(self._links)
+
 
 def node(memory_id: str, *keys: str) -> NodeInfo:
     return NodeInfo(memory_id, kind="episode", keys=keys, ts_ms=NOW, utility=1.0)
@@ -87,6 +91,13 @@ async def test_without_a_fact_the_walk_does_not_reach_the_linked_entity() -> Non
     assert not isinstance(Graph(NODES), KeyLinks)
     assert [r.memory_id for r in await ids(Graph(NODES))] == []
     assert [r.memory_id for r in await ids(LinkedGraph(NODES, []))] == []
+
+
+async def test_a_graph_that_holds_no_links_is_asked_once_per_walk() -> None:
+    # Most agents record no facts: once the graph says so, the walk stops asking.
+    linked_nowhere = LinkedGraph([*NODES, node("alice-2", "entity:alice", "entity:zed")], [])
+    await walk([Seed("seed", 1.0)], linked_nowhere, now_ms=NOW)
+    assert len(linked_nowhere.link_calls) == 1
 
 
 async def test_an_active_fact_links_the_seed_to_the_objects_memories() -> None:
