@@ -62,6 +62,7 @@ from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, agent_wat
 from grimoire.tables.memory.counters import RedisDeadLetterCounts
 from grimoire.tables.memory.imported import ImportWriter
 from grimoire.tables.memory.recall_source import KnnPolicy
+from grimoire.tables.memory.recall_view import RedisRecallViews
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.redis_client import create_redis
@@ -535,6 +536,7 @@ async def compose(
         authenticator=authenticator,
         auth_metrics=auth_metrics,
         learning=learning,
+        views=RedisRecallViews(redis, prefix, configs=True, learning=learning is not None),
     )
     fact_queries = FactQueryHandler(
         fact_store,

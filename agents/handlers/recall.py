@@ -3,7 +3,6 @@ answer on `reply_to`."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -55,11 +54,13 @@ from grimoire.streams.recall.named import query_names
 from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.temporal import TimeIntent
+from grimoire.streams.recall.view import RecallView
 from grimoire.streams.recall.walk.circuits import circuits_for
 from grimoire.streams.write.changes import StateVector
+from grimoire.tables.memory.recall_view import PortRecallViews
 from grimoire.tables.ports.config import ConfigStore
 from grimoire.tables.ports.learn import LearningStore
-from grimoire.tables.ports.memory import RecallReads
+from grimoire.tables.ports.memory import RecallReads, RecallViews
 from grimoire.tables.ports.trust import AuthMetrics
 from grimoire.tables.trust.api_keys import Authenticator
 from grimoire.topics.declarations import TopicNames
@@ -90,6 +91,9 @@ class RecallHandler:
     configs: ConfigStore | None = field(default=None, kw_only=True)
     # What the agents learned (None: static rerank weights, no causal edges).
     learning: LearningStore | None = field(default=None, kw_only=True)
+    # The agent's state a recall reads first, in one read (None: asked of
+    # `store`, `configs` and `learning` in turn).
+    views: RecallViews | None = field(default=None, kw_only=True)
     _recently_served: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def _served_windows(self, agent_id: str, window: int | None) -> None:
@@ -108,11 +112,12 @@ class RecallHandler:
         parsed = await admitted(self, decoded, message)
         if parsed is None:
             return
-        config = await self._config(parsed.agent_id)
+        view = await self._view(parsed.agent_id)
+        config = view.config
         if config.top_k is not None:
             # The agent's default item count, for a request that names none.
             parsed = self._parse_with_default_k(message.value, config.top_k) or parsed
-        result, usage = await self.answer(parsed, config)
+        result, usage = await self.answer(parsed, config, view)
         reply = bounded_reply(result, self.limits.max_reply_bytes)
         await self.sink.send(parsed.reply_to, parsed.agent_id, reply.payload)
         # Only what reached the caller counts as used, and only once it has: a
@@ -134,10 +139,9 @@ class RecallHandler:
         result, _ = await self.answer(query)
         return result
 
-    async def _config(self, agent_id: str) -> AgentConfig:
-        if self.configs is None:
-            return AgentConfig()
-        return (await self.configs.load([agent_id]))[agent_id]
+    async def _view(self, agent_id: str) -> RecallView:
+        views = self.views or PortRecallViews(self.store, self.configs, self.learning)
+        return await views.recall_view(agent_id)
 
     def _parse_with_default_k(self, raw: bytes, top_k: int) -> RecallQuery | None:
         defaults = replace(self.limits.defaults, max_items=min(top_k, self.limits.max_k))
@@ -150,21 +154,19 @@ class RecallHandler:
         return None if isinstance(again, Rejection) else again
 
     async def answer(
-        self, query: RecallQuery, config: AgentConfig | None = None
+        self, query: RecallQuery, config: AgentConfig | None = None, view: RecallView | None = None
     ) -> tuple[RecallResultV1, RecallUsage]:
         """The answer and what serving it would use (recorded by `handle` once the
         answer is out: recall itself writes nothing). `config`: the agent's runtime
         configuration (retrieval off answers nothing; its time window, layers and
-        lane weights narrow and weigh the lanes)."""
+        lane weights narrow and weigh the lanes). `view`: the agent's state, read
+        here when not given."""
         started = time.perf_counter()
-        fields, watermark, learned, kept = await asyncio.gather(
-            self.store.load_fields([query.agent_id]),
-            self.store.watermark(query.agent_id),
-            self._learned(query.agent_id, config),
-            self.store.state_vectors([query.agent_id]),
-        )
-        state = fields[query.agent_id]
-        kept_state = kept.get(query.agent_id)
+        if view is None:
+            view = await self._view(query.agent_id)
+        state, watermark, kept_state = view.fields, view.watermark, view.state_vector
+        use_learned = self.learning is not None and (config or AgentConfig()).use_learned_weights
+        learned = view.learned if use_learned else None
         # Recency and decay run on the request's event time, never the wall clock.
         now_ms = query.as_of_ms if query.as_of_ms is not None else (watermark or 0)
         policy = self.policy
@@ -207,7 +209,7 @@ class RecallHandler:
         # memories against the mood; which window was served is the agent's state.
         window = window_of(state.tick, ctx.affect, policy.contrarian)
         if window is not None:
-            served = await self.store.contrarian_served(query.agent_id)
+            served = view.contrarian_served
             # A window served moments ago may not be applied yet (it is a journal
             # entry): this worker remembers what it served until it is.
             local = self._recently_served.get(query.agent_id)
@@ -257,11 +259,6 @@ class RecallHandler:
             },
             timings_ms=timings,
         ), usage
-
-    async def _learned(self, agent_id: str, config: AgentConfig | None) -> LearnedWeights | None:
-        if self.learning is None or not (config or AgentConfig()).use_learned_weights:
-            return None
-        return await self.learning.learned_weights(agent_id)
 
     async def _with_causal(self, agent_id: str, items: list[RecallItemV1]) -> list[RecallItemV1]:
         """Each item with its strongest causal edges, in and out."""

@@ -15,6 +15,7 @@ from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.ports.recall import RecallSource
+from grimoire.streams.recall.view import RecallView
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour
 from grimoire.tables.codec.memory_hash import StoredMemory
@@ -31,6 +32,7 @@ __all__ = [
     "MemoryWrites",
     "OutcomeEffects",
     "RecallReads",
+    "RecallViews",
     "UsageLedger",
 ]
 
@@ -106,6 +108,12 @@ class RecallReads(FieldReads, Protocol):
 
     async def watermark(self, agent_id: str) -> int | None: ...
     async def contrarian_served(self, agent_id: str) -> int | None: ...
+
+
+class RecallViews(Protocol):
+    """What a recall reads of its agent before it searches, in one read."""
+
+    async def recall_view(self, agent_id: str) -> RecallView: ...
 
 
 class UsageLedger(Protocol):
