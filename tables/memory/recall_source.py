@@ -16,6 +16,7 @@ from typing import Any, Final
 import numpy as np
 from redis.asyncio import Redis
 
+from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.recall import bm25
 from grimoire.streams.recall.bm25 import DEFAULT_BM25, Bm25Parameters, CorpusStats
 from grimoire.streams.recall.options import ProvenanceFilters
@@ -42,8 +43,8 @@ _Form = tuple[Counter[str], int]
 def _form(stored: Any) -> _Form | None:
     """None for a memory without a form (written before store format 3): the index
     holds no words for it either."""
-    words = text_of(stored).split() if stored is not None else []
-    return (Counter(words), len(words)) if words else None
+    form = LexicalForm.parse(text_of(stored)) if stored is not None else None
+    return (Counter(form.words), form.length) if form is not None and form.words else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,16 +207,7 @@ class RedisRecallSource:
                 jobs.append((term, sorted(ids)))
         # Scored from the memories' lexical forms (the words the index holds), read
         # in one round trip: a scoring search per term cost ~0.3 ms of Redis each.
-        forms = await self._forms_of(pooled)
-        totals: dict[str, float] = {}
-        average = corpus.average_length()
-        for term, ids in jobs:
-            idf = corpus.idf(term)
-            for memory_id in ids:
-                form = forms.get(memory_id)
-                if form is not None and (tf := form[0][term]):
-                    score = bm25.term_score(tf, form[1], idf, average, self._knn.bm25)
-                    totals[memory_id] = totals.get(memory_id, 0.0) + score
+        totals = self._bm25(jobs, await self._forms_of(pooled), corpus)
         hits = [LaneHit(memory_id, total) for memory_id, total in totals.items()]
         hits.sort(key=lambda hit: (-hit.score, hit.memory_id))
         return hits[:k]
@@ -264,27 +256,31 @@ class RedisRecallSource:
         are the ones it would report (a search per term cost ~0.3 ms of Redis and
         the parsing of its explanation, for memories the pool has read already)."""
         ids = tuple(sorted(set(memory_ids)))
-        totals: dict[str, float] = {}
         if not ids or not terms:
-            return totals
+            return {}
         corpus = await self._corpus_of(terms)
         records = await self.records(ids)
-        wanted = tuple(dict.fromkeys(terms))
-        idf = {term: corpus.idf(term) for term in wanted}
+        live = [i for i in ids if (record := records.get(i)) is not None and record.live]
+        jobs = [(term, live) for term in dict.fromkeys(terms)]
+        return self._bm25(jobs, self._forms, corpus)
+
+    def _bm25(
+        self,
+        jobs: Sequence[tuple[str, Sequence[str]]],
+        forms: Mapping[str, _Form | None],
+        corpus: CorpusStats,
+    ) -> dict[str, float]:
+        """Each memory's BM25 sum over the (term, memory ids) jobs, in job order,
+        counted in the memories' lexical forms."""
+        totals: dict[str, float] = {}
         average = corpus.average_length()
-        params = self._knn.bm25
-        for memory_id in ids:
-            record = records.get(memory_id)
-            form = self._forms.get(memory_id)
-            if record is None or not record.live or form is None:
-                continue
-            counts, length = form
-            held = [term for term in wanted if counts[term]]
-            if held:
-                total = 0.0
-                for term in held:
-                    total += bm25.term_score(counts[term], length, idf[term], average, params)
-                totals[memory_id] = total
+        for term, ids in jobs:
+            idf = corpus.idf(term)
+            for memory_id in ids:
+                form = forms.get(memory_id)
+                if form is not None and (tf := form[0][term]):
+                    score = bm25.term_score(tf, form[1], idf, average, self._knn.bm25)
+                    totals[memory_id] = totals.get(memory_id, 0.0) + score
         return totals
 
     async def adjacent(self, anchors: Sequence[Anchor]) -> dict[str, tuple[str, ...]]:
