@@ -18,7 +18,7 @@ the model would take longer than the benchmark itself on a small machine. So:
 * the real planner (`plan_batch`: admission gate, quality, aggregates, merges)
   decides every candidate, and everything (records, nexus index, hyperedges,
   decisions, field state, watermark, stats) is committed through
-  `RedisMemoryStore.commit`; only the nearest stored memory is simulated
+  `RedisMemoryWrites.commit`; only the nearest stored memory is simulated
   (see `CorpusLoader`).
 """
 

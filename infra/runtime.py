@@ -61,9 +61,13 @@ from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, agent_watermarks
 from grimoire.tables.memory.counters import RedisDeadLetterCounts
 from grimoire.tables.memory.imported import ImportWriter
+from grimoire.tables.memory.outcome_effects import RedisOutcomeEffects
+from grimoire.tables.memory.reads import RedisRecallReads
 from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.recall_view import RedisRecallViews
-from grimoire.tables.memory.store import RedisMemoryStore
+from grimoire.tables.memory.store import RedisIngestStore, RedisMemoryStore
+from grimoire.tables.memory.usage import RedisUsageLedger
+from grimoire.tables.memory.writes import RedisMemoryWrites
 from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.schema.store_format import claim_store_format
@@ -404,11 +408,16 @@ async def compose(
         embedder.vector_space,
         has_memories=await index_holds_documents(redis, prefix),
     )
+    # Each handler gets the concern it is typed for, all over the store's one core
+    # (one decoded-node cache, one set of scripts and routing for the worker).
+    core = store.core
+    writes = RedisMemoryWrites(core)
+    reads = RedisRecallReads(core)
     topics = TopicNames(settings.broker.topic_prefix)
     witness = Witness(RedisWitnessLog(redis, prefix))
     learning = RedisLearningStore(redis, prefix)
     ingest = IngestHandler(
-        store,
+        RedisIngestStore(core),
         embedder,
         sink,
         topics,
@@ -418,18 +427,18 @@ async def compose(
     )
     maintenance = MaintenanceHandler(
         ledgers=MaintenanceLedgerStore(redis, prefix),
-        field_states=store,
+        field_states=reads,
         runners=build_runners(redis, prefix, store, embedder, settings),
         sink=sink,
         topics=topics,
         worker_id=worker_id,
         block_interval_ms=int(settings.worker.block_interval_s * 1000),
-        live_count=store.count,
+        live_count=reads.count,
         policy=settings.maintenance_policy,
         limits=settings.input_limits,
         lease_ms=int(settings.maintenance.lease_s * 1000),
-        decay=store.decay,
-        count_estimates=store,
+        decay=core.decay,
+        count_estimates=reads,
     )
     authenticator = Authenticator(
         RedisApiKeyStore(keystore_redis or redis, settings.broker.topic_prefix),
@@ -457,14 +466,14 @@ async def compose(
     sharing = Sharing(
         clade_registry,
         RedisPublishedStore(redis, prefix),
-        store.recall_source,
+        reads.recall_source,
         CladeSender(sink, topics, worker_id),
     )
     derivations = RedisDerivationStore(redis, prefix, dims=embedder.dims)
     clade = CladeReceiver(
-        store,
+        writes,
         RedisCladeCopies(redis, prefix),
-        store.recall_source,
+        reads.recall_source,
         embedder,
         RetractionHandler(derivations, embedder, curator=RedisCuratorStore(redis, prefix)),
         sink,
@@ -475,18 +484,18 @@ async def compose(
     rules = fold_rules(
         ingest=ingest,
         outcomes=OutcomeHandler(
-            store,
+            RedisOutcomeEffects(core),
             sink,
             topics,
             settings.input_limits,
             learning=learning,
             configs=configs,
             rerank=settings.ranking_policy.weights,
-            evidence=EvidenceWriter(store, embedder),
+            evidence=EvidenceWriter(writes, embedder),
             sharing=sharing,
         ),
         maintenance=maintenance,
-        usage=StoreUsage(store, learning),
+        usage=StoreUsage(RedisUsageLedger(core), learning),
         commands=CommandHandler(
             retractor=RetractionHandler(
                 derivations,
@@ -523,7 +532,7 @@ async def compose(
         publication=publication,
     )
     recall = RecallHandler(
-        store,
+        reads,
         embedder,
         sink,
         topics,

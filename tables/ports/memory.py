@@ -22,8 +22,8 @@ from grimoire.tables.codec.memory_hash import StoredMemory
 from grimoire.tables.ports.transaction import TransactionPart
 
 if TYPE_CHECKING:
-    # Type-only: `grimoire.tables.memory.store` imports this module at import time.
-    from grimoire.tables.memory.store import ScoredHit
+    # Type-only: a port names the Redis reads' hit type without importing them.
+    from grimoire.tables.memory.reads import ScoredHit
 
 __all__ = [
     "FieldReads",

@@ -8,7 +8,7 @@ in (due, id) order), snapshot fields as the strings HSET would store. Unit tests
 run the decay pass against it, and the decay contract test checks DecayIndex
 against it.
 
-`InMemoryMemoryStore.commit` does not schedule its writes (RedisMemoryStore's
+`InMemoryMemoryStore.commit` does not schedule its writes (RedisMemoryWrites'
 commit does, through `DecayIndex.schedule_new`): a test writing memories calls
 `schedule_new` with their fields, or `ensure_seeded`.
 """

@@ -30,7 +30,7 @@ from grimoire.tables.codec.memory_hash import (
     hash_fields,
     stored_memory,
 )
-from grimoire.tables.memory.store import ScoredHit
+from grimoire.tables.memory.reads import ScoredHit
 from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.tables.testing.curator_marks import curator_indexes
 from grimoire.tables.testing.decay_store import InMemoryDecayStore

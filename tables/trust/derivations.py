@@ -15,7 +15,7 @@ it changes nothing. Source ids are input event ids or memory ids; the role comes
 first in a field and never holds '|', so an id may.
 
 The writers queue their edges in the same pipeline as the writes they describe
-(`queue_edges`): the write path (`RedisMemoryStore.commit`), compaction
+(`queue_edges`): the write path (`RedisMemoryWrites.commit`), compaction
 (`RedisCompactionStore.write_summaries`) and the curator (`RedisCuratorStore.apply`).
 The edges of one batch, plan or cycle are built by `batch_edges`, `summary_edges`
 and `curated_edges`, the same for both implementations.

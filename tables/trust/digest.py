@@ -10,8 +10,8 @@ Left out, because they depend on the wall clock or on the worker, never on the
 journal (found by grepping tables/ and agents/ for `time.time`, `clock_ms`,
 `perf_counter`, `monotonic`, and for what is written with a TTL or a worker id):
 
-- `recorded_at` in memory hashes: the transaction time `RedisMemoryStore.commit`
-  takes from its `clock_ms` (`infra/runtime.py` passes `time.time`);
+- `recorded_at` in memory hashes: the transaction time `RedisMemoryWrites.commit`
+  takes from its core's `clock_ms` (`infra/runtime.py` passes `time.time`);
 - `elapsed_ms` in the maintenance log's entries: `perf_counter` around each task
   (`agents/maintenance/handler.py`);
 - `worker` in the maintenance log's entries: the completing worker's
