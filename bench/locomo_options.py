@@ -31,6 +31,7 @@ ABLATIONS: Mapping[str, Mapping[str, float | int]] = MappingProxyType(
         "time-cue": {"relevance_time_cue_share": 0.0},
         "time-window": {"relevance_time_window_share": 0.0},
         "actor": {"relevance_actor_share": 0.0},
+        "actor-free-query": {"recall_actor_free_query": 0},
         "entity-lane": {"recall_entity_k": 0},
         # The rerank's priors: relevance alone orders the candidates.
         "priors": {"rerank_prior_share": 0.0},

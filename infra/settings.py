@@ -195,7 +195,7 @@ class LaneWeightSettings(SettingsGroup):
 class RelevanceSettings(SettingsGroup):
     """How the pooled memories are scored on their evidence (streams/recall/relevance.py)."""
 
-    lexical_share: float = Field(default=0.5, ge=0, le=1)
+    lexical_share: float = Field(default=0.25, ge=0, le=1)
     context_share: float = Field(default=0.3, ge=0)
     context_anchors: int = Field(default=10, ge=0)
     pool_depth: int = Field(default=40, ge=1)
@@ -204,7 +204,7 @@ class RelevanceSettings(SettingsGroup):
     time_cue_share: float = Field(default=0.6, ge=0)
     time_window_share: float = Field(default=0.3, ge=0)
     # A query naming a memory's actor (streams/recall/named.py): the share it gains.
-    actor_share: float = Field(default=0.3, ge=0)
+    actor_share: float = Field(default=0.4, ge=0)
     # Query-term coverage as a relevance feature.
     coverage_share: float = Field(default=0.0, ge=0)
 
@@ -267,6 +267,9 @@ class RecallSettings(SettingsGroup):
     entity_k: int = Field(default=20, ge=0)
     entity_per_key: int = Field(default=10, ge=0)
     entity_max_degree: int = Field(default=50, ge=1)
+    # The vector lanes embed the query without the agent's actors it names
+    # (streams/recall/named.py); the actor share of relevance prefers their memories.
+    actor_free_query: bool = True
     rrf_k: int = Field(default=60, ge=0)
     mmr_lambda: float = Field(default=0.7, ge=0, le=1)
     # How relevant to a query a situation's evidence entry must be, against the
@@ -424,6 +427,7 @@ FLAT_NAMES: Mapping[str, str] = MappingProxyType(
         "recall_entity_k": "recall.entity_k",
         "recall_entity_per_key": "recall.entity_per_key",
         "recall_entity_max_degree": "recall.entity_max_degree",
+        "recall_actor_free_query": "recall.actor_free_query",
         "rrf_k": "recall.rrf_k",
         "mmr_lambda": "recall.mmr_lambda",
         "evidence_match_ratio": "recall.evidence_match_ratio",
@@ -783,6 +787,7 @@ class Settings(BaseSettings):
                 per_key=recall.entity_per_key,
                 max_degree=recall.entity_max_degree,
             ),
+            actor_free_query=recall.actor_free_query,
             contrarian=ContrarianPolicy(
                 every_ticks=contrarian.every_ticks,
                 items=contrarian.items,

@@ -346,6 +346,11 @@ class Keyspace:
         """HASH term -> how many of the agent's memories hold it."""
         return f"{self.prefix}:terms:{{{agent_id}}}"
 
+    def actors(self, agent_id: str) -> str:
+        """SET of the actors the agent's memories name, as a query would name them
+        (`grimoire.streams.recall.named.actor_name`)."""
+        return f"{self.prefix}:actors:{{{agent_id}}}"
+
     # -- per agent: maintenance ---------------------------------------------------
     def decay_schedule(self, agent_id: str) -> str:
         return f"{self.prefix}:decay:{{{agent_id}}}"

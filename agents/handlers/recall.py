@@ -50,7 +50,7 @@ from grimoire.streams.recall.flow import (
     run_recall,
 )
 from grimoire.streams.recall.mode_decision import decide_mode
-from grimoire.streams.recall.named import query_names
+from grimoire.streams.recall.named import actor_candidates, query_names, without_actors
 from grimoire.streams.recall.options import RetrievalMode
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.temporal import TimeIntent
@@ -112,7 +112,7 @@ class RecallHandler:
         parsed = await admitted(self, decoded, message)
         if parsed is None:
             return
-        view = await self._view(parsed.agent_id)
+        view = await self._view(parsed.agent_id, parsed.query)
         config = view.config
         if config.top_k is not None:
             # The agent's default item count, for a request that names none.
@@ -139,9 +139,10 @@ class RecallHandler:
         result, _ = await self.answer(query)
         return result
 
-    async def _view(self, agent_id: str) -> RecallView:
+    async def _view(self, agent_id: str, query: str) -> RecallView:
         views = self.views or PortRecallViews(self.store, self.configs, self.learning)
-        return await views.recall_view(agent_id)
+        candidates = actor_candidates(query) if self.policy.actor_free_query else ()
+        return await views.recall_view(agent_id, candidates)
 
     def _parse_with_default_k(self, raw: bytes, top_k: int) -> RecallQuery | None:
         defaults = replace(self.limits.defaults, max_items=min(top_k, self.limits.max_k))
@@ -163,7 +164,7 @@ class RecallHandler:
         here when not given."""
         started = time.perf_counter()
         if view is None:
-            view = await self._view(query.agent_id)
+            view = await self._view(query.agent_id, query.query)
         state, watermark, kept_state = view.fields, view.watermark, view.state_vector
         use_learned = self.learning is not None and (config or AgentConfig()).use_learned_weights
         learned = view.learned if use_learned else None
@@ -197,9 +198,13 @@ class RecallHandler:
         )
         embed_ms: list[float] = []
 
+        # The vector lanes search for what the query asks of the actors it names;
+        # the actor match (`names_actor`) prefers those actors' memories.
+        topic = without_actors(query.query, view.actors) if policy.actor_free_query else query.query
+
         async def vectors() -> QueryVectors:
             began = time.perf_counter()
-            found = await self._vectors(query.query, state, kept_state)
+            found = await self._vectors(topic, state, kept_state)
             embed_ms.append(round((time.perf_counter() - began) * 1000, 3))
             return found
 

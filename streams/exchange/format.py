@@ -76,6 +76,7 @@ FAMILY_ORDER: Final = (
     "nexus",
     "nodes",
     "terms",
+    "actors",
     "decay",
     "decay_seeded",
     "derivation",

@@ -94,6 +94,8 @@ class RankingPolicy:
     evidence_first: EvidenceFirstPolicy = DEFAULT_EVIDENCE_FIRST_POLICY
     # The memories under the entities a query names (streams/recall/entity_lane.py).
     entity_lane: EntityLanePolicy = DEFAULT_ENTITY_LANE
+    # The query's vector leaves out the actors it names (streams/recall/named.py).
+    actor_free_query: bool = True
 
 
 @dataclass(frozen=True, slots=True)

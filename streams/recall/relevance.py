@@ -26,9 +26,10 @@ from grimoire.streams.recall.ports import Vector
 
 @dataclass(frozen=True, slots=True)
 class RelevancePolicy:
-    # Exact terms and meaning count alike: either alone lost 0.04-0.18 R@5 on
-    # LoCoMo against the blend, and 0.4-0.6 were within 0.01 of each other.
-    lexical_share: float = 0.5
+    # Either side alone lost 0.04-0.18 R@5 on LoCoMo against the blend. Once the
+    # query's vector leaves out the actors it names (named.py) meaning is the
+    # stronger side: 0.25 chosen on the tune fold (docs/benchmarks.md).
+    lexical_share: float = 0.25
     # How much of its best session neighbour's relevance a memory borrows.
     context_share: float = 0.3
     # The best this many memories bring their session neighbours into the pool.
@@ -44,8 +45,9 @@ class RelevancePolicy:
     time_window_share: float = 0.3
     # A query naming a memory's actor ("what did Maria …"): the memory gains this
     # share of its own relevance (streams/recall/named.py).
-    # 0.6 gained nothing over 0.3 and cost more on questions naming the wrong actor.
-    actor_share: float = 0.3
+    # 0.4 on the tune fold with the actor-free query; higher gained on it but led
+    # questions naming the wrong actor further astray (docs/benchmarks.md).
+    actor_share: float = 0.4
     # Query-term coverage: a memory holding a larger share of the query's distinct
     # terms gains up to this share (a BM25 sum can favour one rare term repeated).
     coverage_share: float = 0.0

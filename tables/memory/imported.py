@@ -25,6 +25,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from grimoire.streams.exchange.format import StateLine, hash_line, hash_of, split_line
+from grimoire.streams.recall.named import actor_name
 from grimoire.tables.codec.fact import decode_ids, decode_links, encode_ids, encode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash.writing import lexical_form_of
@@ -154,7 +155,7 @@ class ImportWriter:
         derive: bool = False,
     ) -> list[str]:
         """Write `lines` and mark `chunk_id` applied, in one transaction; the memory
-        ids written. `derive`: also count each new memory's terms and pack its walk
+        ids written. `derive`: also count each new memory's terms, add its actor and pack its walk
         node (a successor's memories come without the predecessor's derived keys).
         Raises `ImportRefused` when a memory id is held by another agent."""
         targets = [(line, self.key_of(agent_id, line)) for line in lines]
@@ -174,6 +175,8 @@ class ImportWriter:
                     form = lexical_form_of(fields.get(b"text"), fields.get(b"ts"))
                     counted = counted_text(form)
                     self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), counted)
+                    if actor := actor_name(text_of(fields.get(b"actor_id") or b"")):
+                        pipe.sadd(self.keys.actors(agent_id), actor)
                     # An inherited insight, heuristic or warning: the successor's
                     # curator looks at it in its next cycle.
                     queue_new(pipe, self.keys, {text_of(k): v for k, v in fields.items()})

@@ -15,6 +15,7 @@ from redisvl.query import VectorQuery
 
 from grimoire.streams.recall.options import NO_FILTERS
 from grimoire.streams.write.changes import StateVector
+from grimoire.tables.codec.actors import actors_found
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import RETURN_FIELDS, StoredMemory, stored_memory
 from grimoire.tables.codec.search_replies import keyed_docs, total_results
@@ -123,6 +124,12 @@ class RedisRecallReads(RedisMemoryConcern):
             self.core.keys.contrarian_window(agent_id), WINDOW_MEMBER
         )
         return None if score is None else int(score)
+
+    async def actors_named(self, agent_id: str, candidates: Sequence[str]) -> frozenset[str]:
+        if not candidates:
+            return frozenset()
+        found = await self.core.redis.smismember(self.core.keys.actors(agent_id), candidates)
+        return actors_found(candidates, found)
 
 
 def _params(query: VectorQuery) -> list[Any]:

@@ -1,10 +1,11 @@
 """Rebuild an agent's derived recall structures from its memory hashes.
 
-The walk's node table and the BM25 lane's term counts (see graph.py) are kept
-by the write path. A store written before they existed still recalls correctly
-(the walk reads the memory hashes instead, and every term searches), only more
-slowly; `rebuild_derived` fills them in for one agent, and can be re-run any
-time: both are recomputed from the hashes, never added to.
+The walk's node table, the BM25 lane's term counts (see graph.py) and the set of
+the agent's actors are kept by the write path. A store written before they existed
+still recalls correctly (the walk reads the memory hashes instead, every term
+searches, a query is embedded with the names it holds), only more slowly or less
+well; `rebuild_derived` fills them in for one agent, and can be re-run any time:
+all three are recomputed from the hashes, never added to.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from grimoire.streams.model.lexicon import LexicalForm
+from grimoire.streams.recall.named import actor_name
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash.writing import lexical_form_of
 from grimoire.tables.keyspace import Keyspace
@@ -58,13 +60,14 @@ async def rebuild_derived(
     agent_id: str,
     progress: Callable[[int, int], None] | None = None,
 ) -> RebuildReport:
-    """Re-pack every memory of `agent_id` into its node table and recount its
-    terms. Writes that land while it runs may be missed by the counts (they are
+    """Re-pack every memory of `agent_id` into its node table, recount its terms
+    and gather its actors anew. Writes that land while it runs may be missed by the counts (they are
     an estimate); the node table is re-packed from the hashes as they stand.
     `progress(done, total)` is told after each batch of the memories scanned."""
     graph = RedisGraph(redis, prefix)
     ids: list[str] = []
     counts: Counter[str] = Counter()
+    actors: set[str] = set()
     keys = [
         key
         async for key in redis.scan_iter(
@@ -75,13 +78,15 @@ async def rebuild_derived(
         batch = keys[start : start + _BATCH]
         async with redis.pipeline(transaction=False) as pipe:
             for key in batch:
-                pipe.hmget(key, ["agent_id", "memory_id", "text", "ts", "lexical"])
+                pipe.hmget(key, ["agent_id", "memory_id", "text", "ts", "lexical", "actor_id"])
             rows = await pipe.execute()
         forms: dict[str, str] = {}
-        for key, (owner, memory_id, text, ts, stored) in zip(batch, rows, strict=True):
+        for key, (owner, memory_id, text, ts, stored, actor) in zip(batch, rows, strict=True):
             if owner is None or memory_id is None or text_of(owner) != agent_id:
                 continue
             ids.append(text_of(memory_id))
+            if name := actor_name(text_of(actor or b"")):
+                actors.add(name)
             form = lexical_form_of(text, ts)
             if stored is None or text_of(stored) != form.text:
                 # A memory written before the lexical form (or by an older form):
@@ -96,7 +101,9 @@ async def rebuild_derived(
     counts.setdefault(LENGTH_FIELD, 0)  # present even for an agent with no memories
     terms_key = graph.keys.terms(agent_id)
     async with agent_transaction(redis, agent_id) as pipe:
-        pipe.delete(terms_key, graph.keys.nodes(agent_id))
+        pipe.delete(terms_key, graph.keys.nodes(agent_id), graph.keys.actors(agent_id))
+        if actors:
+            pipe.sadd(graph.keys.actors(agent_id), *sorted(actors))
         items = sorted(counts.items())
         for start in range(0, len(items), _BATCH):
             pipe.hset(terms_key, mapping=dict(items[start : start + _BATCH]))

@@ -1,21 +1,24 @@
 """`RecallViews`: the agent's state a recall reads before it searches.
 
-`RedisRecallViews` reads it in one pipelined round trip (six keys of the agent's:
-its configuration, field state, watermark, kept state vector, learned weights and
-the contrarian window served) where the stores' own calls took five; `PortRecallViews`
-asks each store in turn, for stores that are not Redis (the in-memory ones) and as
-the reference the Redis reader is held to (tests/integration/test_recall_view.py).
+`RedisRecallViews` reads it in one pipelined round trip (seven keys of the agent's:
+its configuration, field state, watermark, kept state vector, learned weights, the
+contrarian window served and, for a query that may name some, its actors) where
+the stores' own calls took six; `PortRecallViews` asks each store in turn, for
+stores that are not Redis (the in-memory ones) and as the reference the Redis
+reader is held to (tests/integration/test_recall_view.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.recall.view import RecallView
+from grimoire.tables.codec.actors import actors_found
 from grimoire.tables.codec.agent_config import decode_agent_config
 from grimoire.tables.codec.field_state import field_from_json
 from grimoire.tables.codec.learning import weights_from_stored
@@ -40,7 +43,7 @@ class RedisRecallViews:
         self._configs = configs
         self._learning = learning
 
-    async def recall_view(self, agent_id: str) -> RecallView:
+    async def recall_view(self, agent_id: str, actor_candidates: Sequence[str] = ()) -> RecallView:
         keys = self._keys
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.get(keys.field_state(agent_id))
@@ -51,10 +54,13 @@ class RedisRecallViews:
                 pipe.get(keys.agent_config(agent_id))
             if self._learning:
                 pipe.get(keys.learned_weights(agent_id))
+            if actor_candidates:
+                pipe.smismember(keys.actors(agent_id), actor_candidates)
             replies = list(await pipe.execute())
         fields, watermark, vector, served, *rest = replies
         config = decode_agent_config(rest.pop(0)) if self._configs else AgentConfig()
         learned = weights_from_stored(rest.pop(0)) if self._learning else None
+        actors = actors_found(actor_candidates, rest.pop(0)) if actor_candidates else frozenset()
         return RecallView(
             fields=field_from_json(agent_id, fields),
             config=config,
@@ -62,6 +68,7 @@ class RedisRecallViews:
             state_vector=state_vector_from_hash(agent_id, vector),
             learned=learned,
             contrarian_served=None if served is None else int(served),
+            actors=actors,
         )
 
 
@@ -73,14 +80,15 @@ class PortRecallViews:
     configs: ConfigStore | None = None
     learning: LearningStore | None = None
 
-    async def recall_view(self, agent_id: str) -> RecallView:
-        fields, watermark, kept, served, config, learned = await asyncio.gather(
+    async def recall_view(self, agent_id: str, actor_candidates: Sequence[str] = ()) -> RecallView:
+        fields, watermark, kept, served, config, learned, actors = await asyncio.gather(
             self.store.load_fields([agent_id]),
             self.store.watermark(agent_id),
             self.store.state_vectors([agent_id]),
             self.store.contrarian_served(agent_id),
             self._config(agent_id),
             self.learning.learned_weights(agent_id) if self.learning else _nothing(),
+            self.store.actors_named(agent_id, actor_candidates),
         )
         return RecallView(
             fields=fields[agent_id],
@@ -89,6 +97,7 @@ class PortRecallViews:
             state_vector=kept.get(agent_id),
             learned=learned,
             contrarian_served=served,
+            actors=actors,
         )
 
     async def _config(self, agent_id: str) -> AgentConfig:

@@ -5,11 +5,13 @@ per agent, with the outcomes held for memories not written yet."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from grimoire.streams.model.lexicon import LexicalForm
+from grimoire.streams.recall.named import actor_name
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
@@ -125,10 +127,14 @@ class RedisMemoryWrites(RedisHeldOutcomes):
         # outbox events, are stored together or not at all: one MULTI/EXEC for the
         # batch on one Redis, one per agent on a cluster (`AgentTransactions`).
         tx = await AgentTransactions.open(self.core.redis)
+        # Who the batch's memories name as their actor, for the recall that asks
+        # about them by name (`grimoire.streams.recall.named.without_actors`).
+        actors: dict[str, set[str]] = {}
         for record in batch.records:
             cand = record.candidate
             pipe = tx.agent(cand.agent_id)
             fields = hash_fields(record, now_ms)
+            _add_actor(actors, cand.agent_id, fields)
             key = self.core.key(cand.agent_id, record.id)
             self.core.scripts.count_new_terms(
                 pipe,
@@ -147,6 +153,7 @@ class RedisMemoryWrites(RedisHeldOutcomes):
         for fold in batch.folds:
             pipe = tx.agent(fold.agent_id)
             seed = hash_fields(fold.seed, now_ms)
+            _add_actor(actors, fold.agent_id, seed)
             self.core.scripts.fold_aggregate(
                 pipe, self.core.key(fold.agent_id, fold.aggregate_id), seed, fold.ts_ms
             )
@@ -160,6 +167,8 @@ class RedisMemoryWrites(RedisHeldOutcomes):
                 self.core.graph.join(
                     pipe, fold.agent_id, edge.edge_id, fold.aggregate_id, edge.role
                 )
+        for agent_id in sorted(actors):
+            tx.agent(agent_id).sadd(self.core.keys.actors(agent_id), *sorted(actors[agent_id]))
         touched: dict[str, set[str]] = {}
         for record in batch.records:
             touched.setdefault(record.candidate.agent_id, set()).add(record.id)
@@ -214,3 +223,9 @@ class RedisMemoryWrites(RedisHeldOutcomes):
         for part in also:
             part.queue(tx)
         await tx.execute()
+
+
+def _add_actor(actors: dict[str, set[str]], agent_id: str, fields: Mapping[str, Any]) -> None:
+    name = actor_name(str(fields.get("actor_id") or ""))
+    if name:
+        actors.setdefault(agent_id, set()).add(name)

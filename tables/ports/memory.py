@@ -108,12 +108,19 @@ class RecallReads(FieldReads, Protocol):
 
     async def watermark(self, agent_id: str) -> int | None: ...
     async def contrarian_served(self, agent_id: str) -> int | None: ...
+    async def actors_named(self, agent_id: str, candidates: Sequence[str]) -> frozenset[str]:
+        """Which of `candidates` (`actor_name` spellings) name an actor of the
+        agent's memories."""
+        ...
 
 
 class RecallViews(Protocol):
-    """What a recall reads of its agent before it searches, in one read."""
+    """What a recall reads of its agent before it searches, in one read; with the
+    actors among `actor_candidates` (`RecallView.actors`)."""
 
-    async def recall_view(self, agent_id: str) -> RecallView: ...
+    async def recall_view(
+        self, agent_id: str, actor_candidates: Sequence[str] = ()
+    ) -> RecallView: ...
 
 
 class UsageLedger(Protocol):

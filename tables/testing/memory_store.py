@@ -20,6 +20,7 @@ from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.model.records import HyperedgeRef
 from grimoire.streams.ports.recall import RecallSource
+from grimoire.streams.recall.named import actor_name
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
@@ -83,6 +84,7 @@ class InMemoryMemoryStore:
         self._usage: dict[str, Hash] = {}
         self._outcomes: dict[str, set[str]] = {}
         self._held: dict[str, dict[str, list[Outcome]]] = {}
+        self._actors: dict[str, set[str]] = {}
         # The decay schedule the write path and outcomes keep, as RedisMemoryStore.decay.
         self.decay = InMemoryDecayStore(self)
 
@@ -135,6 +137,7 @@ class InMemoryMemoryStore:
         for record in batch.records:
             cand = record.candidate
             fields = hash_fields(record, now_ms)
+            self._add_actor(cand.agent_id, fields)
             self._records.setdefault(record.id, {}).update(_encoded(fields))
             self.decay.schedule_new(fields)
             self._link(cand.agent_id, cand.id, cand.ts_ms, cand.keys)
@@ -143,6 +146,7 @@ class InMemoryMemoryStore:
                 edge[cand.id] = str(cand.hyperedge.role)
         for fold in batch.folds:
             seed = hash_fields(fold.seed, now_ms)
+            self._add_actor(fold.agent_id, seed)
             self.decay.schedule_new(seed, keep_existing=True)
             aggregate = self._records.get(fold.aggregate_id)
             if aggregate is None:
@@ -183,6 +187,14 @@ class InMemoryMemoryStore:
             edges.add(agent_id, (edge,))
         for part in also:
             await part.apply_alone()
+
+    def _add_actor(self, agent_id: str, fields: Mapping[str, Any]) -> None:
+        name = actor_name(str(fields.get("actor_id") or ""))
+        if name:
+            self._actors.setdefault(agent_id, set()).add(name)
+
+    async def actors_named(self, agent_id: str, candidates: Sequence[str]) -> frozenset[str]:
+        return frozenset(self._actors.get(agent_id, set()).intersection(candidates))
 
     def _link(
         self,

@@ -70,6 +70,7 @@ FIXED_FAMILIES: Final[Mapping[str, Callable[[Keyspace, str], str]]] = {
     "pending_outcomes": Keyspace.pending_outcomes,
     "nodes": Keyspace.nodes,
     "terms": Keyspace.terms,
+    "actors": Keyspace.actors,
     "decay": Keyspace.decay_schedule,
     "decay_seeded": Keyspace.decay_seeded,
     "compaction_cursor": Keyspace.compaction_cursor,

@@ -1,6 +1,7 @@
 """The state a recall reads first, in one round trip (`RedisRecallViews`), is what
 the stores' own calls give (`PortRecallViews` over the same Redis stores), for an
-agent holding every part of it and for one holding none."""
+agent holding every part of it (the actors a query names among them) and for one
+holding none."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.config.agent_config import AgentConfig
 from grimoire.streams.learn.hedge import LEARNED_FACTORS, LearnedWeights
 from grimoire.streams.model.field_state import Affect, FieldState
+from grimoire.streams.recall.named import actor_candidates
 from grimoire.streams.recall.view import RecallView
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.tables.codec.learning import weights_value
@@ -57,6 +59,7 @@ async def _hold_everything(redis: Redis, prefix: str) -> RedisMemoryStore:
     await store.commit(
         WriteBatch(fields=(state,), state_vectors=(StateVector(HELD, "k1", vector),))
     )
+    await redis.sadd(Keyspace(prefix).actors(HELD), "dana", "deploy bot")
     await store.serve_contrarian(HELD, 3)
     await RedisConfigStore(redis, prefix).save(
         HELD, AgentConfig(top_k=4, use_learned_weights=False)
@@ -72,15 +75,19 @@ async def test_one_read_gives_what_the_stores_give(redis: Redis, agent: str) -> 
     prefix = redis.grimoire_prefix  # type: ignore[attr-defined]
     store = await _hold_everything(redis, prefix)
     configs, learning = RedisConfigStore(redis, prefix), RedisLearningStore(redis, prefix)
-    expected = await PortRecallViews(store, configs, learning).recall_view(agent)
+    candidates = actor_candidates("did Dana see the deploy-bot roll back?")
+    expected = await PortRecallViews(store, configs, learning).recall_view(agent, candidates)
     with redis_traffic() as sent:
-        got = await RedisRecallViews(redis, prefix, configs=True, learning=True).recall_view(agent)
+        got = await RedisRecallViews(redis, prefix, configs=True, learning=True).recall_view(
+            agent, candidates
+        )
     assert got == expected
     assert sent["requests"] == 1
     if agent == HELD:
         assert got.config.top_k == 4 and got.learned is not None and got.learned.updates == 9
         assert (got.watermark, got.contrarian_served) == (T0 + 5_000, 3)
         assert got.state_vector is not None and got.fields.regime == "volatile"
+        assert got.actors == {"dana", "deploy bot"}
     else:
         assert got == RecallView(fields=FieldState(BARE))
 

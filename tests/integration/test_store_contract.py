@@ -612,6 +612,33 @@ async def test_folds_create_the_aggregate_once_then_count(h: Harness) -> None:
     assert near.neighbour.confidence == 0.6
 
 
+def acted(record: MemoryRecord, actor: str) -> MemoryRecord:
+    """`record` with `actor` as its provenance's actor."""
+    cand = record.candidate
+    provenance = replace(cand.provenance, actor_id=actor)
+    return replace(record, candidate=replace(cand, provenance=provenance))
+
+
+async def test_an_agents_actors_are_known_by_the_names_a_query_uses(h: Harness) -> None:
+    """Each record's and each fold seed's actor, spelled as `actor_name` spells it,
+    for its own agent only; a word of a name, or a name nobody acts as, is none."""
+    first = acted(rec(A, "e1", "disk full on node seven", E1), "Dana O'Neil")
+    second = acted(rec(A, "e2", "cpu pegged at ninety", E2), "deploy-bot")
+    other = acted(rec(B, "e3", "disk full on node seven", E1), "Erik")
+    quiet = rec(A, "e4", "network partition", E3)  # no actor
+    seeder = acted(repeat("r1", T0 + 100), "Fold Seeder")
+    await commit(
+        h,
+        WriteBatch(records=(first, second, other, quiet, TARGET)),
+        WriteBatch(folds=(fold(A, TARGET, seeder),)),
+    )
+    asked = ("dana o neil", "deploy bot", "erik", "fold seeder", "dana", "nobody", "")
+    assert await h.store.actors_named(A, asked) == {"dana o neil", "deploy bot", "fold seeder"}
+    assert await h.store.actors_named(B, asked) == {"erik"}
+    assert await h.store.actors_named(C, asked) == frozenset()
+    assert await h.store.actors_named(A, ()) == frozenset()
+
+
 async def test_two_folds_in_one_batch(h: Harness) -> None:
     group = aggregate_id(A, TARGET.id)
     folds = (fold(A, TARGET, repeat("r1", T0 + 5)), fold(A, TARGET, repeat("r2", T0 + 9)))

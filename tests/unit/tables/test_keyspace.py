@@ -36,7 +36,7 @@ SEGMENTS = (
     "mem", "use", "tomb", "decayed", "vector-space", "watermarks", "field", "watermark",
     "contrarian-windows", "contrarian-window", "metrics", "agents", "store-format",
     "outbox-agents", "decided", "stats", "outcomes", "nexus", "hyper",
-    "nodes", "terms", "decay", "decay-seeded", "compact", "curator", "playbook", "maint",
+    "nodes", "terms", "actors", "decay", "decay-seeded", "compact", "curator", "playbook", "maint",
     "keystore", "witness", "deriv", "config", "outbox",
 )  # fmt: skip
 
@@ -76,6 +76,7 @@ def test_names_are_pinned() -> None:
     assert keys.hyperedge("a", "turn:t1") == "gm:hyper:{a}:turn:t1"
     assert keys.nodes("a") == "gm:nodes:{a}"
     assert keys.terms("a") == "gm:terms:{a}"
+    assert keys.actors("a") == "gm:actors:{a}"
     assert keys.decay_schedule("a") == "gm:decay:{a}"
     assert keys.decay_seeded("a") == "gm:decay-seeded:{a}"
     assert keys.compaction_plan("a", "p") == "gm:compact:plan:{a}:p"

@@ -7,6 +7,7 @@ and anti-rumination. Bad requests are in tests/unit/agents/test_dead_letters.py.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -329,3 +330,31 @@ async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
     await rig.recall.handle(recall_request(state={"regime": "calm"}))
     assert rig.fake.texts[0] == "disk full node seven"
     assert "regime calm" in rig.fake.texts[1:]
+
+
+async def test_recall_embeds_its_query_without_the_actors_it_names() -> None:
+    """A query naming one of its agent's actors is embedded without the name (the
+    actor match prefers that actor's memories instead); another agent's actor is
+    not this agent's, and with the mechanism off every name stays."""
+    rig = Rig()
+    await rig.ingest.handle(
+        EventType.EPISODE,
+        messages(
+            episode("agent-1", DISK, TS, "a1", actor_id="Dana"),
+            episode("agent-1", CPU, TS + 1, "a2", actor_id="deploy-bot"),
+            episode("agent-2", DISK, TS + 2, "b1", actor_id="Erik"),
+        ),
+    )
+    rig.fake.texts.clear()
+    await rig.recall.handle(recall_request(query="What did Dana's disk do?"))
+    await rig.recall.handle(recall_request(query="did the deploy-bot see Erik's cpu"))
+    await rig.recall.handle(recall_request(query="Dana"))
+    assert rig.fake.texts == ["What did disk do?", "did the see Erik's cpu", "Dana"]
+    first, _, _ = rig.on(REPLY_TO)
+    # The actor match still reads the whole query: Dana's memory leads.
+    assert first["items"][0]["source_event_id"] == "a1"
+
+    rig.recall.policy = replace(rig.recall.policy, actor_free_query=False)
+    rig.fake.texts.clear()
+    await rig.recall.handle(recall_request(query="What did Dana's disk do?"))
+    assert rig.fake.texts == ["What did Dana's disk do?"]

@@ -28,10 +28,14 @@ def test_cosines_are_exact_and_empty_without_a_query() -> None:
     assert cosines(vec(1, 0), {}) == {}
 
 
+# Lexical and semantic blended half and half, whatever the default share.
+HALF = RelevancePolicy(lexical_share=0.5)
+
+
 def test_lexical_and_semantic_are_spread_over_the_pool_and_blended() -> None:
     lexical = {"a": 9.0, "b": 3.0}  # c holds none of the terms
     semantic = {"a": 0.2, "b": 0.8, "c": 0.5}
-    out = score_pool(["a", "b", "c"], lexical, semantic, {})
+    out = score_pool(["a", "b", "c"], lexical, semantic, {}, HALF)
     # lexical min-max: a 1, b 1/3, c 0; semantic: a 0, b 1, c 0.5
     assert out["a"].total == pytest.approx(0.5)
     assert out["b"].total == pytest.approx(0.5 * (1 / 3) + 0.5)
@@ -55,7 +59,7 @@ def test_context_lends_a_share_of_the_best_pooled_neighbour() -> None:
     lexical = {"question": 0.0, "answer": 1.0, "far": 0.5}
     semantic = {"question": 1.0, "answer": 0.0, "far": 0.5}
     neighbours = {"answer": ("question", "outside", "answer"), "question": ("answer",)}
-    out = score_pool(["question", "answer", "far"], lexical, semantic, neighbours)
+    out = score_pool(["question", "answer", "far"], lexical, semantic, neighbours, HALF)
     # own relevance 0.5 each; the pair lend each other 0.3 * 0.5, `outside` is
     # not pooled and a memory is never its own neighbour
     assert out["answer"].context == pytest.approx(0.15)
