@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grimoire.streams.journal.entry import SourceRef
-from grimoire.streams.journal.usage import RecallUsage
+from grimoire.streams.journal.usage import RecallUsage, answered_twice, fold_usage
 from grimoire.tables.ports.learn import LearningStore
 from grimoire.tables.ports.memory import UsageLedger
 
@@ -31,9 +31,10 @@ class StoreUsage:
         seq: int | None = None,
         request: str | None = None,
     ) -> bool:
-        """Apply the uses; with the entry's journal `seq`, once (a usage entry read
-        again after a crash counts nothing twice), and once per recall `request`
-        (one answered twice counts once). Whether anything was applied."""
+        """Apply the uses; with the entry's journal `seq`, as `fold_usage` decides from
+        the store's view: once (a usage entry read again after a crash counts nothing
+        twice), and once per recall `request` (one answered twice counts once).
+        Whether anything was applied."""
         if self.learning is not None and usage.run_id and usage.factors:
             # Idempotent (a memory keeps its first recall's values), so it needs no
             # once-only guard of its own.
@@ -41,14 +42,12 @@ class StoreUsage:
                 agent_id, usage.run_id, {m: dict(values) for m, values in usage.factors}
             )
         if seq is not None:
-            return await self.store.apply_usage_once(
-                agent_id,
-                seq,
-                list(usage.memory_ids),
-                usage.as_of_ms,
-                usage.contrarian_window,
-                request,
-            )
+            view = await self.store.usage_view(agent_id, seq, request)
+            changes = fold_usage(view, agent_id, usage, seq, request)
+            if changes is None:
+                return False
+            await self.store.commit_usage(changes)
+            return True
         if usage.memory_ids:
             source = self.store.recall_source(agent_id)
             await source.touch(list(usage.memory_ids), usage.as_of_ms)
@@ -58,7 +57,7 @@ class StoreUsage:
 
     async def answered(self, agent_id: str, request: str, seq: int) -> bool:
         """Whether another entry than `seq` was applied for the recall `request`."""
-        return await self.store.usage_answered(agent_id, request, seq)
+        return answered_twice(await self.store.usage_view(agent_id, seq, request), seq)
 
 
 @dataclass

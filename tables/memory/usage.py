@@ -1,20 +1,16 @@
-"""What a served recall's usage entry writes (`RedisUsageLedger`, the `UsageLedger`
-port): the memories' uses and the contrarian window served, once per entry and per
-recall request."""
+"""What a served recall's usage entry reads and writes (`RedisUsageLedger`, the
+`UsageLedger` port): the applied marks it is folded from (`fold_usage`), then the
+memories' uses and the contrarian window served with its marks, in one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from grimoire.streams.journal.usage import UsageChanges, UsageView
 from grimoire.tables.codec.watermark import WINDOW_MEMBER
 from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.memory.core import RedisMemoryConcern
 from grimoire.tables.transaction import agent_transaction
 
-__all__ = ["USAGE_SEQ_WINDOW", "RedisUsageLedger"]
-
-# How many of an agent's most recent usage entries are remembered as applied.
-USAGE_SEQ_WINDOW = 10_000
+__all__ = ["RedisUsageLedger"]
 
 
 def _request(request: str) -> str:
@@ -32,46 +28,44 @@ class RedisUsageLedger(RedisMemoryConcern):
             self.core.keys.contrarian_window(agent_id), {WINDOW_MEMBER: window}, gt=True
         )
 
-    async def apply_usage_once(
-        self,
-        agent_id: str,
-        seq: int,
-        memory_ids: Sequence[str],
-        as_of_ms: int,
-        contrarian_window: int | None,
-        request: str | None = None,
-    ) -> bool:
+    async def usage_view(self, agent_id: str, seq: int, request: str | None) -> UsageView:
+        applied = self.core.keys.applied_usage(agent_id)
+        async with self.core.redis.pipeline(transaction=False) as pipe:
+            pipe.zscore(applied, seq)
+            if request is not None:
+                pipe.zscore(applied, _request(request))
+            scores = await pipe.execute()
+        # A request's score is the seq that applied it (seqs start at 1: never 0).
+        answered = scores[1] if request is not None else None
+        return UsageView(
+            seq_applied=scores[0] is not None,
+            request_seq=None if answered is None else int(answered),
+        )
+
+    async def commit_usage(self, changes: UsageChanges) -> None:
+        agent_id, seq = changes.agent_id, changes.seq
         applied = self.core.keys.applied_usage(agent_id)
         # One writer per agent (its journal partition's apply loop): nothing can
-        # slip in between this read and the transaction below.
-        if await self.core.redis.zscore(applied, seq) is not None:
-            return False
-        if request is not None and await self.core.redis.zscore(applied, _request(request)):
-            return False
+        # slip in between the view this was folded from and this transaction.
         async with agent_transaction(self.core.redis, agent_id) as pipe:
             self.core.scripts.touch_in(
-                pipe, [self.core.keys.usage(agent_id, i) for i in memory_ids], as_of_ms
+                pipe,
+                [self.core.keys.usage(agent_id, i) for i in changes.memory_ids],
+                changes.as_of_ms,
             )
             # A later decay origin can promote a curated entry: its next cycle looks.
-            queue_changed(pipe, self.core.keys, agent_id, memory_ids)
-            if contrarian_window is not None:
+            queue_changed(pipe, self.core.keys, agent_id, changes.memory_ids)
+            if changes.contrarian_window is not None:
                 pipe.zadd(
                     self.core.keys.contrarian_window(agent_id),
-                    {WINDOW_MEMBER: contrarian_window},
+                    {WINDOW_MEMBER: changes.contrarian_window},
                     gt=True,
                 )
             pipe.zadd(applied, {str(seq): seq})
-            if request is not None:
+            if changes.request is not None:
                 # A recall served again after its worker died journals a second
                 # entry under a new seq: the request names them both.
-                pipe.zadd(applied, {_request(request): seq})
+                pipe.zadd(applied, {_request(changes.request): seq})
             # Only recent entries can be read again (after a crash): keep those.
-            pipe.zremrangebyscore(applied, "-inf", seq - USAGE_SEQ_WINDOW)
+            pipe.zremrangebyscore(applied, "-inf", changes.forget_below - 1)
             await pipe.execute()
-        return True
-
-    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
-        score = await self.core.redis.zscore(
-            self.core.keys.applied_usage(agent_id), _request(request)
-        )
-        return score is not None and int(score) != seq

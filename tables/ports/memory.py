@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from grimoire.streams.journal.usage import UsageChanges, UsageView
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
@@ -124,27 +125,20 @@ class RecallViews(Protocol):
 
 
 class UsageLedger(Protocol):
-    """What a served recall's usage entry writes, once per entry and per request."""
+    """What a served recall's usage entry reads and writes; whether it applies (once
+    per entry and per request) is `fold_usage`'s."""
 
     def recall_source(self, agent_id: str) -> RecallSource: ...
     async def serve_contrarian(self, agent_id: str, window: int) -> None: ...
-    async def apply_usage_once(
-        self,
-        agent_id: str,
-        seq: int,
-        memory_ids: Sequence[str],
-        as_of_ms: int,
-        contrarian_window: int | None,
-        request: str | None = None,
-    ) -> bool:
-        """Apply a usage entry's uses (counters, last access, the window served)
-        unless the entry `seq` was applied before, or an entry for the same recall
-        `request` (its topic:partition:offset) was; whether it was applied now."""
+    async def usage_view(self, agent_id: str, seq: int, request: str | None) -> UsageView:
+        """Whether the usage entry `seq` was applied, and which entry applied the
+        recall `request` (its topic:partition:offset), in one read: what
+        `fold_usage` decides from."""
         ...
 
-    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
-        """Whether another usage entry than `seq` was applied for `request`: the
-        recall was answered twice (its worker killed before committing it)."""
+    async def commit_usage(self, changes: UsageChanges) -> None:
+        """Write one entry's uses (counters, last access, the window served) with its
+        applied marks, all or nothing."""
         ...
 
 

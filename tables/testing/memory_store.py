@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from grimoire.streams.journal.usage import UsageChanges, UsageView
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
@@ -275,32 +276,29 @@ class InMemoryMemoryStore:
     async def serve_contrarian(self, agent_id: str, window: int) -> None:
         self._contrarian[agent_id] = max(window, self._contrarian.get(agent_id, window))
 
-    async def apply_usage_once(
-        self,
-        agent_id: str,
-        seq: int,
-        memory_ids: Sequence[str],
-        as_of_ms: int,
-        contrarian_window: int | None,
-        request: str | None = None,
-    ) -> bool:
+    async def usage_view(self, agent_id: str, seq: int, request: str | None) -> UsageView:
+        answered = self._usage_requests.get(agent_id, {})
+        return UsageView(
+            seq_applied=seq in self._usage_applied.get(agent_id, set()),
+            request_seq=None if request is None else answered.get(request),
+        )
+
+    async def commit_usage(self, changes: UsageChanges) -> None:
+        agent_id = changes.agent_id
+        for memory_id in changes.memory_ids:
+            self.touch(memory_id, changes.as_of_ms)
+        curator_indexes(self).changed(agent_id, changes.memory_ids)
+        if changes.contrarian_window is not None:
+            await self.serve_contrarian(agent_id, changes.contrarian_window)
         applied = self._usage_applied.setdefault(agent_id, set())
         answered = self._usage_requests.setdefault(agent_id, {})
-        if seq in applied or (request is not None and request in answered):
-            return False
-        if request is not None:
-            answered[request] = seq
-        for memory_id in memory_ids:
-            self.touch(memory_id, as_of_ms)
-        curator_indexes(self).changed(agent_id, memory_ids)
-        if contrarian_window is not None:
-            await self.serve_contrarian(agent_id, contrarian_window)
-        applied.add(seq)
-        return True
-
-    async def usage_answered(self, agent_id: str, request: str, seq: int) -> bool:
-        first = self._usage_requests.get(agent_id, {}).get(request)
-        return first is not None and first != seq
+        applied.add(changes.seq)
+        if changes.request is not None:
+            answered[changes.request] = changes.seq
+        # Redis's ZREMRANGEBYSCORE over the applied marks, entries and requests alike.
+        applied.difference_update([s for s in applied if s < changes.forget_below])
+        for request in [r for r, s in answered.items() if s < changes.forget_below]:
+            del answered[request]
 
     async def metrics(self) -> dict[str, float]:
         return dict(self._metrics)

@@ -42,6 +42,7 @@ from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from tests.support.curator import SWAP_KEYS, T0, no_reschedule, swap_episode
 from tests.support.embedders import TextSeededEmbedder
 from tests.support.stored import drop_deployment, owned_key
+from tests.support.usage import apply_usage_entry
 
 pytestmark = pytest.mark.integration
 
@@ -493,7 +494,7 @@ async def test_usage_outcomes_and_credits_mark_scheduled_entries_due(h: Harness)
     await h.write(first, second, third, episode)
     await h.runner.run_cycle(A, NOW, 1)
     assert 0 not in (await h.indexes(A))["due"].values()
-    await h.memory.apply_usage_once(A, 1, [first.id, episode.id], NOW + 5, None)
+    await apply_usage_entry(h.memory, A, 1, [first.id, episode.id], NOW + 5, None)
     await h.memory.apply_outcome(
         Outcome("o-1", A, NOW + 6, OutcomeKind.NEGATIVE, (second.id, episode.id))
     )

@@ -24,6 +24,7 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
+from grimoire.streams.journal.usage import UsageChanges, UsageView, answered_twice
 from grimoire.streams.model.eidolon import state_key
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.ids import memory_id
@@ -48,6 +49,7 @@ from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.usage import apply_usage_entry
 from tests.support.vectors import Vector, unit
 
 pytestmark = pytest.mark.integration
@@ -858,26 +860,49 @@ async def test_both_stores_end_in_the_same_state(settings: Settings) -> None:
 
 async def test_a_usage_entry_is_applied_once_by_its_sequence_number(h: Harness) -> None:
     await commit(h, RECORDS)
-    first = await h.store.apply_usage_once(A, 7, [R1.id], T0 + 10, 4)
-    again = await h.store.apply_usage_once(A, 7, [R1.id], T0 + 10, 4)
-    other = await h.store.apply_usage_once(A, 8, [R1.id], T0 + 20, None)
+    first = await apply_usage_entry(h.store, A, 7, [R1.id], T0 + 10, 4)
+    again = await apply_usage_entry(h.store, A, 7, [R1.id], T0 + 10, 4)
+    other = await apply_usage_entry(h.store, A, 8, [R1.id], T0 + 20, None)
     assert (first, again, other) == (True, False, True)
     usage = await h.usage(R1.id)
     assert usage["included_count_total"] == "2"
     assert usage["last_accessed"] == str(T0 + 20)
     assert await h.store.contrarian_served(A) == 4
+    assert await h.store.usage_view(A, 7, None) == UsageView(seq_applied=True)
+    assert await h.store.usage_view(A, 9, None) == UsageView(seq_applied=False)
 
 
 async def test_a_recall_answered_twice_applies_its_usage_once(h: Harness) -> None:
     await commit(h, RECORDS)
     request = "g.recall-requests:2:27"
-    first = await h.store.apply_usage_once(A, 50, [R1.id], T0 + 10, None, request)
-    twice = await h.store.apply_usage_once(A, 51, [R1.id], T0 + 10, None, request)
-    other = await h.store.apply_usage_once(A, 52, [R1.id], T0 + 20, None, "g.recall-requests:2:28")
+    first = await apply_usage_entry(h.store, A, 50, [R1.id], T0 + 10, None, request)
+    twice = await apply_usage_entry(h.store, A, 51, [R1.id], T0 + 10, None, request)
+    other = await apply_usage_entry(
+        h.store, A, 52, [R1.id], T0 + 20, None, "g.recall-requests:2:28"
+    )
     assert (first, twice, other) == (True, False, True)
-    assert await h.store.usage_answered(A, request, 51)
-    assert not await h.store.usage_answered(A, request, 50)
+    assert answered_twice(await h.store.usage_view(A, 51, request), 51)
+    assert not answered_twice(await h.store.usage_view(A, 50, request), 50)
     assert (await h.usage(R1.id))["included_count_total"] == "2"
+    assert await h.store.usage_view(A, 51, request) == UsageView(False, 50)
+    assert await h.store.usage_view(A, 50, request) == UsageView(True, 50)
+
+
+async def test_a_usage_commit_writes_its_marks_and_forgets_the_old_ones(h: Harness) -> None:
+    await commit(h, RECORDS)
+    assert await h.store.usage_view(A, 1, "t:0:1") == UsageView(False, None)
+    await h.store.commit_usage(UsageChanges(A, 1, "t:0:1", (R1.id,), T0 + 10, None, -9_998))
+    await h.store.commit_usage(UsageChanges(A, 2, None, (), T0 + 11, 3, -9_997))
+    assert await h.store.usage_view(A, 1, "t:0:1") == UsageView(True, 1)
+    assert await h.store.usage_view(A, 2, "t:0:2") == UsageView(True, None)
+    assert await h.store.contrarian_served(A) == 3  # a window with no memory used
+    assert (await h.usage(R1.id))["included_count_total"] == "1"
+    # Marks scored below `forget_below` go, entries' and requests' alike.
+    await h.store.commit_usage(UsageChanges(A, 5, "t:0:5", (), T0 + 12, None, 2))
+    assert await h.store.usage_view(A, 1, "t:0:1") == UsageView(False, None)
+    assert await h.store.usage_view(A, 2, None) == UsageView(True, None)
+    assert await h.store.usage_view(A, 5, "t:0:5") == UsageView(True, 5)
+    assert await h.store.usage_view(B, 5, "t:0:5") == UsageView(False, None)  # per agent
 
 
 async def test_run_credits_add_the_agents_stats_counters_once(h: Harness) -> None:

@@ -43,6 +43,7 @@ from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from tests.support.builders import memory_candidate, memory_record
 from tests.support.curator import T0, swap_episode
 from tests.support.embedders import TextSeededEmbedder
+from tests.support.usage import apply_usage_entry
 
 DIMS = 16
 NOW = T0 + DAY_MS
@@ -379,7 +380,7 @@ async def test_a_cycle_looking_at_what_changed_decides_what_one_looking_at_all_d
         for env, runner in ((due_only, due_only.runner), (everything, full)):
             await env.memory.commit(WriteBatch(records=tuple(records)))
             if used:  # a recall used these: their decay origin moves to now
-                await env.memory.apply_usage_once(A, cycle, used, now - 10, None)
+                await apply_usage_entry(env.memory, A, cycle, used, now - 10, None)
             if blamed and cycle % 3 == 0:
                 kind = OutcomeKind.NEGATIVE if cycle % 2 else OutcomeKind.POSITIVE
                 await env.memory.apply_outcome(
