@@ -1,54 +1,109 @@
 """Learning's effects on the memory store (`RedisOutcomeEffects`, the `OutcomeEffects`
-port): an outcome's effects and a run's credits, each applied once per outcome id."""
+port): an outcome's effects and a run's credits, each applied once per outcome id.
+
+Each is a pure fold (`grimoire.streams.learn.effects`): one pipelined read loads
+the view, the fold says what changes, one transaction commits it. The agent's one
+writer (its journal partition's apply loop) makes load-then-commit race-free."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from grimoire.streams.learn.effects import (
+    EffectChanges,
+    EffectsView,
+    MemoryState,
+    fold_credits,
+    fold_outcome,
+)
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.tables.journal.witness_due import changed_count_template
 from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.memory.held_outcomes import RedisHeldOutcomes
 from grimoire.tables.ports.transaction import TransactionPart
-from grimoire.tables.transaction import AgentTransactions
+from grimoire.tables.transaction import AgentTransactions, agent_transaction
 
 __all__ = ["RedisOutcomeEffects"]
 
 
+def _text(value: str | bytes | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class RedisOutcomeEffects(RedisHeldOutcomes):
-    """Outcomes and credits by script, with the outcomes held for memories not
-    written yet (`RedisHeldOutcomes`)."""
+    """Outcomes and credits by load, fold, commit, with the outcomes held for
+    memories not written yet (`RedisHeldOutcomes`)."""
+
+    async def _view(self, outcome: Outcome, memory_ids: Iterable[str]) -> EffectsView:
+        """In one round trip: whether the outcome was applied, and per memory its
+        owner, confidence and last access."""
+        agent_id = outcome.agent_id
+        ids = list(dict.fromkeys(memory_ids))
+        async with self.core.redis.pipeline(transaction=False) as pipe:
+            pipe.sismember(self.core.keys.applied_outcomes(agent_id), outcome.outcome_id)
+            for memory_id in ids:
+                pipe.hmget(self.core.key(agent_id, memory_id), ["agent_id", "confidence"])
+                pipe.hget(self.core.keys.usage(agent_id, memory_id), "last_accessed")
+            replies = await pipe.execute()
+        memories: dict[str, MemoryState] = {}
+        for i, memory_id in enumerate(ids):
+            (owner, confidence), accessed = replies[1 + 2 * i], replies[2 + 2 * i]
+            memories[memory_id] = MemoryState(
+                owned=_text(owner) == agent_id,
+                confidence=_text(confidence),
+                last_accessed=_text(accessed),
+            )
+        return EffectsView(applied=bool(replies[0]), memories=memories)
+
+    def _queue(
+        self,
+        pipe: Any,
+        agent_id: str,
+        changes: EffectChanges,
+        journal: tuple[int, int] | None,
+    ) -> None:
+        """The changes' writes, in the order the scripts made them."""
+        if changes.mark_applied:
+            pipe.sadd(self.core.keys.applied_outcomes(agent_id), changes.outcome_id)
+        for change in changes.memories:
+            memory = self.core.key(agent_id, change.memory_id)
+            if change.confidence is not None:
+                pipe.hset(memory, "confidence", change.confidence)
+            if change.last_accessed is not None:
+                usage = self.core.keys.usage(agent_id, change.memory_id)
+                pipe.hset(usage, "last_accessed", change.last_accessed)
+            if change.strength is not None:
+                pipe.hincrbyfloat(memory, "strength", change.strength)
+            if change.validated != 0:
+                pipe.hincrby(memory, "validated_count", change.validated)
+            if change.contradicted != 0:
+                pipe.hincrby(memory, "contradicted_count", change.contradicted)
+            if change.causal_uplift is not None:
+                pipe.hset(memory, "causal_uplift", change.causal_uplift)
+        if journal is not None:
+            # With the effects, so a worker killed before the witness leaves what
+            # it would have said.
+            before, after = changed_count_template(journal)
+            pipe.set(self.core.keys.witness_due(agent_id), f"{before}{changes.changed}{after}")
 
     async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
         """Apply an outcome once, atomically; -1 when it was applied before, else
         how many of the agent's memories it changed (others' ids are ignored)."""
         effect = outcome.effect
-        keys = [
-            self.core.keys.applied_outcomes(outcome.agent_id),
-            self.core.keys.witness_due(outcome.agent_id),
-        ]
-        for memory_id in outcome.memory_ids:
-            keys += [
-                self.core.key(outcome.agent_id, memory_id),
-                self.core.keys.usage(outcome.agent_id, memory_id),
-            ]
-        args = [
-            outcome.outcome_id,
-            outcome.agent_id,
-            outcome.ts_ms,
-            effect.confidence_delta,
-            effect.strength_delta,
-            1 if effect.resets_decay else 0,
-            effect.validated,
-            effect.contradicted,
-            *(changed_count_template(journal) if journal is not None else ("", "")),
-        ]
-        changed = await self.core.scripts.apply_outcome(keys, args)
+        changes = fold_outcome(await self._view(outcome, outcome.memory_ids), outcome)
+        changed = -1
+        if changes is not None:
+            async with agent_transaction(self.core.redis, outcome.agent_id) as pipe:
+                self._queue(pipe, outcome.agent_id, changes, journal)
+                await pipe.execute()
+            changed = changes.changed
         if effect.touches_memories:
             # The curated entries among them are due at the next cycle; marked on a
-            # redelivery (-1) too, so a crash between the script and this mark heals.
+            # redelivery (-1) too, so a crash between the commit and this mark heals.
             async with self.core.redis.pipeline(transaction=False) as pipe:
                 queue_changed(pipe, self.core.keys, outcome.agent_id, outcome.memory_ids)
                 await pipe.execute()
@@ -68,42 +123,19 @@ class RedisOutcomeEffects(RedisHeldOutcomes):
         counters: Sequence[tuple[str, float]] = (),
         journal: tuple[int, int] | None = None,
     ) -> int:
-        marker = self.core.keys.applied_outcomes(outcome.agent_id)
-        # The partition's one writer checks, then writes: nothing runs in between.
-        if await self.core.redis.sismember(marker, outcome.outcome_id):
+        ids = sorted({credit.memory_id for credit in credits} | set(uplifts))
+        # The partition's one writer reads, then writes: nothing runs in between.
+        changes = fold_credits(await self._view(outcome, ids), outcome, credits, uplifts)
+        if changes is None:
             return -1
-        by_id = {credit.memory_id: credit for credit in credits}
-        ids = sorted(set(by_id) | set(uplifts))
-        keys = [marker, self.core.keys.witness_due(outcome.agent_id)]
-        args: list[Any] = [
-            outcome.outcome_id,
-            outcome.agent_id,
-            outcome.ts_ms,
-            *(changed_count_template(journal) if journal is not None else ("", "")),
-        ]
-        for memory_id in ids:
-            keys += [
-                self.core.key(outcome.agent_id, memory_id),
-                self.core.keys.usage(outcome.agent_id, memory_id),
-            ]
-            credit = by_id.get(memory_id)
-            uplift = uplifts.get(memory_id)
-            args += [
-                repr(credit.confidence_delta) if credit else "0",
-                repr(credit.strength_delta) if credit else "0",
-                credit.validated if credit else 0,
-                credit.contradicted if credit else 0,
-                "" if uplift is None else repr(uplift),
-            ]
         tx = await AgentTransactions.open(self.core.redis)
         pipe = tx.agent(outcome.agent_id)
-        self.core.scripts.apply_credits_in(pipe, keys, args)
+        self._queue(pipe, outcome.agent_id, changes, journal)
         for part in also:
             part.queue(tx)
         self.core.state.count(pipe, outcome.agent_id, counters)
         queue_changed(pipe, self.core.keys, outcome.agent_id, ids)
-        results = await tx.execute()
-        changed = int(results[outcome.agent_id][0])
-        if changed > 0:
+        await tx.execute()
+        if changes.changed > 0:
             await self.core.decay.reschedule(outcome.agent_id, ids, outcome.ts_ms)
-        return changed
+        return changes.changed

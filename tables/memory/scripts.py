@@ -48,38 +48,6 @@ end
 return #KEYS
 """
 
-# One outcome, applied once (KEYS[1] is the agent's set of applied outcome ids) to
-# the agent's memories among KEYS[3..]: memory hash and usage hash alternate.
-# ARGV: outcome id, agent id, ts, confidence delta, strength delta, resets (0/1),
-# validated, contradicted, then the witness-due record's text before and after the
-# count ('' and '': none is written; else KEYS[2] is set to it, with the effects,
-# so a worker killed before the witness leaves what it would have said).
-# Returns how many memories it changed.
-_APPLY_OUTCOME = """
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return -1 end
-local changed = 0
-for i = 3, #KEYS, 2 do
-  local memory, usage = KEYS[i], KEYS[i + 1]
-  if redis.call('HGET', memory, 'agent_id') == ARGV[2] then
-    local conf = tonumber(redis.call('HGET', memory, 'confidence') or '0.5') + tonumber(ARGV[4])
-    conf = math.min(1.0, math.max(0.0, conf))
-    redis.call('HSET', memory, 'confidence', tostring(conf))
-    if tonumber(ARGV[5]) ~= 0 then
-      redis.call('HINCRBYFLOAT', memory, 'strength', ARGV[5])
-    end
-    if tonumber(ARGV[7]) ~= 0 then redis.call('HINCRBY', memory, 'validated_count', ARGV[7]) end
-    if tonumber(ARGV[8]) ~= 0 then redis.call('HINCRBY', memory, 'contradicted_count', ARGV[8]) end
-    local origin = tonumber(redis.call('HGET', usage, 'last_accessed') or '0')
-    if ARGV[6] == '1' and origin < tonumber(ARGV[3]) then
-      redis.call('HSET', usage, 'last_accessed', ARGV[3])
-    end
-    changed = changed + 1
-  end
-end
-if ARGV[9] ~= '' then redis.call('SET', KEYS[2], ARGV[9] .. changed .. ARGV[10]) end
-return changed
-"""
-
 # Many hashes' fields in one command: a walk reads hundreds of small nodes, and
 # one HMGET each costs more to pack and parse client-side than Redis spends.
 _HMGET_MANY = """
@@ -169,53 +137,12 @@ end
 return {lists, ids, packed, degrees}
 """
 
-# A run's credits (grimoire.streams.learn.runs), once per outcome id.
-# KEYS: applied outcomes, the witness-due record, then (memory hash, usage hash)
-# pairs; ARGV: outcome id, agent id, event time, the witness-due record's text
-# before and after the count (as for _APPLY_OUTCOME), then per memory: confidence
-# delta, strength delta, validated, contradicted, causal uplift ('' leaves it). A
-# memory whose confidence moved has its decay origin reset to the outcome's time
-# (the testing effect).
-_APPLY_CREDITS = """
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return -1 end
-local changed = 0
-for i = 3, #KEYS, 2 do
-  local memory, usage = KEYS[i], KEYS[i + 1]
-  local a = 6 + (i - 3) / 2 * 5
-  if redis.call('HGET', memory, 'agent_id') == ARGV[2] then
-    local delta = tonumber(ARGV[a])
-    if delta ~= 0 then
-      local conf = tonumber(redis.call('HGET', memory, 'confidence') or '0.5') + delta
-      conf = math.min(1.0, math.max(0.0, conf))
-      redis.call('HSET', memory, 'confidence', tostring(conf))
-      local origin = tonumber(redis.call('HGET', usage, 'last_accessed') or '0')
-      if origin < tonumber(ARGV[3]) then redis.call('HSET', usage, 'last_accessed', ARGV[3]) end
-    end
-    if tonumber(ARGV[a + 1]) ~= 0 then
-      redis.call('HINCRBYFLOAT', memory, 'strength', ARGV[a + 1])
-    end
-    if tonumber(ARGV[a + 2]) ~= 0 then
-      redis.call('HINCRBY', memory, 'validated_count', ARGV[a + 2])
-    end
-    if tonumber(ARGV[a + 3]) ~= 0 then
-      redis.call('HINCRBY', memory, 'contradicted_count', ARGV[a + 3])
-    end
-    if ARGV[a + 4] ~= '' then redis.call('HSET', memory, 'causal_uplift', ARGV[a + 4]) end
-    changed = changed + 1
-  end
-end
-if ARGV[4] ~= '' then redis.call('SET', KEYS[2], ARGV[4] .. changed .. ARGV[5]) end
-return changed
-"""
-
 
 class RedisScripts:
     def __init__(self, redis: Redis) -> None:
         self._fold = redis.register_script(_FOLD_AGGREGATE)
         self._reinforce = redis.register_script(_REINFORCE)
         self._touch = redis.register_script(_TOUCH)
-        self._apply_outcome = redis.register_script(_APPLY_OUTCOME)
-        self._apply_credits = redis.register_script(_APPLY_CREDITS)
         self._hmget_many = redis.register_script(_HMGET_MANY)
         self._cardinalities = redis.register_script(_CARDINALITIES)
         self._records = redis.register_script(_RECORDS)
@@ -246,12 +173,6 @@ class RedisScripts:
     async def touch(self, usage_keys: list[str], as_of_ms: int) -> None:
         if usage_keys:
             await self._touch(keys=usage_keys, args=[as_of_ms])
-
-    async def apply_outcome(self, keys: list[str], args: list[Any]) -> int:
-        return int(await self._apply_outcome(keys=keys, args=args))
-
-    def apply_credits_in(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
-        queue_script(pipe, self._apply_credits, keys, args)
 
     async def hmget_many(self, keys: list[str], fields: list[str]) -> list[list[Any]]:
         if not keys:

@@ -15,6 +15,13 @@ from typing import Any
 import numpy as np
 
 from grimoire.streams.journal.usage import UsageChanges, UsageView
+from grimoire.streams.learn.effects import (
+    EffectChanges,
+    EffectsView,
+    MemoryState,
+    fold_credits,
+    fold_outcome,
+)
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
 from grimoire.streams.model.field_state import FieldState
@@ -336,36 +343,55 @@ class InMemoryMemoryStore:
         if float(_text(usage.get("last_accessed", "0"))) < as_of_ms:
             usage["last_accessed"] = str(as_of_ms)
 
-    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
-        """The outcome script's effect (see scripts._APPLY_OUTCOME)."""
-        applied = self._outcomes.setdefault(outcome.agent_id, set())
-        effect, changed = outcome.effect, 0
-        if outcome.outcome_id in applied:
-            if effect.touches_memories:  # marked on a redelivery too, as Redis does
-                curator_indexes(self).changed(outcome.agent_id, outcome.memory_ids)
-            return -1
-        applied.add(outcome.outcome_id)
-        for memory_id in outcome.memory_ids:
+    def _effects_view(self, outcome: Outcome, memory_ids: Sequence[str]) -> EffectsView:
+        """What the store holds for an outcome's effects (grimoire.streams.learn.effects)."""
+        memories: dict[str, MemoryState] = {}
+        for memory_id in memory_ids:
             doc = self._records.get(memory_id)
-            if doc is None or _text(doc.get("agent_id", "")) != outcome.agent_id:
-                continue
-            confidence = float(_text(doc.get("confidence", "0.5"))) + effect.confidence_delta
-            doc["confidence"] = repr(min(1.0, max(0.0, confidence)))
-            if effect.strength_delta:
-                strength = float(_text(doc.get("strength", "1"))) + effect.strength_delta
+            owned = doc is not None and _text(doc.get("agent_id", "")) == outcome.agent_id
+            confidence = doc.get("confidence") if doc is not None else None
+            accessed = self._usage.get(memory_id, {}).get("last_accessed")
+            memories[memory_id] = MemoryState(
+                owned,
+                None if confidence is None else _text(confidence),
+                None if accessed is None else _text(accessed),
+            )
+        applied = outcome.outcome_id in self._outcomes.get(outcome.agent_id, set())
+        return EffectsView(applied, memories)
+
+    def _commit_effects(self, agent_id: str, changes: EffectChanges) -> None:
+        """The changes' writes, as RedisOutcomeEffects commits them."""
+        if changes.mark_applied:
+            self._outcomes.setdefault(agent_id, set()).add(changes.outcome_id)
+        for change in changes.memories:
+            doc = self._records[change.memory_id]
+            if change.confidence is not None:
+                doc["confidence"] = change.confidence
+            if change.last_accessed is not None:
+                usage = self._usage.setdefault(change.memory_id, {})
+                usage["last_accessed"] = change.last_accessed
+            if change.strength is not None:
+                strength = float(_text(doc.get("strength", "1"))) + change.strength
                 doc["strength"] = repr(strength)
             for name, amount in (
-                ("validated_count", effect.validated),
-                ("contradicted_count", effect.contradicted),
+                ("validated_count", change.validated),
+                ("contradicted_count", change.contradicted),
             ):
                 if amount:
                     doc[name] = str(int(_text(doc.get(name, "0"))) + amount)
-            if effect.resets_decay:
-                usage = self._usage.setdefault(memory_id, {})
-                if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
-                    usage["last_accessed"] = str(outcome.ts_ms)
-            changed += 1
-        if effect.touches_memories:
+            if change.causal_uplift is not None:
+                doc["causal_uplift"] = change.causal_uplift
+
+    async def apply_outcome(self, outcome: Outcome, journal: tuple[int, int] | None = None) -> int:
+        """The outcome's fold (grimoire.streams.learn.effects), loaded and committed
+        here."""
+        effect = outcome.effect
+        changes = fold_outcome(self._effects_view(outcome, outcome.memory_ids), outcome)
+        changed = -1
+        if changes is not None:
+            self._commit_effects(outcome.agent_id, changes)
+            changed = changes.changed
+        if effect.touches_memories:  # marked on a redelivery too, as Redis does
             curator_indexes(self).changed(outcome.agent_id, outcome.memory_ids)
         if changed > 0 and effect.touches_memories:
             await self.decay.reschedule(outcome.agent_id, list(outcome.memory_ids), outcome.ts_ms)
@@ -380,48 +406,22 @@ class InMemoryMemoryStore:
         counters: Sequence[tuple[str, float]] = (),
         journal: tuple[int, int] | None = None,
     ) -> int:
-        """The credits script's effect (see scripts._APPLY_CREDITS)."""
-        applied = self._outcomes.setdefault(outcome.agent_id, set())
-        if outcome.outcome_id in applied:
+        """The credits' fold (grimoire.streams.learn.effects), loaded and committed
+        here."""
+        ids = sorted({credit.memory_id for credit in credits} | set(uplifts))
+        changes = fold_credits(self._effects_view(outcome, ids), outcome, credits, uplifts)
+        if changes is None:
             return -1
-        applied.add(outcome.outcome_id)
+        self._commit_effects(outcome.agent_id, changes)
         stats = self._stats.setdefault(outcome.agent_id, {})
         for name, amount in counters:
             stats[name] = stats.get(name, 0) + amount
-        by_id = {credit.memory_id: credit for credit in credits}
-        ids = sorted(set(by_id) | set(uplifts))
-        changed = 0
-        for memory_id in ids:
-            doc = self._records.get(memory_id)
-            if doc is None or _text(doc.get("agent_id", "")) != outcome.agent_id:
-                continue
-            credit = by_id.get(memory_id)
-            if credit is not None:
-                if credit.confidence_delta != 0:
-                    confidence = float(_text(doc.get("confidence", "0.5")))
-                    confidence += credit.confidence_delta
-                    doc["confidence"] = repr(min(1.0, max(0.0, confidence)))
-                    usage = self._usage.setdefault(memory_id, {})
-                    if float(_text(usage.get("last_accessed", "0"))) < outcome.ts_ms:
-                        usage["last_accessed"] = str(outcome.ts_ms)
-                if credit.strength_delta:
-                    strength = float(_text(doc.get("strength", "1"))) + credit.strength_delta
-                    doc["strength"] = repr(strength)
-                for name, amount in (
-                    ("validated_count", credit.validated),
-                    ("contradicted_count", credit.contradicted),
-                ):
-                    if amount:
-                        doc[name] = str(int(_text(doc.get(name, "0"))) + amount)
-            if memory_id in uplifts:
-                doc["causal_uplift"] = repr(uplifts[memory_id])
-            changed += 1
         for part in also:
             await part.apply_alone()
         curator_indexes(self).changed(outcome.agent_id, ids)
-        if changed > 0:
+        if changes.changed > 0:
             await self.decay.reschedule(outcome.agent_id, ids, outcome.ts_ms)
-        return changed
+        return changes.changed
 
     def usage(self, memory_id: str) -> Hash:
         return dict(self._usage.get(memory_id, {}))
