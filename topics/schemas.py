@@ -398,6 +398,9 @@ class RecallResultV1(_Wire):
     # with `explain`: the rerank weights used, {"source": learned | static,
     # "updates": runs learned from, "weights": {factor: weight}}
     learning: dict[str, Any] | None = None
+    # with `explain`: the text the vector lanes embedded, the query without the
+    # agent's actors it names (docs/recall.md, "The query without its actors")
+    embedded_query: str | None = None
     schema: str = "grimoire.recall_result/1"
 
     @classmethod

@@ -251,6 +251,7 @@ class RecallHandler:
             agent_id=query.agent_id,
             items=items,
             learning=learning if query.explain else None,
+            embedded_query=topic if query.explain and mode is not RetrievalMode.NONE else None,
             watermark=watermark,
             watermark_tick=state.tick,
             watermark_block=state.block,

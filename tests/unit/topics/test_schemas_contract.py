@@ -258,7 +258,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "RecallResultV1": (
         "correlation_id", "agent_id", "items", "watermark", "watermark_tick",
         "watermark_block", "as_of", "mode", "budget", "timings_ms", "error", "learning",
-        "schema",
+        "embedded_query", "schema",
     ),
     "ToolEventV1": (
         "agent_id", "ts", "tool", "event_id", "args", "args_digest", "result", "error",

@@ -353,6 +353,13 @@ async def test_recall_embeds_its_query_without_the_actors_it_names() -> None:
     first, _, _ = rig.on(REPLY_TO)
     # The actor match still reads the whole query: Dana's memory leads.
     assert first["items"][0]["source_event_id"] == "a1"
+    # Only `explain` says what the vector lanes embedded.
+    assert "embedded_query" not in first
+    rig.sink.sent.clear()
+    await rig.recall.handle(recall_request(query="What did Dana's disk do?", explain=True))
+    (explained,) = rig.on(REPLY_TO)
+    assert explained["embedded_query"] == "What did disk do?"
+    rig.fake.texts.clear()
 
     rig.recall.policy = replace(rig.recall.policy, actor_free_query=False)
     rig.fake.texts.clear()
