@@ -28,6 +28,7 @@ __all__ = [
     "EffectsView",
     "MemoryChange",
     "MemoryState",
+    "credited_ids",
     "fold_credits",
     "fold_outcome",
     "number_text",
@@ -139,6 +140,12 @@ def fold_outcome(view: EffectsView, outcome: Outcome) -> EffectChanges | None:
     return EffectChanges(outcome.outcome_id, tuple(changes), len(changes))
 
 
+def credited_ids(credits: Sequence[MemoryCredit], uplifts: Mapping[str, float]) -> list[str]:
+    """The memories a run's credits and causal uplifts name, in the order they are
+    applied (memory id order)."""
+    return sorted({credit.memory_id for credit in credits} | set(uplifts))
+
+
 def fold_credits(
     view: EffectsView,
     outcome: Outcome,
@@ -152,7 +159,7 @@ def fold_credits(
         return None
     by_id = {credit.memory_id: credit for credit in credits}
     changes: list[MemoryChange] = []
-    for memory_id in sorted(set(by_id) | set(uplifts)):
+    for memory_id in credited_ids(credits, uplifts):
         stored = view.memories.get(memory_id, MemoryState(owned=False))
         if not stored.owned:
             continue

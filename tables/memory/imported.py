@@ -25,7 +25,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from grimoire.streams.exchange.format import StateLine, hash_line, hash_of, split_line
-from grimoire.streams.recall.named import actor_name
+from grimoire.tables.codec.actors import stored_actor
 from grimoire.tables.codec.fact import decode_ids, decode_links, encode_ids, encode_links
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash.writing import lexical_form_of
@@ -175,7 +175,7 @@ class ImportWriter:
                     form = lexical_form_of(fields.get(b"text"), fields.get(b"ts"))
                     counted = counted_text(form)
                     self._scripts.count_new_terms(pipe, key, self.keys.terms(agent_id), counted)
-                    if actor := actor_name(text_of(fields.get(b"actor_id") or b"")):
+                    if actor := stored_actor(fields.get(b"actor_id")):
                         pipe.sadd(self.keys.actors(agent_id), actor)
                     # An inherited insight, heuristic or warning: the successor's
                     # curator looks at it in its next cycle.

@@ -14,11 +14,13 @@ from grimoire.streams.learn.effects import (
     EffectChanges,
     EffectsView,
     MemoryState,
+    credited_ids,
     fold_credits,
     fold_outcome,
 )
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.streams.learn.runs import MemoryCredit
+from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.journal.witness_due import changed_count_template
 from grimoire.tables.maintenance.curator_marks import queue_changed
 from grimoire.tables.memory.held_outcomes import RedisHeldOutcomes
@@ -29,9 +31,8 @@ __all__ = ["RedisOutcomeEffects"]
 
 
 def _text(value: str | bytes | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
+    """A field as text; an unset one stays None (the fold reads its default)."""
+    return None if value is None else text_of(value)
 
 
 class RedisOutcomeEffects(RedisHeldOutcomes):
@@ -96,14 +97,16 @@ class RedisOutcomeEffects(RedisHeldOutcomes):
         effect = outcome.effect
         changes = fold_outcome(await self._view(outcome, outcome.memory_ids), outcome)
         changed = -1
+        # The curated entries among the memories are due at the next cycle: marked
+        # with the effects, and on a redelivery (-1) too.
         if changes is not None:
             async with agent_transaction(self.core.redis, outcome.agent_id) as pipe:
                 self._queue(pipe, outcome.agent_id, changes, journal)
+                if effect.touches_memories:
+                    queue_changed(pipe, self.core.keys, outcome.agent_id, outcome.memory_ids)
                 await pipe.execute()
             changed = changes.changed
-        if effect.touches_memories:
-            # The curated entries among them are due at the next cycle; marked on a
-            # redelivery (-1) too, so a crash between the commit and this mark heals.
+        elif effect.touches_memories:
             async with self.core.redis.pipeline(transaction=False) as pipe:
                 queue_changed(pipe, self.core.keys, outcome.agent_id, outcome.memory_ids)
                 await pipe.execute()
@@ -123,7 +126,7 @@ class RedisOutcomeEffects(RedisHeldOutcomes):
         counters: Sequence[tuple[str, float]] = (),
         journal: tuple[int, int] | None = None,
     ) -> int:
-        ids = sorted({credit.memory_id for credit in credits} | set(uplifts))
+        ids = credited_ids(credits, uplifts)
         # The partition's one writer reads, then writes: nothing runs in between.
         changes = fold_credits(await self._view(outcome, ids), outcome, credits, uplifts)
         if changes is None:

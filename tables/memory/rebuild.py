@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from grimoire.streams.model.lexicon import LexicalForm
-from grimoire.streams.recall.named import actor_name
+from grimoire.tables.codec.actors import stored_actor
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash.writing import lexical_form_of
 from grimoire.tables.keyspace import Keyspace
@@ -85,7 +85,7 @@ async def rebuild_derived(
             if owner is None or memory_id is None or text_of(owner) != agent_id:
                 continue
             ids.append(text_of(memory_id))
-            if name := actor_name(text_of(actor or b"")):
+            if name := stored_actor(actor):
                 actors.add(name)
             form = lexical_form_of(text, ts)
             if stored is None or text_of(stored) != form.text:

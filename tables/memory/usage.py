@@ -67,5 +67,5 @@ class RedisUsageLedger(RedisMemoryConcern):
                 # entry under a new seq: the request names them both.
                 pipe.zadd(applied, {_request(changes.request): seq})
             # Only recent entries can be read again (after a crash): keep those.
-            pipe.zremrangebyscore(applied, "-inf", changes.forget_below - 1)
+            pipe.zremrangebyscore(applied, "-inf", f"({changes.forget_below}")
             await pipe.execute()

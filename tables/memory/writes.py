@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from grimoire.streams.model.lexicon import LexicalForm
-from grimoire.streams.recall.named import actor_name
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
+from grimoire.tables.codec.actors import stored_actor
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.codec.search_replies import keyed_docs
@@ -226,6 +226,6 @@ class RedisMemoryWrites(RedisHeldOutcomes):
 
 
 def _add_actor(actors: dict[str, set[str]], agent_id: str, fields: Mapping[str, Any]) -> None:
-    name = actor_name(str(fields.get("actor_id") or ""))
+    name = stored_actor(fields.get("actor_id"))
     if name:
         actors.setdefault(agent_id, set()).add(name)

@@ -19,6 +19,7 @@ from grimoire.streams.learn.effects import (
     EffectChanges,
     EffectsView,
     MemoryState,
+    credited_ids,
     fold_credits,
     fold_outcome,
 )
@@ -28,10 +29,10 @@ from grimoire.streams.model.field_state import FieldState
 from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.model.records import HyperedgeRef
 from grimoire.streams.ports.recall import RecallSource
-from grimoire.streams.recall.named import actor_name
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
+from grimoire.tables.codec.actors import stored_actor
 from grimoire.tables.codec.held_outcome import held_for
 from grimoire.tables.codec.memory_hash import (
     RETURN_FIELDS,
@@ -197,7 +198,7 @@ class InMemoryMemoryStore:
             await part.apply_alone()
 
     def _add_actor(self, agent_id: str, fields: Mapping[str, Any]) -> None:
-        name = actor_name(str(fields.get("actor_id") or ""))
+        name = stored_actor(fields.get("actor_id"))
         if name:
             self._actors.setdefault(agent_id, set()).add(name)
 
@@ -408,7 +409,7 @@ class InMemoryMemoryStore:
     ) -> int:
         """The credits' fold (grimoire.streams.learn.effects), loaded and committed
         here."""
-        ids = sorted({credit.memory_id for credit in credits} | set(uplifts))
+        ids = credited_ids(credits, uplifts)
         changes = fold_credits(self._effects_view(outcome, ids), outcome, credits, uplifts)
         if changes is None:
             return -1
