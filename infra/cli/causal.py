@@ -78,6 +78,6 @@ def _add_causal(sub: common.Subparsers) -> None:
     causal.add_argument("memory_id", metavar="MEMORY_ID")
 
 
-COMMANDS: dict[str, common.Command] = {
-    "causal": common.Command(_add_causal, operation(_run_causal)),
+COMMANDS: dict[str, common.Subcommand] = {
+    "causal": common.Subcommand(_add_causal, operation(_run_causal)),
 }

@@ -202,7 +202,7 @@ def _add_clade(sub: common.Subparsers) -> None:
     )
 
 
-def _publishing(action: str, what: str) -> common.Command:
+def _publishing(action: str, what: str) -> common.Subcommand:
     """`publish` or `unpublish`: the same arguments, another command."""
 
     def add(sub: common.Subparsers) -> None:
@@ -214,11 +214,11 @@ def _publishing(action: str, what: str) -> common.Command:
         )
         common.add_api_key(parser)
 
-    return common.Command(add, operation(_run_publishing))
+    return common.Subcommand(add, operation(_run_publishing))
 
 
-COMMANDS: dict[str, common.Command] = {
-    "clade": common.Command(_add_clade, operation(_run_clade)),
+COMMANDS: dict[str, common.Subcommand] = {
+    "clade": common.Subcommand(_add_clade, operation(_run_clade)),
     "publish": _publishing(
         "publish", "share a memory with the agent's clades (exit 1 if the agent has no such memory)"
     ),

@@ -203,7 +203,7 @@ def _add_forget(sub: common.Subparsers) -> None:
     common.add_api_key(forget)
 
 
-def _pinning(action: str, what: str) -> common.Command:
+def _pinning(action: str, what: str) -> common.Subcommand:
     """`pin` or `unpin`: the same arguments, the same checks, another command."""
 
     def add(sub: common.Subparsers) -> None:
@@ -211,13 +211,13 @@ def _pinning(action: str, what: str) -> common.Command:
         common.add_api_key(pinning)
         pinning.add_argument("memory_id", metavar="MEMORY_ID")
 
-    return common.Command(add, operation(_run_pin))
+    return common.Subcommand(add, operation(_run_pin))
 
 
-COMMANDS: dict[str, common.Command] = {
-    "config": common.Command(_add_config, operation(_run_config)),
-    "retract": common.Command(_add_retract, operation(_run_retract)),
-    "forget": common.Command(_add_forget, operation(_run_forget)),
+COMMANDS: dict[str, common.Subcommand] = {
+    "config": common.Subcommand(_add_config, operation(_run_config)),
+    "retract": common.Subcommand(_add_retract, operation(_run_retract)),
+    "forget": common.Subcommand(_add_forget, operation(_run_forget)),
     "pin": _pinning("pin", "pin a memory: never compacted or archived"),
     "unpin": _pinning("unpin", "unpin a memory (compaction and archiving may take it again)"),
 }

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from grimoire.topics.client import GrimoireClient
 
 __all__ = [
-    "Command",
     "Handler",
     "Refused",
+    "Subcommand",
     "Subparsers",
     "UsageError",
     "add_api_key",
@@ -53,7 +53,7 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 @dataclass(frozen=True)
-class Command:
+class Subcommand:
     """One `grimoire` command: how its parser is added, and what runs it."""
 
     add_parser: Callable[[Subparsers], object]

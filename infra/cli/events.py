@@ -102,6 +102,6 @@ def _add_events(sub: common.Subparsers) -> None:
     )
 
 
-COMMANDS: dict[str, common.Command] = {
-    "events": common.Command(_add_events, operation(_run_events)),
+COMMANDS: dict[str, common.Subcommand] = {
+    "events": common.Subcommand(_add_events, operation(_run_events)),
 }

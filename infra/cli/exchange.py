@@ -167,8 +167,8 @@ def _add_import(sub: common.Subparsers) -> None:
     common.add_api_key(importing)
 
 
-COMMANDS: dict[str, common.Command] = {
-    "replay": common.Command(_add_replay, _run_replay),
-    "export": common.Command(_add_export, _run_exchange),
-    "import": common.Command(_add_import, _run_exchange),
+COMMANDS: dict[str, common.Subcommand] = {
+    "replay": common.Subcommand(_add_replay, _run_replay),
+    "export": common.Subcommand(_add_export, _run_exchange),
+    "import": common.Subcommand(_add_import, _run_exchange),
 }

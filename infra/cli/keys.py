@@ -121,6 +121,6 @@ def _add_keys(sub: common.Subparsers) -> None:
     keys_kind.add_parser("list", help="every key, one JSON line each (never a secret)")
 
 
-COMMANDS: dict[str, common.Command] = {
-    "keys": common.Command(_add_keys, _run_keys),
+COMMANDS: dict[str, common.Subcommand] = {
+    "keys": common.Subcommand(_add_keys, _run_keys),
 }

@@ -199,11 +199,11 @@ def _add_mcp(sub: common.Subparsers) -> None:
     )
 
 
-COMMANDS: dict[str, common.Command] = {
-    "services": common.Command(_add_services, _run_services),
-    "serve": common.Command(_add_serve, _run_serve),
-    "up": common.Command(_add_up, _run_up),
-    "smoke": common.Command(_add_smoke, _run_smoke),
-    "demo": common.Command(_add_demo, _run_demo),
-    "mcp": common.Command(_add_mcp, _run_mcp),
+COMMANDS: dict[str, common.Subcommand] = {
+    "services": common.Subcommand(_add_services, _run_services),
+    "serve": common.Subcommand(_add_serve, _run_serve),
+    "up": common.Subcommand(_add_up, _run_up),
+    "smoke": common.Subcommand(_add_smoke, _run_smoke),
+    "demo": common.Subcommand(_add_demo, _run_demo),
+    "mcp": common.Subcommand(_add_mcp, _run_mcp),
 }

@@ -1,5 +1,5 @@
 """The `grimoire` command line as one argparse parser, assembled from the command
-modules: each module owns its commands' flags and handlers (a `Command` each), and
+modules: each module owns its commands' flags and handlers (a `Subcommand` each), and
 this module only fixes the order `grimoire --help` lists them in."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["COMMANDS", "DESCRIPTION", "ORDER", "build_parser"]
 DESCRIPTION = "The `grimoire` command: worker, local services, recall, demo."
 
 #: Every command by name; each name is the `command` of the parsed arguments.
-COMMANDS: dict[str, common.Command] = {
+COMMANDS: dict[str, common.Subcommand] = {
     **worker.COMMANDS,
     **local.COMMANDS,
     **reads.COMMANDS,

@@ -250,10 +250,10 @@ def _add_episodes(sub: common.Subparsers) -> None:
     episodes.add_argument("--offset", type=int, default=0, help="episodes to skip (paging)")
 
 
-COMMANDS: dict[str, common.Command] = {
-    "recall": common.Command(_add_recall, _run_recall),
-    "agents": common.Command(_add_agents, operation(_run_agents)),
-    "search": common.Command(_add_search, operation(_run_search)),
-    "memory": common.Command(_add_memory, operation(_run_memory)),
-    "episodes": common.Command(_add_episodes, operation(_run_episodes)),
+COMMANDS: dict[str, common.Subcommand] = {
+    "recall": common.Subcommand(_add_recall, _run_recall),
+    "agents": common.Subcommand(_add_agents, operation(_run_agents)),
+    "search": common.Subcommand(_add_search, operation(_run_search)),
+    "memory": common.Subcommand(_add_memory, operation(_run_memory)),
+    "episodes": common.Subcommand(_add_episodes, operation(_run_episodes)),
 }

@@ -192,11 +192,11 @@ def _add_audit(sub: common.Subparsers) -> None:
     )
 
 
-COMMANDS: dict[str, common.Command] = {
-    "stats": common.Command(_add_stats, _run_stats),
-    "playbook": common.Command(_add_playbook, _run_playbook),
-    "maintain": common.Command(_add_maintain, _run_maintain),
-    "reindex": common.Command(_add_reindex, _run_reindex),
-    "digest": common.Command(_add_digest, _run_digest),
-    "audit": common.Command(_add_audit, _run_audit),
+COMMANDS: dict[str, common.Subcommand] = {
+    "stats": common.Subcommand(_add_stats, _run_stats),
+    "playbook": common.Subcommand(_add_playbook, _run_playbook),
+    "maintain": common.Subcommand(_add_maintain, _run_maintain),
+    "reindex": common.Subcommand(_add_reindex, _run_reindex),
+    "digest": common.Subcommand(_add_digest, _run_digest),
+    "audit": common.Subcommand(_add_audit, _run_audit),
 }

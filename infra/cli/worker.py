@@ -71,6 +71,6 @@ def _add_worker(sub: common.Subparsers) -> None:
     )
 
 
-COMMANDS: dict[str, common.Command] = {
-    "worker": common.Command(_add_worker, _run),
+COMMANDS: dict[str, common.Subcommand] = {
+    "worker": common.Subcommand(_add_worker, _run),
 }

@@ -215,7 +215,7 @@ def _common(fields: Fields, event_type: EventType) -> _Common:
 
 
 @dataclass(frozen=True, slots=True)
-class _Part:
+class _EventPart:
     """One memory an event yields, with what only that part knows."""
 
     text: str
@@ -236,7 +236,7 @@ class _Part:
 def _candidates(
     common: _Common,
     event_type: EventType,
-    parts: list[_Part],
+    parts: list[_EventPart],
     edge_id: str | None,
     limits: InputLimits,
 ) -> Accepted:
@@ -346,7 +346,7 @@ def _episode(fields: Fields) -> Accepted:
     if kind_name not in EPISODE_KINDS:
         raise InvalidEvent(INVALID_VALUE, f"kind {kind_name!r} cannot be published", "kind")
     outcome = fields.text("outcome", max_chars=fields.limits.max_id_chars)
-    part = _Part(
+    part = _EventPart(
         text=text,
         layer=Layer.ACTION if episode_type == "action" else Layer.OBSERVATION,
         role=Role.OUTCOME if outcome else _EPISODE_ROLES[episode_type],
@@ -374,7 +374,7 @@ def _tool_event(fields: Fields) -> Accepted:
     if latency is not None and latency < 0:
         raise InvalidEvent(INVALID_VALUE, "'latency_ms' must be >= 0", "latency_ms")
     outcome = f"failed: {error}" if error else (f"returned: {result}" if result else "returned")
-    part = _Part(
+    part = _EventPart(
         text=" ".join([f"tool {tool} {outcome}", *paths, *urls]),
         layer=Layer.ACTION,
         role=Role.ACTION,
@@ -403,7 +403,7 @@ def _transcript(fields: Fields) -> Accepted:
             raise InvalidEvent("invalid_json", f"'line' is not JSON: {exc}", "line") from exc
     turn = fields.identifier("turn_id") or common.run_id or common.source_event_id
     parts = [
-        _Part(
+        _EventPart(
             text=part.text,
             layer=part.layer,
             role=_LAYER_ROLES[part.layer],

@@ -15,7 +15,7 @@ from grimoire.tables.ports.transaction import TransactionPart
 __all__ = ["InMemoryLearningStore"]
 
 
-class _Part:
+class _LearningPart:
     def __init__(self, store: InMemoryLearningStore, write: LearningWrite) -> None:
         self._store = store
         self._write = write
@@ -79,7 +79,7 @@ class InMemoryLearningStore:
         return sorted(self._edges.get(agent_id, {}).values(), key=lambda e: (e.cause, e.effect))
 
     async def outcome_part(self, write: LearningWrite) -> TransactionPart:
-        return _Part(self, write)
+        return _LearningPart(self, write)
 
     def write(self, write: LearningWrite) -> None:
         edges = self._edges.setdefault(write.agent_id, {})

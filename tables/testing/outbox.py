@@ -12,7 +12,7 @@ from grimoire.tables.ports.transaction import TransactionPart
 __all__ = ["InMemoryOutbox"]
 
 
-class _Part:
+class _OutboxPart:
     def __init__(
         self, queues: dict[str, list[OutboxEntry]], entries: Sequence[OutboxEntry]
     ) -> None:
@@ -33,7 +33,7 @@ class InMemoryOutbox:
         self.queues: dict[int, dict[str, list[OutboxEntry]]] = {}
 
     def part(self, journal_partition: int, entries: Sequence[OutboxEntry]) -> TransactionPart:
-        return _Part(self.queues.setdefault(journal_partition, {}), entries)
+        return _OutboxPart(self.queues.setdefault(journal_partition, {}), entries)
 
     async def pending(self, journal_partition: int) -> list[OutboxEntry]:
         agents = self.queues.get(journal_partition, {})
