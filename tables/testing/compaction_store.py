@@ -17,7 +17,6 @@ the records on every read, so it never lags a flip.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from grimoire.streams.maintenance.compaction import (
     CompactionCandidate,
@@ -40,6 +39,7 @@ from grimoire.tables.maintenance.compaction_store import (
     StoredPlan,
 )
 from grimoire.tables.testing.derivations import edge_index
+from grimoire.tables.testing.memory_core import encoded
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.trust.derivations import summary_edges
 
@@ -47,15 +47,6 @@ __all__ = ["InMemoryCompactionStore"]
 
 Hash = dict[str, str | bytes]
 _HIDDEN_FLAGS = ("deleted", "quarantined", "archived")
-
-
-def _encode(value: Any) -> str | bytes:
-    """A value as Redis stores it (redis-py writes numbers with repr, bytes as-is)."""
-    if isinstance(value, bytes | str):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"cannot store {type(value).__name__} in a hash")
-    return repr(value)
 
 
 def _text(value: str | bytes | None) -> str:
@@ -201,7 +192,7 @@ class InMemoryCompactionStore:
         for cluster, hashed in zip(written, fields, strict=True):
             doc = self._records.get(cluster.summary_id)
             assert doc is not None
-            doc.update({name: _encode(value) for name, value in hashed.items()})
+            doc.update(encoded(hashed))
         edge_index(self.memory).add(agent_id, summary_edges(written))
         self._set_phase(agent_id, plan.plan_id, Phase.SUMMARIES_WRITTEN)
 

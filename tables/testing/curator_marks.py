@@ -4,7 +4,7 @@
 and `curator_playbook`; the memory store's writers (write path, usage, outcomes,
 credits) and a retraction's demotion mark entries due there
 (`grimoire.tables.maintenance.curator_marks`). Here the same three live in one
-`CuratorIndexes` per `InMemoryMemoryStore`, found with `curator_indexes(memory)`
+`CuratorIndexes` per `InMemoryMemoryStore`'s core, found with `curator_indexes(memory)`
 (as the Redis keyspace keeps them beside the memory hashes), so the in-memory
 memory, derivation and curator stores mark and read the same one.
 """
@@ -56,8 +56,13 @@ _INDEXES: WeakKeyDictionary[Any, CuratorIndexes] = WeakKeyDictionary()
 
 
 def curator_indexes(memory: Any) -> CuratorIndexes:
-    """The indexes kept beside an in-memory memory store (created on first use)."""
-    found = _INDEXES.get(memory)
+    """The indexes kept beside an in-memory memory store (created on first use).
+
+    An in-memory memory store, each of its concerns and the decay store its core
+    builds hold one `InMemoryMemoryCore`: keyed by that core, all of them mark and
+    read the same indexes. Anything without a core is a keyspace of its own."""
+    keyspace = getattr(memory, "core", memory)
+    found = _INDEXES.get(keyspace)
     if found is None:
-        found = _INDEXES[memory] = CuratorIndexes()
+        found = _INDEXES[keyspace] = CuratorIndexes()
     return found

@@ -68,15 +68,6 @@ Hash = dict[str, str | bytes]
 _CURATED = frozenset(kind.value for kind in CURATED_KINDS)
 
 
-def _encode(value: Any) -> str | bytes:
-    """A value as Redis stores it (redis-py writes numbers with repr, bytes as-is)."""
-    if isinstance(value, bytes | str):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"cannot store {type(value).__name__} in a hash")
-    return repr(value)
-
-
 def _flag(doc: Mapping[str, Any], name: str) -> bool:
     """A tag filter's view of a field: only "1" is set; absent or anything else is not."""
     return text_of(doc.get(name, "")) == "1"

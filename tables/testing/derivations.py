@@ -46,6 +46,7 @@ from grimoire.tables.trust.derivations import missing_summary_vectors
 
 if TYPE_CHECKING:
     from grimoire.tables.testing.curator_store import InMemoryCuratorStore
+    from grimoire.tables.testing.memory_core import InMemoryMemoryConcern, InMemoryMemoryCore
     from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 
 __all__ = ["EdgeIndex", "InMemoryDerivationStore", "edge_index"]
@@ -110,15 +111,18 @@ class EdgeIndex:
         )
 
 
-_INDEXES: WeakKeyDictionary[InMemoryMemoryStore, EdgeIndex] = WeakKeyDictionary()
+_INDEXES: WeakKeyDictionary[InMemoryMemoryCore, EdgeIndex] = WeakKeyDictionary()
 
 
-def edge_index(memory: InMemoryMemoryStore) -> EdgeIndex:
+def edge_index(memory: InMemoryMemoryConcern) -> EdgeIndex:
     """The edge index kept beside an in-memory memory store (created on first use),
-    as the Redis keyspace keeps the derivation hashes beside the memory hashes."""
-    found = _INDEXES.get(memory)
+    as the Redis keyspace keeps the derivation hashes beside the memory hashes.
+
+    Keyed by the store's core, so the store and each concern built over that core
+    (the write path's commit among them) find the same one."""
+    found = _INDEXES.get(memory.core)
     if found is None:
-        found = _INDEXES[memory] = EdgeIndex()
+        found = _INDEXES[memory.core] = EdgeIndex()
     return found
 
 
@@ -222,7 +226,7 @@ class InMemoryDerivationStore:
 
     def _unlink(self, agent_id: str, memory_id: str, keys: Iterable[str]) -> None:
         """ZREM from these nexus keys (the memory store's own index)."""
-        nexus = self.memory._nexus
+        nexus = self.memory.core.links
         for key in keys:
             members = nexus.get((agent_id, key))
             if members is not None:
@@ -241,11 +245,11 @@ class InMemoryDerivationStore:
             doc.pop(name, None)
         self._unlink(agent_id, memory_id, keys)
         for edge in edges:
-            members = self.memory._hyperedges.get((agent_id, edge))
+            members = self.memory.core.hyperedges.get((agent_id, edge))
             if members is not None:
                 members.pop(memory_id, None)
                 if not members:
-                    del self.memory._hyperedges[(agent_id, edge)]
+                    del self.memory.core.hyperedges[(agent_id, edge)]
         if step.curated:
             self._books(agent_id).pop(memory_id, None)
 

@@ -1,5 +1,6 @@
-"""`RecallSource` over `InMemoryMemoryStore`, with RedisRecallSource's semantics:
-the same record decoding, filters applied to every lane, batched graph reads."""
+"""`RecallSource` over an in-memory memory store's core (`InMemoryMemoryCore`), with
+RedisRecallSource's semantics: the same record decoding, filters applied to every
+lane, batched graph reads."""
 
 from __future__ import annotations
 
@@ -22,13 +23,13 @@ from grimoire.tables.codec.memory_hash import decode_record, with_usage
 
 if TYPE_CHECKING:
     from grimoire.tables.testing.fact_store import InMemoryFactStore
-    from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+    from grimoire.tables.testing.memory_core import InMemoryMemoryCore
 
 
 class InMemoryRecallSource:
     def __init__(
         self,
-        store: InMemoryMemoryStore,
+        store: InMemoryMemoryCore,
         agent_id: str,
         dims: int,
         facts: InMemoryFactStore | None = None,

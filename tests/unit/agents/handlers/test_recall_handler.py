@@ -314,7 +314,7 @@ async def test_recall_reuses_the_state_vector_the_write_path_kept() -> None:
     await rig.recall.handle(recall_request())
     assert rig.fake.texts == ["disk full node seven"]
     # Without the kept vector the parts are embedded, and the answer is the same.
-    rig.store._state_vectors.clear()
+    rig.store.core.state_vectors.clear()
     rig.fake.texts.clear()
     await rig.recall.handle(recall_request())
     assert rig.fake.texts == ["disk full node seven", *parts]
