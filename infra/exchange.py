@@ -337,16 +337,8 @@ def chunk_command(chunk: ImportChunk) -> CommandV1:
 async def _publish(
     settings: Settings, plan: ImportPlan, api_key: str | None, progress: bool
 ) -> None:
-    from grimoire.topics.client import GrimoireClient
-
     bar = _bar(len(plan.chunks), "import: send", "chunk", progress)
-    async with GrimoireClient(
-        settings.bootstrap_servers,
-        settings.broker.topic_prefix,
-        partitions=settings.broker.partitions,
-        api_key=api_key,
-        security=settings.kafka_security,
-    ) as client:
+    async with settings.client(api_key) as client:
         for chunk in plan.chunks:
             await client.send_command(chunk_command(chunk))
             bar.update(1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import (
@@ -45,6 +45,9 @@ from grimoire.streams.recall.relevance import RelevancePolicy
 from grimoire.streams.recall.rerank import RerankWeights
 from grimoire.streams.recall.walk.daimoi import WalkBudget
 from grimoire.topics.security import KafkaSecurity, SaslMechanism, SecurityProtocol
+
+if TYPE_CHECKING:
+    from grimoire.topics.client import GrimoireClient
 
 __all__ = [
     "ENV_PREFIX",
@@ -718,6 +721,20 @@ class Settings(BaseSettings):
     @property
     def bootstrap_servers(self) -> str:
         return self.broker.url.split("://", 1)[-1]
+
+    def client(self, api_key: str | None) -> GrimoireClient:
+        """The SDK client (not started) for this deployment's broker and topics,
+        putting `api_key` on every record it publishes."""
+        # Imported here: loading the settings (`grimoire --help`) never loads aiokafka.
+        from grimoire.topics.client import GrimoireClient
+
+        return GrimoireClient(
+            self.bootstrap_servers,
+            self.broker.topic_prefix,
+            partitions=self.broker.partitions,
+            api_key=api_key,
+            security=self.kafka_security,
+        )
 
     @property
     def input_limits(self) -> InputLimits:

@@ -103,15 +103,7 @@ def agent_command(
 @contextlib.asynccontextmanager
 async def gateway(settings: Settings, api_key: str | None) -> AsyncIterator[GrimoireClient]:
     """A started client that puts `api_key` on every recall request and command."""
-    from grimoire.topics.client import GrimoireClient
-
-    async with GrimoireClient(
-        settings.bootstrap_servers,
-        settings.broker.topic_prefix,
-        partitions=settings.broker.partitions,
-        api_key=api_key,
-        security=settings.kafka_security,
-    ) as client:
+    async with settings.client(api_key) as client:
         yield client
 
 

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 from typing import Final
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from grimoire.infra.http.errors import ApiError, json_response
-from grimoire.infra.http.routing import agent_endpoint, caller_key, deps_of, json_object
+from grimoire.infra.http.routing import (
+    agent_endpoint,
+    caller_key,
+    deps_of,
+    json_object,
+    path_agent_record,
+)
 from grimoire.streams.inbound.events import Rejection, normalize_event
 from grimoire.streams.inbound.validators import INVALID_VALUE, MISSING_FIELD
 from grimoire.streams.model.records import EventType
@@ -45,12 +50,7 @@ async def publish(request: Request, agent_id: str) -> Response:
         raise ApiError(
             400, INVALID_VALUE, f"'kind' must be one of {', '.join(EVENT_KINDS)}", field="kind"
         )
-    if "agent_id" in body and body["agent_id"] != agent_id:
-        raise ApiError(
-            400, INVALID_VALUE, "'agent_id' is the path's agent; leave it out", field="agent_id"
-        )
-    body["agent_id"] = agent_id
-    raw = orjson.dumps(body)
+    raw = path_agent_record(body, agent_id)
     deps = deps_of(request)
     checked = normalize_event(event_type, raw, deps.settings.input_limits)
     if isinstance(checked, Rejection):

@@ -17,10 +17,8 @@ are the same."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -33,6 +31,8 @@ from grimoire.infra.http.routing import (
     deps_of,
     int_param,
     json_object,
+    path_agent_record,
+    unknown_fields,
 )
 from grimoire.streams.facts.exceptions import InvalidFact
 from grimoire.streams.facts.queries import MAX_HOPS
@@ -142,27 +142,11 @@ async def neighbours(request: Request, agent_id: str) -> Response:
     )
 
 
-def _checked(body: Mapping[str, Any], allowed: Sequence[str]) -> None:
-    unknown = sorted(set(body) - set(allowed) - {"agent_id"})
-    if unknown:
-        raise ApiError(
-            400,
-            INVALID_VALUE,
-            f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}",
-            field=unknown[0],
-        )
-
-
 @agent_endpoint
 async def assert_fact(request: Request, agent_id: str) -> Response:
     body = await json_object(request)
-    _checked(body, sorted(FACT_FIELDS))
-    if "agent_id" in body and body["agent_id"] != agent_id:
-        raise ApiError(
-            400, INVALID_VALUE, "'agent_id' is the path's agent; leave it out", field="agent_id"
-        )
-    body["agent_id"] = agent_id
-    raw = orjson.dumps(body)
+    unknown_fields(body, FACT_FIELDS, unlisted=frozenset({"agent_id"}))
+    raw = path_agent_record(body, agent_id)
     deps = deps_of(request)
     checked = parse_fact(raw, deps.settings.input_limits)
     if isinstance(checked, Rejection):

@@ -39,6 +39,7 @@ __all__ = [
     "int_param",
     "json_object",
     "metrics_of",
+    "path_agent_record",
     "refused",
     "unknown_fields",
 ]
@@ -182,8 +183,12 @@ async def json_object(request: Request, *, required: bool = True) -> dict[str, A
     return body
 
 
-def unknown_fields(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(set(body) - allowed)
+def unknown_fields(
+    body: Mapping[str, Any], allowed: frozenset[str], *, unlisted: frozenset[str] = frozenset()
+) -> None:
+    """Refuse a body with a field neither `allowed` nor `unlisted` (accepted, but not
+    named among the known ones in the refusal)."""
+    unknown = sorted(set(body) - allowed - unlisted)
     if unknown:
         raise ApiError(
             400,
@@ -191,3 +196,14 @@ def unknown_fields(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
             f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}",
             field=unknown[0],
         )
+
+
+def path_agent_record(body: dict[str, Any], agent_id: str) -> bytes:
+    """The body as the input record to publish, its `agent_id` the path's: a body
+    naming another agent is refused rather than published under either."""
+    if "agent_id" in body and body["agent_id"] != agent_id:
+        raise ApiError(
+            400, INVALID_VALUE, "'agent_id' is the path's agent; leave it out", field="agent_id"
+        )
+    body["agent_id"] = agent_id
+    return orjson.dumps(body)

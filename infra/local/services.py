@@ -163,7 +163,8 @@ class _Service:
     binary: Path
 
 
-def _port_open(port: int, timeout: float = 0.5) -> bool:
+def port_open(port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts connections on `port` of `HOST`."""
     try:
         with socket.create_connection((HOST, port), timeout=timeout):
             return True
@@ -371,7 +372,7 @@ class LocalServices:
                 running[svc.name] = pid
                 continue
             self._pid_file(svc).unlink(missing_ok=True)
-            if _port_open(svc.port):
+            if port_open(svc.port):
                 raise ServiceError(
                     f"{HOST}:{svc.port} ({svc.name}) is in use by a process this tool did not "
                     f"start; stop it or choose other ports"
@@ -459,9 +460,9 @@ class LocalServices:
             pid = self._owned_pid(svc)
             addr = f"{HOST}:{svc.port}"
             if pid is not None:
-                suffix = "" if _port_open(svc.port) else " (not answering)"
+                suffix = "" if port_open(svc.port) else " (not answering)"
                 out[svc.name] = f"running pid {pid} on {addr}{suffix}"
-            elif _port_open(svc.port):
+            elif port_open(svc.port):
                 out[svc.name] = f"stopped ({addr} is in use by another process)"
             else:
                 out[svc.name] = "stopped"
@@ -655,7 +656,7 @@ class LocalServices:
                 )
             remaining = max(0.5, min(5.0, deadline - time.monotonic()))
             try:
-                if _port_open(svc.port):
+                if port_open(svc.port):
                     self._probe(svc, remaining)
                     return
                 last = "port not open"

@@ -51,6 +51,7 @@ from grimoire.infra.local.services import (
     LocalServices,
     ServicePorts,
     log_tail,
+    port_open,
     run_coroutine,
 )
 from grimoire.topics.security import KafkaSecurity
@@ -206,14 +207,6 @@ def stunnel_binary() -> str:
     )
 
 
-def _port_open(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -315,7 +308,7 @@ class TlsTerminator:
         if self.pid() is not None:
             return False
         self.pid_path.unlink(missing_ok=True)
-        if _port_open(self.listen_port):
+        if port_open(self.listen_port):
             raise ServiceError(
                 f"{HOST}:{self.listen_port} (kafka TLS) is in use by a process this tool did "
                 "not start; stop it or choose another TLS port"
@@ -401,7 +394,7 @@ class TlsTerminator:
         address = f"{HOST}:{self.listen_port} -> {HOST}:{self.backend_port}"
         if pid is not None:
             return f"running pid {pid} on {address}"
-        if _port_open(self.listen_port):
+        if port_open(self.listen_port):
             return f"stopped ({HOST}:{self.listen_port} is in use by another process)"
         return "stopped"
 

@@ -212,11 +212,7 @@ def learn_from_run(
         edge = reinforce(current.get((cause, effect)), cause, effect, sighting, block)
         current[(cause, effect)] = edge
         changed.append(edge)
-    causes = sorted({edge.cause for edge in changed})
-    uplifts = tuple(
-        (cause, causal_uplift(e for (c, _), e in sorted(current.items()) if c == cause))
-        for cause in causes
-    )
+    uplifts = _uplifts(current, changed)
     new_weights: LearnedWeights | None = None
     if learn_weights and used:
         observations = [
@@ -232,6 +228,18 @@ def learn_from_run(
             policy=hedge,
         )
     return RunLearning(credits, tuple(changed), uplifts, new_weights)
+
+
+def _uplifts(
+    current: Mapping[tuple[str, str], CausalEdge], changed: Sequence[CausalEdge]
+) -> tuple[tuple[str, float], ...]:
+    """Each cause with a changed edge and its new uplift, from all of its edges as
+    they stand now (`current`, by cause and effect), causes in order."""
+    causes = sorted({edge.cause for edge in changed})
+    return tuple(
+        (cause, causal_uplift(e for (c, _), e in sorted(current.items()) if c == cause))
+        for cause in causes
+    )
 
 
 def _preference(
@@ -287,12 +295,7 @@ def learn_from_late_members(
         edge = reinforce(current.get((cause, effect)), cause, effect, sighting, ended.block)
         current[(cause, effect)] = edge
         changed.append(edge)
-    causes = sorted({edge.cause for edge in changed})
-    uplifts = tuple(
-        (cause, causal_uplift(e for (c, _), e in sorted(current.items()) if c == cause))
-        for cause in causes
-    )
-    return RunLearning(credits, tuple(changed), uplifts, None)
+    return RunLearning(credits, tuple(changed), _uplifts(current, changed), None)
 
 
 def run_recall_counters(

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict
 
 import numpy as np
 
@@ -48,6 +48,7 @@ __all__ = [
     "RECORD_DOMAIN",
     "BrokenReason",
     "ChainVerdict",
+    "Mutation",
     "WitnessRecord",
     "canonical_bytes",
     "canonical_digest",
@@ -82,6 +83,17 @@ class WitnessRecord:
     fields_digest: str  # canonical_digest of the fields written
     prev_hash: str  # the previous record's hash, GENESIS_HASH for seq 1
     hash: str  # record_hash of everything above
+
+
+class Mutation(TypedDict):
+    """What a mutation tells its record (`next_record`'s keywords after `agent_id`),
+    passed on as one by whatever builds records for the apply loop."""
+
+    journal_partition: int
+    journal_offset: int
+    op: str
+    ids: Iterable[str]
+    fields: Any
 
 
 @dataclass(frozen=True, slots=True)

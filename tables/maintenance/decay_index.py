@@ -47,7 +47,7 @@ from grimoire.tables.ordered_search import index_search, ts_windows
 from grimoire.tables.queries import tenant_filter
 from grimoire.tables.routing import SearchRouting
 
-__all__ = ["SEED_BATCH", "DecayIndex", "DueDecay"]
+__all__ = ["SEED_BATCH", "DecayIndex", "DecayRules", "DueDecay"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,46 @@ class DueDecay:
         return cls(tuple(entries), tuple(gone))
 
 
-class DecayIndex:
+class DecayRules:
+    """The bands and policy a decay store schedules by, and the due times they give:
+    the Redis store and the in-memory one derive them alike, so they schedule alike."""
+
+    def __init__(self, bands: DecayBands, policy: DecayPolicy) -> None:
+        bands.check(policy.floor)
+        self._bands = bands
+        self._policy = policy
+
+    @property
+    def bands(self) -> DecayBands:
+        return self._bands
+
+    @property
+    def policy(self) -> DecayPolicy:
+        return self._policy
+
+    def _first_due(self, fields: Mapping[str, Any]) -> tuple[StoredDecayState, int | None] | None:
+        """A freshly written memory (its `hash_fields`) and its first crossing; None
+        for one that is not scheduled (not live, or whose fields decay cannot use)."""
+        state = decode_state(fields, None, None)
+        if state is None or not state.live:
+            return None
+        try:
+            return state, initial_due_ms(state.entry, self._bands, self._policy)
+        except ValueError as exc:
+            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
+            return None
+
+    def _due(self, state: StoredDecayState | None, now_ms: int) -> int | None:
+        if state is None or not state.live:
+            return None
+        try:
+            return due_ms(state.entry, now_ms, self._bands, self._policy)
+        except ValueError as exc:
+            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
+            return None
+
+
+class DecayIndex(DecayRules):
     """The Redis `DecayStore`, plus the pipeline helpers the write path schedules with."""
 
     def __init__(
@@ -105,21 +144,11 @@ class DecayIndex:
         bands: DecayBands = DEFAULT_DECAY_BANDS,
         policy: DecayPolicy = DEFAULT_DECAY_POLICY,
     ) -> None:
-        bands.check(policy.floor)
+        super().__init__(bands, policy)
         self._redis = redis
         self.keys = Keyspace(prefix)
-        self._bands = bands
-        self._policy = policy
         self._read = redis.register_script(_READ_DECAY_STATE)
         self._routing = SearchRouting(redis, prefix)
-
-    @property
-    def bands(self) -> DecayBands:
-        return self._bands
-
-    @property
-    def policy(self) -> DecayPolicy:
-        return self._policy
 
     # ---- scheduling -------------------------------------------------------------
 
@@ -149,15 +178,12 @@ class DecayIndex:
         is written only by the fold that creates it). A live curated entry is also
         due for the curator's next cycle (`curator_marks`), in the same transaction."""
         queue_new(pipe, self.keys, fields)
-        state = decode_state(fields, None, None)
-        if state is None or not state.live:
-            return
-        try:
-            due = initial_due_ms(state.entry, self._bands, self._policy)
-        except ValueError as exc:
-            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
-            return
-        self.schedule(pipe, state.agent_id, state.entry.memory_id, due, keep_existing=keep_existing)
+        first = self._first_due(fields)
+        if first is not None:
+            state, due = first
+            self.schedule(
+                pipe, state.agent_id, state.entry.memory_id, due, keep_existing=keep_existing
+            )
 
     async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
         """Recompute due times after accesses or outcomes changed the stored fields."""
@@ -170,15 +196,6 @@ class DecayIndex:
                     continue  # another agent's memory: never ours to schedule
                 self.schedule(pipe, agent_id, memory_id, self._due(state, now_ms))
             await pipe.execute()
-
-    def _due(self, state: StoredDecayState | None, now_ms: int) -> int | None:
-        if state is None or not state.live:
-            return None
-        try:
-            return due_ms(state.entry, now_ms, self._bands, self._policy)
-        except ValueError as exc:
-            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
-            return None
 
     # ---- the pass ---------------------------------------------------------------
 

@@ -5,7 +5,7 @@ one core, so they share one decoded-node cache, one set of scripts, one routing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from redis.asyncio import Redis
 from redisvl.index import AsyncSearchIndex
@@ -23,7 +23,16 @@ from grimoire.tables.memory.scripts import RedisScripts
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.schema.memory_index import memory_schema
 
-__all__ = ["RedisMemoryConcern", "RedisMemoryCore"]
+__all__ = ["CoreOptions", "RedisMemoryConcern", "RedisMemoryCore"]
+
+
+class CoreOptions(TypedDict, total=False):
+    """`RedisMemoryCore`'s optional keywords, for a class that builds its own core;
+    the defaults stay the core's alone."""
+
+    clock_ms: Any
+    knn_policy: KnnPolicy
+    decoded_nodes: int
 
 
 class RedisMemoryCore:

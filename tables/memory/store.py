@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from redis.asyncio import Redis
 from redisvl.exceptions import RedisSearchError
@@ -16,12 +16,11 @@ from redisvl.schema import IndexSchema
 from redisvl.schema.fields import TagField
 
 from grimoire.tables.codec.hash_values import text_of
-from grimoire.tables.codec.walk_node import DEFAULT_CAPACITY as DEFAULT_DECODED_NODES
 from grimoire.tables.exceptions import SchemaMismatch
-from grimoire.tables.memory.core import RedisMemoryCore
+from grimoire.tables.memory.core import CoreOptions, RedisMemoryCore
 from grimoire.tables.memory.outcome_effects import RedisOutcomeEffects
 from grimoire.tables.memory.reads import RedisRecallReads
-from grimoire.tables.memory.recall_source import DEFAULT_KNN_POLICY, KnnPolicy
+from grimoire.tables.memory.recall_source import KnnPolicy
 from grimoire.tables.memory.usage import RedisUsageLedger
 from grimoire.tables.memory.writes import RedisMemoryWrites
 from grimoire.tables.schema.memory_index import memory_schema
@@ -74,25 +73,9 @@ class RedisMemoryStore(RedisMemoryWrites, RedisOutcomeEffects, RedisRecallReads,
     over the same core, `store.core`)."""
 
     def __init__(
-        self,
-        redis: Redis,
-        prefix: str,
-        dims: int,
-        *,
-        clock_ms: Any = None,
-        knn_policy: KnnPolicy = DEFAULT_KNN_POLICY,
-        decoded_nodes: int = DEFAULT_DECODED_NODES,
+        self, redis: Redis, prefix: str, dims: int, **options: Unpack[CoreOptions]
     ) -> None:
-        super().__init__(
-            RedisMemoryCore(
-                redis,
-                prefix,
-                dims,
-                clock_ms=clock_ms,
-                knn_policy=knn_policy,
-                decoded_nodes=decoded_nodes,
-            )
-        )
+        super().__init__(RedisMemoryCore(redis, prefix, dims, **options))
         # What maintenance, the inspector and tests reach beyond the ports: the
         # core's own objects, which it never rebinds.
         self.keys = self.core.keys

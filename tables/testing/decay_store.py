@@ -15,7 +15,6 @@ commit does, through `DecayIndex.schedule_new`): a test writing memories calls
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,23 +22,19 @@ from grimoire.streams.maintenance.decay_pass import (
     DEFAULT_DECAY_BANDS,
     DecayBands,
     DecayPassPlan,
-    due_ms,
-    initial_due_ms,
 )
 from grimoire.streams.maintenance.schedule import DecayOutlook
 from grimoire.streams.model.decay import DEFAULT_DECAY_POLICY, DecayPolicy
 from grimoire.tables.codec.hash_values import stored_number, stored_text
 from grimoire.tables.codec.memory_hash import StoredDecayState, decode_state
-from grimoire.tables.maintenance.decay_index import DueDecay
+from grimoire.tables.maintenance.decay_index import DecayRules, DueDecay
 from grimoire.tables.ports.testing import MemoryHashes
 from grimoire.tables.testing.curator_marks import curator_indexes
 
 __all__ = ["InMemoryDecayStore"]
 
-logger = logging.getLogger(__name__)
 
-
-class InMemoryDecayStore:
+class InMemoryDecayStore(DecayRules):
     def __init__(
         self,
         memories: MemoryHashes,
@@ -47,22 +42,12 @@ class InMemoryDecayStore:
         bands: DecayBands = DEFAULT_DECAY_BANDS,
         policy: DecayPolicy = DEFAULT_DECAY_POLICY,
     ) -> None:
-        bands.check(policy.floor)
+        super().__init__(bands, policy)
         self._memories = memories
-        self._bands = bands
-        self._policy = policy
         self._schedules: dict[str, dict[str, int]] = {}
         # Keyed by memory alone, like `{prefix}:decayed:{memory}`.
         self._snapshots: dict[str, dict[str, str]] = {}
         self._seeded: dict[str, int] = {}
-
-    @property
-    def bands(self) -> DecayBands:
-        return self._bands
-
-    @property
-    def policy(self) -> DecayPolicy:
-        return self._policy
 
     # ---- scheduling (DecayIndex.schedule / schedule_new without the pipeline) ---
 
@@ -80,15 +65,10 @@ class InMemoryDecayStore:
         """What the write path does for a freshly written memory (its `hash_fields`),
         with the curator's first look at a new curated entry."""
         curator_indexes(self._memories).new(fields)
-        state = decode_state(fields, None, None)
-        if state is None or not state.live:
-            return
-        try:
-            due = initial_due_ms(state.entry, self._bands, self._policy)
-        except ValueError as exc:
-            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
-            return
-        self.schedule(state.agent_id, state.entry.memory_id, due, keep_existing=keep_existing)
+        first = self._first_due(fields)
+        if first is not None:
+            state, due = first
+            self.schedule(state.agent_id, state.entry.memory_id, due, keep_existing=keep_existing)
 
     async def reschedule(self, agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
         states = self._read_states(memory_ids)
@@ -96,15 +76,6 @@ class InMemoryDecayStore:
             if state is not None and state.agent_id != agent_id:
                 continue  # another agent's memory: never ours to schedule
             self.schedule(agent_id, memory_id, self._due(state, now_ms))
-
-    def _due(self, state: StoredDecayState | None, now_ms: int) -> int | None:
-        if state is None or not state.live:
-            return None
-        try:
-            return due_ms(state.entry, now_ms, self._bands, self._policy)
-        except ValueError as exc:
-            logger.warning("decay cannot schedule %s: %s", state.entry.memory_id, exc)
-            return None
 
     # ---- the pass ---------------------------------------------------------------
 

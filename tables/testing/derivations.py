@@ -38,11 +38,10 @@ from grimoire.tables.codec.memory_hash import (
     changed_curated_fields,
     derived_node,
     pinned_fields,
-    rebuilt_summary_fields,
     retracted_fields,
 )
 from grimoire.tables.testing.curator_marks import curator_indexes
-from grimoire.tables.trust.derivations import missing_summary_vectors
+from grimoire.tables.trust.derivations import rebuilt_summaries
 
 if TYPE_CHECKING:
     from grimoire.tables.testing.curator_store import InMemoryCuratorStore
@@ -186,15 +185,7 @@ class InMemoryDerivationStore:
     ) -> None:
         """RedisDerivationStore.apply's writes, in its order; nothing awaits in
         between, so the retraction lands whole like its MULTI/EXEC."""
-        if missing := missing_summary_vectors(plan, vectors):
-            raise ValueError(f"retraction of {plan.source_id} lacks vectors for {missing}")
-        rebuilt = {
-            step.memory_id: rebuilt_summary_fields(
-                step.summary, vectors[step.memory_id], self._dims
-            )
-            for step in plan.of(RetractionOp.REBUILD)
-            if step.summary is not None
-        }
+        rebuilt = rebuilt_summaries(plan, vectors, self._dims)
         for step in plan.steps:
             doc = self.memory.stored_hash(step.memory_id)
             if doc is None or stored_text(doc.get("agent_id")) != agent_id:

@@ -74,6 +74,7 @@ __all__ = [
     "parse_edge_field",
     "queue_drop",
     "queue_edges",
+    "rebuilt_summaries",
     "summary_edges",
 ]
 
@@ -203,6 +204,21 @@ def missing_summary_vectors(plan: RetractionPlan, vectors: Mapping[str, bytes]) 
     ]
 
 
+def rebuilt_summaries(
+    plan: RetractionPlan, vectors: Mapping[str, bytes], dims: int
+) -> dict[str, dict[str, Any]]:
+    """The new hash fields of each summary the plan rebuilds, by memory id; a
+    ValueError when a rebuilt summary has no vector. Every store builds them before
+    it writes anything, so a missing or bad vector leaves the retraction unapplied."""
+    if missing := missing_summary_vectors(plan, vectors):
+        raise ValueError(f"retraction of {plan.source_id} lacks vectors for {missing}")
+    return {
+        step.memory_id: rebuilt_summary_fields(step.summary, vectors[step.memory_id], dims)
+        for step in plan.of(RetractionOp.REBUILD)
+        if step.summary is not None
+    }
+
+
 class RedisDerivationStore:
     """`DerivationStore` over the memory hashes, the nexus index and the keys above."""
 
@@ -289,16 +305,7 @@ class RedisDerivationStore:
         at_ms: int,
         playbook: str | None = None,
     ) -> None:
-        if missing := missing_summary_vectors(plan, vectors):
-            raise ValueError(f"retraction of {plan.source_id} lacks vectors for {missing}")
-        # Built before anything is queued, so a bad vector writes nothing.
-        rebuilt = {
-            step.memory_id: rebuilt_summary_fields(
-                step.summary, vectors[step.memory_id], self._dims
-            )
-            for step in plan.of(RetractionOp.REBUILD)
-            if step.summary is not None
-        }
+        rebuilt = rebuilt_summaries(plan, vectors, self._dims)
         stored = await self._unlink_fields(
             agent_id, sorted({step.memory_id for step in plan.steps})
         )

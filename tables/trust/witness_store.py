@@ -24,8 +24,8 @@ contract suite is tests/integration/test_witness_contract.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, Unpack
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -33,6 +33,7 @@ from redis.exceptions import ResponseError
 from grimoire.streams.trust.witness import (
     GENESIS_HASH,
     ChainVerdict,
+    Mutation,
     WitnessRecord,
     next_record,
     verify_chain,
@@ -227,49 +228,16 @@ class Witness:
             self._heads[agent_id] = await self.log.last(agent_id)
         return self._heads[agent_id]
 
-    async def next(
-        self,
-        agent_id: str,
-        *,
-        journal_partition: int,
-        journal_offset: int,
-        op: str,
-        ids: Iterable[str],
-        fields: Any,
-    ) -> WitnessRecord:
+    async def next(self, agent_id: str, **mutation: Unpack[Mutation]) -> WitnessRecord:
         """The agent's next record; it becomes the kept head at once (records
         for several mutations of one pipeline chain in the order they are made)."""
-        record = next_record(
-            await self.head(agent_id),
-            agent_id=agent_id,
-            journal_partition=journal_partition,
-            journal_offset=journal_offset,
-            op=op,
-            ids=ids,
-            fields=fields,
-        )
+        record = next_record(await self.head(agent_id), agent_id=agent_id, **mutation)
         self._heads[agent_id] = record
         return record
 
-    async def append(
-        self,
-        agent_id: str,
-        *,
-        journal_partition: int,
-        journal_offset: int,
-        op: str,
-        ids: Iterable[str],
-        fields: Any,
-    ) -> WitnessRecord:
+    async def append(self, agent_id: str, **mutation: Unpack[Mutation]) -> WitnessRecord:
         """`next`, then the log's own `append`."""
-        record = await self.next(
-            agent_id,
-            journal_partition=journal_partition,
-            journal_offset=journal_offset,
-            op=op,
-            ids=ids,
-            fields=fields,
-        )
+        record = await self.next(agent_id, **mutation)
         try:
             await self.log.append(record)
         except BaseException:
