@@ -47,6 +47,7 @@ from grimoire.streams.write.plan import (
     aggregate_id,
     plan_batch,
 )
+from grimoire.streams.write.view import IngestView
 from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.learn.store import LearningWrite
 from grimoire.tables.ports.learn import LearningStore
@@ -119,10 +120,11 @@ class IngestHandler:
         validated as always, announced as `GrimoireSkipped`, never decided."""
         # Each input is validated once; the splits below pass the outcomes along.
         outcomes = [self._normalize(event_type, message) for event_type, message in messages]
-        # Which of the batch's memories an outcome waits for, looked up once: only
-        # this agent's lane holds or releases its outcomes, so the set stays true
-        # through the batch (a pair released below is merely looked at again).
-        held = await self.store.holding(
+        # What the batch's candidates and agents stand at, read once (`IngestView`).
+        # Which of its memories an outcome waits for stays true through the batch:
+        # only this agent's lane holds or releases its outcomes (a pair released
+        # below is merely looked at again).
+        view = await self.store.ingest_view(
             [
                 (cand.agent_id, cand.id)
                 for outcome in outcomes
@@ -131,8 +133,8 @@ class IngestHandler:
             ]
         )
         if ingest_off:
-            return await self._skipping(messages, outcomes, effects, ingest_off, held)
-        return await self._decide(messages, outcomes, effects, held)
+            return await self._skipping(messages, outcomes, effects, ingest_off, view.held)
+        return await self._decide(messages, outcomes, effects, view.held, view)
 
     async def _decide(
         self,
@@ -140,17 +142,22 @@ class IngestHandler:
         outcomes: Sequence[Accepted | Rejection],
         effects: CommitEffects | None,
         held: Collection[tuple[str, str]],
+        view: IngestView | None = None,
     ) -> IngestReport:
+        """Decide and commit `messages`; `view` is what the store held before them
+        (None: read it here)."""
         split = _held_split(outcomes, held)
         if split is not None:
             # An outcome waits for a memory this batch writes: it must take effect
             # right after that input, before anything later is decided against the
-            # memory (as when the input ends a batch), so the batch ends there.
+            # memory (as when the input ends a batch), so the batch ends there. What
+            # the rest is decided against is read after the first part's commit.
             first = await self._decide(
                 messages[:split],
                 outcomes[:split],
                 effects.sliced(0, split) if effects else None,
                 held,
+                view,
             )
             rest = await self._decide(
                 messages[split:],
@@ -171,14 +178,18 @@ class IngestHandler:
             for cand in outcome.candidates:
                 origin.setdefault(cand.id, index)
 
-        decided = await self.store.decided_ids([(c.agent_id, c.id) for c in candidates])
+        if view is None:
+            view = await self.store.ingest_view([(c.agent_id, c.id) for c in candidates])
+        decided = {candidate_id for _, candidate_id in view.decided}
         fresh = [c for c in _first_of_each(candidates) if c.id not in decided]
         if not fresh:
             return IngestReport(
                 len(candidates), 0, len(candidates), dead, tuple(() for _ in messages)
             )
 
-        fields = await self.store.load_fields(sorted({c.agent_id for c in fresh}))
+        fields = {
+            agent_id: view.fields[agent_id] for agent_id in sorted({c.agent_id for c in fresh})
+        }
         states: list[FieldState] = []
         for cand in fresh:
             fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))

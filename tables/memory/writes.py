@@ -14,7 +14,9 @@ from grimoire.streams.model.lexicon import LexicalForm
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
+from grimoire.streams.write.view import IngestView
 from grimoire.tables.codec.actors import stored_actor
+from grimoire.tables.codec.field_state import field_from_json
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import hash_fields
 from grimoire.tables.codec.search_replies import keyed_docs
@@ -45,6 +47,35 @@ class RedisMemoryWrites(RedisHeldOutcomes):
 
     async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
         return await self.core.state.decided(pairs) if pairs else set()
+
+    async def ingest_view(self, pairs: Sequence[tuple[str, str]]) -> IngestView:
+        """What `holding`, `decided_ids` and `load_fields` read, in one pipelined
+        round trip: per agent, one HMGET of its held outcomes and one of its
+        decisions for its candidates, and its field state."""
+        by_agent: dict[str, list[str]] = {}
+        for agent_id, candidate_id in pairs:
+            by_agent.setdefault(agent_id, []).append(candidate_id)
+        if not by_agent:
+            return IngestView()
+        keys = self.core.keys
+        async with self.core.redis.pipeline(transaction=False) as pipe:
+            for agent_id, candidate_ids in by_agent.items():
+                pipe.hmget(keys.pending_outcomes(agent_id), candidate_ids)
+                pipe.hmget(keys.decided(agent_id), candidate_ids)
+                pipe.get(keys.field_state(agent_id))
+            replies = await pipe.execute()
+        held: set[tuple[str, str]] = set()
+        decided: set[tuple[str, str]] = set()
+        fields = {}
+        for at, (agent_id, candidate_ids) in enumerate(by_agent.items()):
+            waiting, recorded, field = replies[3 * at : 3 * at + 3]
+            for candidate_id, hold, decision in zip(candidate_ids, waiting, recorded, strict=True):
+                if hold is not None:
+                    held.add((agent_id, candidate_id))
+                if decision is not None:
+                    decided.add((agent_id, candidate_id))
+            fields[agent_id] = field_from_json(agent_id, field)
+        return IngestView(frozenset(held), frozenset(decided), fields)
 
     async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
         """Nearest live memory of each (agent, canonical vector), in one pipelined round trip.

@@ -19,6 +19,7 @@ from grimoire.streams.ports.recall import RecallSource
 from grimoire.streams.recall.view import RecallView
 from grimoire.streams.write.changes import StateVector, WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour
+from grimoire.streams.write.view import IngestView
 from grimoire.tables.codec.memory_hash import StoredMemory
 from grimoire.tables.ports.transaction import TransactionPart
 
@@ -49,6 +50,12 @@ class MemoryWrites(FieldReads, Protocol):
     the batch's commit, and the outcomes that wait for a memory not yet written."""
 
     async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]: ...
+    async def ingest_view(self, pairs: Sequence[tuple[str, str]]) -> IngestView:
+        """For a batch's (agent, candidate id) pairs, in one read: those held for
+        (`holding`), those decided (`decided_ids`), and their agents' field states
+        (`load_fields`)."""
+        ...
+
     async def nearest(
         self, queries: Sequence[tuple[str, bytes]]
     ) -> list[StoredNeighbour | None]: ...

@@ -12,6 +12,7 @@ import numpy as np
 from grimoire.streams.write.admission import NearMemory
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import StoredNeighbour, closer, neighbour_similarity
+from grimoire.streams.write.view import IngestView
 from grimoire.tables.codec.actors import stored_actor
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import hash_fields
@@ -30,6 +31,14 @@ class InMemoryMemoryWrites(InMemoryHeldOutcomes):
 
     async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
         return {cid for agent, cid in pairs if cid in self.core.decided.get(agent, {})}
+
+    async def ingest_view(self, pairs: Sequence[tuple[str, str]]) -> IngestView:
+        decided = {(agent, cid) for agent, cid in pairs if cid in self.core.decided.get(agent, {})}
+        return IngestView(
+            frozenset(await self.holding(pairs)),
+            frozenset(decided),
+            await self.load_fields(list(dict.fromkeys(agent for agent, _ in pairs))),
+        )
 
     async def nearest(self, queries: Sequence[tuple[str, bytes]]) -> list[StoredNeighbour | None]:
         """Exact, ties to the smaller memory id (`plan.closer`), as RedisMemoryStore."""

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.usage import UsageChanges, UsageView, answered_twice
+from grimoire.streams.learn.outcomes import Outcome, OutcomeKind
 from grimoire.streams.model.eidolon import state_key
 from grimoire.streams.model.field_state import Affect, FieldState
 from grimoire.streams.model.ids import memory_id
@@ -41,6 +42,7 @@ from grimoire.streams.write.changes import (
     WriteBatch,
 )
 from grimoire.streams.write.plan import StoredNeighbour, aggregate_id, neighbour_similarity
+from grimoire.streams.write.view import IngestView
 from grimoire.tables.codec.memory_hash import StoredMemory, hash_fields
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.store import RedisMemoryStore
@@ -708,6 +710,25 @@ async def test_decided_ids(h: Harness) -> None:
     assert await h.store.decided_ids([]) == set()
     assert await h.decisions(A) == {"c1": "admit", "c2": "reject"}
     assert await h.decisions(B) == {"c3": "merge"}
+
+
+async def test_the_ingest_view_reads_what_holding_decided_ids_and_load_fields_read(
+    h: Harness,
+) -> None:
+    await commit(
+        h,
+        WriteBatch(decisions=(Decision(A, "c1", "admit"),), fields=(NEWER,)),
+        WriteBatch(decisions=(Decision(B, "c3", "merge"),)),
+    )
+    await h.store.hold_outcome(Outcome("o1", B, T0 + 50, OutcomeKind.POSITIVE, ("c4",)), ["c4"])
+    pairs = [(A, "c1"), (A, "c2"), (B, "c3"), (B, "c4"), (C, "c1"), (A, "c1")]
+    view = await h.store.ingest_view(pairs)
+    assert view.held == {(B, "c4")} == await h.store.holding(pairs)
+    assert view.decided == {(A, "c1"), (B, "c3")}
+    assert {cid for _, cid in view.decided} == await h.store.decided_ids(pairs)
+    assert view.fields == {A: NEWER, B: FieldState(B), C: FieldState(C)}
+    assert view.fields == await h.store.load_fields([A, B, C])
+    assert await h.store.ingest_view([]) == IngestView()
 
 
 NEWER = FieldState(
