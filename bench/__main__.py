@@ -19,6 +19,31 @@ from grimoire.infra.settings import Settings
 PROG = "python -m bench"
 
 
+def _add_world_arguments(parser: argparse.ArgumentParser, *, agents_help: str) -> None:
+    """The generated world's knobs (`learning_env.build_environment`), which the
+    learning and clade benches share."""
+    parser.add_argument("--agents", type=int, default=4, help=agents_help)
+    parser.add_argument("--situations", type=int, default=3)
+    parser.add_argument("--actions", type=int, default=4, help="candidate actions (2..4)")
+    parser.add_argument("--runs", type=int, default=60, help="runs per agent")
+    parser.add_argument("--seed", type=int, default=7)
+
+
+def _world(args: argparse.Namespace) -> dict[str, int]:
+    """What `_add_world_arguments` read, as the options' fields of the same names."""
+    return {
+        "agents": args.agents,
+        "situations": args.situations,
+        "actions": args.actions,
+        "runs": args.runs,
+        "seed": args.seed,
+    }
+
+
+def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    return tuple(int(size) for size in args.sizes.split(","))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="benchmarks and evaluation (JSON on the last line)"
@@ -61,27 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
     learning = bench_kind.add_parser(
         "learning", help="agents learning from run outcomes: success-first recall vs no learning"
     )
-    learning.add_argument(
-        "--agents",
-        type=int,
-        default=4,
-        help="learning agents (each with two ranking shadows: learning off, outcome prior off)",
+    _add_world_arguments(
+        learning,
+        agents_help="learning agents (each with two ranking shadows: learning off, outcome "
+        "prior off)",
     )
-    learning.add_argument("--situations", type=int, default=3)
-    learning.add_argument("--actions", type=int, default=4, help="candidate actions (2..4)")
-    learning.add_argument("--runs", type=int, default=60, help="runs per agent")
-    learning.add_argument("--seed", type=int, default=7)
     learning.add_argument("--warmup", type=int, default=3, help="unscored visits per situation")
     clade = bench_kind.add_parser(
         "clade",
         help="sibling agents sharing evidence in a clade against the same agents alone: "
         "regret per agent; no heuristic from clade evidence alone",
     )
-    clade.add_argument("--agents", type=int, default=4, help="sibling slots (>= 2 to share)")
-    clade.add_argument("--situations", type=int, default=3)
-    clade.add_argument("--actions", type=int, default=4, help="candidate actions (2..4)")
-    clade.add_argument("--runs", type=int, default=60, help="runs per agent")
-    clade.add_argument("--seed", type=int, default=7)
+    _add_world_arguments(clade, agents_help="sibling slots (>= 2 to share)")
     clade.add_argument(
         "--maintenance",
         action=argparse.BooleanOptionalAction,
@@ -153,13 +169,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.bench == "recall":
         from bench.recall import run_recall_bench
 
-        sizes = tuple(int(size) for size in args.sizes.split(","))
-        return _print_result(run_recall_bench(settings, sizes=sizes, queries=args.queries))
+        return _print_result(run_recall_bench(settings, sizes=_sizes(args), queries=args.queries))
     if args.bench == "maintenance":
         from bench.maintenance import run_maintenance_bench
 
-        sizes = tuple(int(size) for size in args.sizes.split(","))
-        return _print_result(run_maintenance_bench(settings, sizes=sizes, fresh=args.fresh))
+        return _print_result(run_maintenance_bench(settings, sizes=_sizes(args), fresh=args.fresh))
     if args.bench == "faults":
         from bench.faults import run_faults_bench
 
@@ -177,26 +191,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.bench == "learning":
         from bench.learning import LearningOptions, run_learning_bench
 
-        options = LearningOptions(
-            agents=args.agents,
-            situations=args.situations,
-            actions=args.actions,
-            runs=args.runs,
-            seed=args.seed,
-            warmup=args.warmup,
-        )
+        options = LearningOptions(**_world(args), warmup=args.warmup)
         return _print_result(run_learning_bench(settings, options))
     if args.bench == "clade":
         from bench.clade import CladeOptions, exit_code, run_clade_bench
 
         clade_options = CladeOptions(
-            agents=args.agents,
-            situations=args.situations,
-            actions=args.actions,
-            runs=args.runs,
-            seed=args.seed,
-            maintenance=args.maintenance,
-            block_interval_s=args.block_interval,
+            **_world(args), maintenance=args.maintenance, block_interval_s=args.block_interval
         )
         report = run_clade_bench(settings, clade_options)
         _print_result(report)

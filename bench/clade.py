@@ -58,6 +58,7 @@ from typing import Any, Final
 from bench.learning import (
     GRIMOIRE_CONFIG,
     LearningWatch,
+    WorldOptions,
     act_on_recall,
     configure_agent,
     end_run,
@@ -67,8 +68,8 @@ from bench.learning import (
     recall_before_run,
     run_episodes,
     run_event_ids,
-    run_on_own_services,
     runs_ended,
+    watching,
 )
 from bench.learning_arms import arm_summary, reference_arms
 from bench.learning_env import (
@@ -79,11 +80,11 @@ from bench.learning_env import (
     T0_MS,
     Environment,
     Run,
-    build_environment,
     render_run,
     run_id,
     schedule,
 )
+from bench.services import ready_client, run_on_own_services
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.tables.clade.store import RedisCladeRegistry
@@ -128,16 +129,11 @@ _CURATOR_COUNTS: Final = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class CladeOptions:
-    agents: int = 4  # sibling slots: a clade member and a lone agent each
-    situations: int = 3
-    actions: int = 4
-    runs: int = 60  # per agent
-    seed: int = 7
-    k: int = 8  # items per recall
+class CladeOptions(WorldOptions):
+    """A slot: a clade member and a lone agent."""
+
     maintenance: bool = True
     block_interval_s: float = 4.0  # the worker's block timer, with maintenance on
-    step_timeout_s: float = 120.0  # how long one step may wait on the pipeline
     # How long a round waits for the shares its run ends caused: at most
     # `share_timeout_s`, and no longer than `share_quiet_s` after the last one seen.
     share_timeout_s: float = 30.0
@@ -706,14 +702,7 @@ def _report(
         "siblings' copies in clade_on; a memory of its own run), not followed when its "
         "posterior mean is under 0.5 or its run failed; ε = max"
         f"({EPS_MIN}, {EPS0} / (1 + own visits / {EPS_DECAY})); slots in lockstep",
-        "agents": options.agents,
-        "pipeline_agents": 2 * options.agents,
-        "situations": options.situations,
-        "actions": options.actions,
-        "runs_per_agent": options.runs,
-        "seed": options.seed,
-        "k": options.k,
-        "environment": env.to_json(),
+        **options.described(env, pipeline_agents=2 * options.agents),
         "config": {"clade_on": dict(CLADE_CONFIG), "clade_off": dict(GRIMOIRE_CONFIG)},
         "configured": configured,
         "configure_refused": refused,
@@ -746,13 +735,7 @@ async def run_clade(base: Settings, options: CladeOptions, *, log_dir: Path) -> 
         maintenance_enabled=options.maintenance,
         block_interval_s=options.block_interval_s,
     )
-    env = build_environment(
-        seed=options.seed,
-        agents=options.agents,
-        situations=options.situations,
-        actions=options.actions,
-        runs_per_agent=options.runs,
-    )
+    env = options.environment()
     arms = [
         _Arm(name, tuple(agent_id(name, slot) for slot in range(options.agents))) for name in ARMS
     ]
@@ -772,18 +755,9 @@ async def run_clade(base: Settings, options: CladeOptions, *, log_dir: Path) -> 
             await registry.join(clade, agent)
         if keystore is not None:
             await keystore.aclose()
-        async with GrimoireClient(
-            settings.bootstrap_servers,
-            settings.broker.topic_prefix,
-            partitions=settings.broker.partitions,
-        ) as client:
-            await client.wait_until_ready(timeout=180)
+        async with ready_client(settings, timeout=180) as client:
             ready = time.perf_counter()
-            watch = _CladeWatch(
-                settings.bootstrap_servers, client.topics, settings.broker.partitions
-            )
-            await watch.start()
-            try:
+            async with watching(_CladeWatch, settings, client) as watch:
                 for arm, config in zip(arms, (CLADE_CONFIG, GRIMOIRE_CONFIG), strict=True):
                     for agent in arm.agents:
                         arm.configured[agent] = await configure_agent(
@@ -801,8 +775,6 @@ async def run_clade(base: Settings, options: CladeOptions, *, log_dir: Path) -> 
                 finished = time.perf_counter()
                 last_runs = [r for r in arms[0].runs if r.index == options.runs - 1]
                 curator = await _last_curator_cycle(watch, env, arms[0].agents, last_runs, options)
-            finally:
-                await watch.stop()
         siblings = await read_held(redis, settings.broker.topic_prefix, arms[0].agents)
         solos = await read_held(redis, settings.broker.topic_prefix, arms[1].agents)
         check = heuristics_check(siblings)

@@ -39,7 +39,7 @@ _VOCABULARY = (
     "governance proposal quorum delegate treasury grant audit exploit patch upgrade proxy "
     "router pool tick range fee tier volatility drawdown momentum mean reversion carry"
 )
-_WORDS = tuple(_VOCABULARY.split(" "))
+WORDS = tuple(_VOCABULARY.split(" "))
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class BenchEvent:
 def _fill(template: str, rng: random.Random, distinct: bool, serial: int) -> str:
     text = template.format(a=rng.randint(1, 4), b=rng.randint(1, 3))
     if distinct:
-        words = " ".join(rng.choice(_WORDS) for _ in range(6))
+        words = " ".join(rng.choice(WORDS) for _ in range(6))
         text = f"{text} [{serial}] {words}"
     return text
 

@@ -85,9 +85,10 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
-from bench.event_stream import HEARTBEATS, TOOL_CALLS
+from bench.event_stream import HEARTBEATS, TOOL_CALLS, WORDS
+from bench.services import bench_ports, cpu_model, on_services, state_root
 from grimoire.agents.journal.sequencer import agent_of
-from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.replay import read_partition
 from grimoire.infra.settings import Settings
@@ -204,20 +205,13 @@ class ValidEvent:
     ts: int = 0  # its event time
 
 
-# The heartbeats and tool calls are the ingest bench's (`event_stream`); its chat
-# lines, as plain text blocks only:
+# The heartbeats, tool calls and filler words are the ingest bench's (`event_stream`);
+# its chat lines, as plain text blocks only:
 _CHAT = (
     ("user", "How is the {a} position doing after block {b}?"),
     ("assistant", "Depth changed by {a}% so impermanent loss risk moved."),
     ("assistant", "The position is fine: health factor {a}.{b}."),
 )
-_VOCABULARY = (
-    "liquidity oracle reorg validator mempool bridge vault collateral spread funding "
-    "basis hedge rebalance keeper sequencer rollup calldata blob epoch slashing staking "
-    "governance proposal quorum delegate treasury grant audit exploit patch upgrade proxy "
-    "router pool tick range fee tier volatility drawdown momentum mean reversion carry"
-)
-_WORDS = tuple(_VOCABULARY.split(" "))
 _EPISODE_TYPES = ("observation", "observation", "action", "alert", "report")
 
 
@@ -233,7 +227,7 @@ def agent_kind(index: int) -> str:
 def _text(rng: random.Random, template: str, serial: int) -> str:
     text = template.format(a=rng.randint(1, 4), b=rng.randint(1, 3))
     if rng.random() < 0.4:  # the rest repeat: merges, reinforcements, aggregates
-        words = " ".join(rng.choice(_WORDS) for _ in range(6))
+        words = " ".join(rng.choice(WORDS) for _ in range(6))
         text = f"{text} [{serial}] {words}"
     return text
 
@@ -351,7 +345,7 @@ def checkpoint_inputs(
         valid_from=step,
         event_id=fact_event_id(agent_id, index),
     ).dumps_json()
-    query = f"{venue} {' '.join(rng.choice(_WORDS) for _ in range(3))} position"
+    query = f"{venue} {' '.join(rng.choice(WORDS) for _ in range(3))} position"
     return AgentCheckpoint(
         agent_id=agent_id,
         index=index,
@@ -395,45 +389,21 @@ def command_inputs(cp: AgentCheckpoint, recalled: Sequence[str]) -> list[tuple[s
     """(label, value), in the order they go on the commands topic (one partition for
     the agent: applied in this order)."""
     prefix = f"{cp.agent_id}-cp{cp.index:02d}"
-    commands: list[tuple[str, CommandV1]] = [
-        (
-            "commands.configure",
-            CommandV1(
-                agent_id=cp.agent_id,
-                command="configure",
-                config=dict(cp.configure),
-                ts=cp.ts + 4,
-                event_id=f"{prefix}-configure",
-            ),
+
+    def command(name: str, kind: str, after: int, **fields: Any) -> tuple[str, CommandV1]:
+        # `after` ms past the checkpoint, each name its own: event times follow the order.
+        event_id = f"{prefix}-{name.replace('_', '-')}"
+        return f"commands.{name}", CommandV1(
+            agent_id=cp.agent_id, command=kind, ts=cp.ts + after, event_id=event_id, **fields
         )
-    ]
+
+    commands = [command("configure", "configure", 4, config=dict(cp.configure))]
     if cp.retract_event is not None:
-        retract = CommandV1(
-            agent_id=cp.agent_id,
-            command="retract",
-            source_event_id=cp.retract_event,
-            ts=cp.ts + 5,
-            event_id=f"{prefix}-retract",
-        )
-        commands.append(("commands.retract", retract))
+        commands.append(command("retract", "retract", 5, source_event_id=cp.retract_event))
     if cp.retract_fact is not None:
-        retract = CommandV1(
-            agent_id=cp.agent_id,
-            command="retract",
-            source_event_id=cp.retract_fact,
-            ts=cp.ts + 6,
-            event_id=f"{prefix}-retract-fact",
-        )
-        commands.append(("commands.retract_fact", retract))
+        commands.append(command("retract_fact", "retract", 6, source_event_id=cp.retract_fact))
     if recalled:
-        pin = CommandV1(
-            agent_id=cp.agent_id,
-            command="pin",
-            memory_id=recalled[0],
-            ts=cp.ts + 7,
-            event_id=f"{prefix}-pin",
-        )
-        commands.append(("commands.pin", pin))
+        commands.append(command("pin", "pin", 7, memory_id=recalled[0]))
     return [(label, command.dumps_json()) for label, command in commands]
 
 
@@ -485,7 +455,7 @@ class _Ctx:
         }
         if event_id:
             data["event_id"] = f"fz-{serial}"
-        text = f"fuzz {serial}: " + " ".join(rng.choice(_WORDS) for _ in range(5))
+        text = f"fuzz {serial}: " + " ".join(rng.choice(WORDS) for _ in range(5))
         if kind == "episodes":
             data["text"] = text
         elif kind == "tool_events":
@@ -2287,16 +2257,6 @@ async def _audit(redis: Redis, prefix: str, agents: Sequence[str], seed: int) ->
 # ---- the bench ---------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def _compare(faulty: Mapping[str, Any], clean: Mapping[str, Any]) -> dict[str, Any]:
     agents = sorted(clean["digests"])
     differ = [
@@ -2375,11 +2335,8 @@ def run_faults_bench(
     (`EXACT_KNN` by default: see there)."""
     began = time.perf_counter()
     root = Path(__file__).resolve().parents[1]
-    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")).resolve() / "bench-faults"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_FAULTS_KAFKA_PORT", "19592")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_FAULTS_REDIS_PORT", "16880")),
-    )
+    state_dir = state_root().resolve() / "bench-faults"
+    ports = bench_ports(19592, 16880, name="faults")
     # The durable profile: the broker's log on an object store that outlives a
     # broker crash, Redis with its append-only file (fsync every second).
     services = LocalServices(
@@ -2396,9 +2353,7 @@ def run_faults_bench(
     for prefix_dir in state_dir.glob("f[ab]*"):
         shutil.rmtree(prefix_dir, ignore_errors=True)
     services.up()
-    base = settings.with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
-    )
+    base = on_services(settings, services)
     valid = valid_events(events=events, agents=agents, seed=seed)
     expected_valid = expected_candidates(valid, base)
     env = _Env(
@@ -2558,6 +2513,6 @@ def run_faults_bench(
         },
         "seed": seed,
         "elapsed_s": round(time.perf_counter() - began, 1),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
     }

@@ -121,6 +121,7 @@ from bench.fleet_plan import (
     union_s,
 )
 from bench.ingest import _PROBE_WORDS
+from bench.services import bench_ports, cpu_model, on_services
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
@@ -288,14 +289,6 @@ def _text(value: Any) -> str:
 
 def _machine() -> tuple[int, int]:
     return machine_busy(Path("/proc/stat").read_text())
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 # -- one trial ---------------------------------------------------------------------------
@@ -671,7 +664,7 @@ async def run_trial(
         "cpu_threads": {name: dict(kinds) for name, kinds in cpu_split.threads.items()},
         "machine": {
             "cpus": cpus,
-            "model": _cpu_model(),
+            "model": cpu_model(),
             "busy_share": round(busy, 3),
             "busy_cores": round(busy * cpus, 3),
             "others_cores": round(busy * cpus - ours, 3),
@@ -752,10 +745,7 @@ def _search(run: Any, options: FleetOptions, main: dict[str, Any], began: float)
 
 
 def _ports() -> ServicePorts:
-    return ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_FLEET_KAFKA_PORT", "19651")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_FLEET_REDIS_PORT", "16951")),
-    )
+    return bench_ports(19651, 16951, name="fleet")
 
 
 def run_fleet_bench(settings: Settings, options: FleetOptions) -> dict[str, Any]:
@@ -770,9 +760,7 @@ def run_fleet_bench(settings: Settings, options: FleetOptions) -> dict[str, Any]
         fleet_dir, ports, wheel_cache=state_dir / "wheels", ready_timeout=120.0
     )
     started = services.up()
-    base = settings.with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
-    )
+    base = on_services(settings, services)
     log_dir = fleet_dir / "log"
     trials_run = 0
 

@@ -26,15 +26,15 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from redis.asyncio.connection import AbstractConnection
 
+from bench.services import bench_ports, state_root
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices
 from grimoire.infra.runtime import compose
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind
@@ -186,12 +186,7 @@ async def _fold(settings: Settings, options: FoldOptions) -> dict[str, Any]:
 
 
 def run_fold_bench(settings: Settings, options: FoldOptions) -> dict[str, Any]:
-    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench-fold"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "19702")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "16989")),
-    )
-    services = LocalServices(state_dir, ports)
+    services = LocalServices(state_root() / "bench-fold", bench_ports(19702, 16989))
     started = services.up()
     try:
         configured = settings.with_values(redis_url=services.redis_url)

@@ -28,8 +28,9 @@ from tqdm import tqdm
 
 from bench.cpu_sample import EMBED_LANES, cpu_report, find_service_pids, sample_cpu
 from bench.event_stream import BenchEvent, generate
+from bench.services import bench_ports, on_services, ready_client, state_root
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
-from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.streams.inbound.events import Accepted, normalize_event
@@ -171,13 +172,7 @@ async def _run_mix(
     )
     redis = Redis.from_url(settings.redis.url)
     try:
-        async with GrimoireClient(
-            settings.bootstrap_servers,
-            settings.broker.topic_prefix,
-            partitions=settings.broker.partitions,
-            api_key=api_key,
-        ) as client:
-            await client.wait_until_ready(timeout=180)
+        async with ready_client(settings, timeout=180, api_key=api_key) as client:
             state = AgentStateStore(redis, settings.broker.topic_prefix)
             agent_ids = sorted({event.key for event in stream})
             pids = {"worker": worker.pid, **service_pids, "bench": os.getpid()}
@@ -293,11 +288,8 @@ def _durable_distinct(
 ) -> dict[str, Any]:
     """The all-distinct stream on the durable profile with tenant keys on, on a fresh
     store of its own."""
-    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench-durable"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_DURABLE_KAFKA_PORT", "19652")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_DURABLE_REDIS_PORT", "16959")),
-    )
+    state_dir = state_root() / "bench-durable"
+    ports = bench_ports(19652, 16959, name="durable")
     services = LocalServices(
         state_dir,
         ports,
@@ -310,9 +302,9 @@ def _durable_distinct(
     services.up()
     try:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
-        base = settings.with_values(
-            broker_url=f"kafka://{services.kafka_bootstrap}",
-            redis_url=services.redis_url,
+        base = on_services(
+            settings,
+            services,
             auth_enabled=True,
             topic_prefix=prefix,
         )
@@ -368,16 +360,11 @@ def _memory_mixes(
     agents: int,
     mixes: tuple[str, ...],
 ) -> dict[str, Any]:
-    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "19692")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "16979")),
-    )
+    state_dir = state_root() / "bench"
+    ports = bench_ports(19692, 16979)
     services = LocalServices(state_dir, ports)
     started_services = services.up()
-    base = settings.with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
-    )
+    base = on_services(settings, services)
     pids = find_service_pids(state_dir, ports)
     try:
 

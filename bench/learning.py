@@ -39,15 +39,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.event_tail import EventTail
 from bench.learning_arms import ARMS, arm_summary, reference_arms, targets
@@ -72,7 +72,7 @@ from bench.learning_env import (
     top_run,
     uniform_regret,
 )
-from grimoire.infra.local.services import LocalServices, ServicePorts
+from bench.services import ready_client, run_on_own_services
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient
@@ -86,9 +86,9 @@ __all__ = [
     "NO_OUTCOME_PRIOR_CONFIG",
     "LearningOptions",
     "LearningWatch",
+    "WorldOptions",
     "act_on_recall",
     "configure_agent",
-    "cpu_model",
     "end_run",
     "episodes_decided",
     "percentiles",
@@ -98,8 +98,8 @@ __all__ = [
     "run_event_ids",
     "run_learning",
     "run_learning_bench",
-    "run_on_own_services",
     "runs_ended",
+    "watching",
 ]
 
 logger = logging.getLogger(__name__)
@@ -123,15 +123,47 @@ NO_OUTCOME_PRIOR_CONFIG: Mapping[str, bool | float] = {**LEARNING_ON, "outcome_b
 
 
 @dataclass(frozen=True, slots=True)
-class LearningOptions:
-    agents: int = 4  # agent slots: a learner, its two shadows, a learning-off actor each
+class WorldOptions:
+    """The generated world an agent plays, shared with `bench clade`: the same options,
+    the same world in every arm."""
+
+    agents: int = 4  # agent slots (what a slot holds is the bench's)
     situations: int = 3
     actions: int = 4
     runs: int = 60  # per agent
     seed: int = 7
-    warmup: int = 3  # an agent's first visits of a situation are not scored
     k: int = 8  # items per recall
     step_timeout_s: float = 120.0  # how long one step may wait on the pipeline
+
+    def environment(self) -> Environment:
+        return build_environment(
+            seed=self.seed,
+            agents=self.agents,
+            situations=self.situations,
+            actions=self.actions,
+            runs_per_agent=self.runs,
+        )
+
+    def described(self, env: Environment, *, pipeline_agents: int) -> dict[str, Any]:
+        """The report's account of the world played (`pipeline_agents`: the agent ids
+        the slots use in the pipeline)."""
+        return {
+            "agents": self.agents,
+            "pipeline_agents": pipeline_agents,
+            "situations": self.situations,
+            "actions": self.actions,
+            "runs_per_agent": self.runs,
+            "seed": self.seed,
+            "k": self.k,
+            "environment": env.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LearningOptions(WorldOptions):
+    """A slot: a learner, its two shadows and a learning-off actor."""
+
+    warmup: int = 3  # an agent's first visits of a situation are not scored
 
 
 # -- the recall an agent makes before acting -----------------------------------------
@@ -333,6 +365,22 @@ async def configure_agent(
         )
         result[name] = watch.commands[event_id]
     return result
+
+
+Watch = TypeVar("Watch", bound=LearningWatch)
+
+
+@asynccontextmanager
+async def watching(
+    kind: type[Watch], settings: Settings, client: GrimoireClient
+) -> AsyncIterator[Watch]:
+    """A watch of `kind` on the deployment's events, started, and stopped on the way out."""
+    watch = kind(settings.bootstrap_servers, client.topics, settings.broker.partitions)
+    await watch.start()
+    try:
+        yield watch
+    finally:
+        await watch.stop()
 
 
 def _answered(watch: LearningWatch, event_id: str) -> Callable[[], bool]:
@@ -740,14 +788,7 @@ def _report(
             "failed run's action (another is tried); else that action, "
             f"unless the ε draw (ε = max({EPS_MIN}, {EPS0} / (1 + visits / {EPS_DECAY}))) "
             "says explore; nothing recalled: a uniform choice",
-            "agents": options.agents,
-            "pipeline_agents": 4 * options.agents,
-            "situations": options.situations,
-            "actions": options.actions,
-            "runs_per_agent": options.runs,
-            "seed": options.seed,
-            "k": options.k,
-            "environment": env.to_json(),
+            **options.described(env, pipeline_agents=4 * options.agents),
             "learning_config": tally.configured,
             "configure_refused": refused,
             "weights_without_outcome_prior": {
@@ -784,37 +825,20 @@ async def run_learning(
         # different places in a learner's and its shadow's journals.
         maintenance_enabled=False,
     )
-    env = build_environment(
-        seed=options.seed,
-        agents=options.agents,
-        situations=options.situations,
-        actions=options.actions,
-        runs_per_agent=options.runs,
-    )
+    env = options.environment()
     began = time.perf_counter()
     worker = start_worker(settings, log_dir / f"worker-{settings.broker.topic_prefix}.log")
     tally = _Tally()
     try:
-        async with GrimoireClient(
-            settings.bootstrap_servers,
-            settings.broker.topic_prefix,
-            partitions=settings.broker.partitions,
-        ) as client:
-            await client.wait_until_ready(timeout=180)
+        async with ready_client(settings, timeout=180) as client:
             ready = time.perf_counter()
-            watch = LearningWatch(
-                settings.bootstrap_servers, client.topics, settings.broker.partitions
-            )
-            await watch.start()
-            try:
+            async with watching(LearningWatch, settings, client) as watch:
                 await asyncio.gather(
                     *(
                         _slot(client, watch, env, options, slot, bench_id, tally)
                         for slot in range(options.agents)
                     )
                 )
-            finally:
-                await watch.stop()
             finished = time.perf_counter()
     finally:
         stop_worker(worker)
@@ -822,52 +846,6 @@ async def run_learning(
     report["timings"].update(
         {"startup_s": round(ready - began, 1), "runs_s": round(finished - ready, 1)}
     )
-    return report
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def run_on_own_services(
-    settings: Settings,
-    name: str,
-    bench: Callable[[Settings, Path], Coroutine[Any, Any, dict[str, Any]]],
-    *,
-    kafka_port: int,
-    redis_port: int,
-) -> dict[str, Any]:
-    """`bench(settings naming them, log dir)` against a broker and Redis of its own
-    (ports GRIMOIRE_BENCH_<NAME>_KAFKA_PORT / _REDIS_PORT, default `kafka_port` /
-    `redis_port`; state in `.grimoire/bench-<name>`), stopped at the end if started
-    here; the report gains the elapsed time and the CPU."""
-    began = time.perf_counter()
-    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")).resolve()
-    ports = ServicePorts(
-        kafka=int(os.environ.get(f"GRIMOIRE_BENCH_{name.upper()}_KAFKA_PORT", str(kafka_port))),
-        redis=int(os.environ.get(f"GRIMOIRE_BENCH_{name.upper()}_REDIS_PORT", str(redis_port))),
-    )
-    services = LocalServices(
-        state_dir / f"bench-{name}", ports, wheel_cache=state_dir / "wheels", ready_timeout=120.0
-    )
-    started = services.up()
-    base = settings.with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}", redis_url=services.redis_url
-    )
-    try:
-        report = asyncio.run(bench(base, state_dir / f"bench-{name}" / "log"))
-    finally:
-        if started:
-            services.down()
-    report["elapsed_s"] = round(time.perf_counter() - began, 1)
-    report["cpu"] = cpu_model()
-    report["cpus"] = os.cpu_count()
     return report
 
 

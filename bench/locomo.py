@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 import time
 import uuid
@@ -34,8 +33,9 @@ from bench.locomo_options import (
 )
 from bench.locomo_stats import measure, pick, split_folds, summary_lines
 from bench.retrieval_metrics import Judged, score
+from bench.services import bench_ports, on_services, ready_client, state_root
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
-from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.infra.local.services import LocalServices
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.tables.memory.agent_state import AgentStateStore
@@ -193,17 +193,13 @@ def run_locomo_bench(
         conversations = [c for c in everything if c.sample_id in set(conversation_ids)]
         if not conversations:
             raise ValueError(f"none of {conversation_ids} is in {data_path}")
-    state_dir = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire")) / "bench-locomo"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "19792")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "17079")),
-    )
-    services = LocalServices(state_dir, ports)
+    state_dir = state_root() / "bench-locomo"
+    services = LocalServices(state_dir, bench_ports(19792, 17079))
     started_services = services.up()
     prefix = f"locomo{uuid.uuid4().hex[:6]}"
-    run_settings = ablated_settings(settings, options.ablate).with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}",
-        redis_url=services.redis_url,
+    run_settings = on_services(
+        ablated_settings(settings, options.ablate),
+        services,
         topic_prefix=prefix,
         # The conversations span months of event time but are ingested in a
         # minute: maintenance would compact whole sessions into summaries and
@@ -259,12 +255,7 @@ def run_locomo_bench(
 async def _pipeline(settings: Settings, conversations: list[Conversation]) -> dict[str, Any]:
     redis = Redis.from_url(settings.redis.url)
     try:
-        async with GrimoireClient(
-            settings.bootstrap_servers,
-            settings.broker.topic_prefix,
-            partitions=settings.broker.partitions,
-        ) as client:
-            await client.wait_until_ready(timeout=180)
+        async with ready_client(settings, timeout=180) as client:
             state = AgentStateStore(redis, settings.broker.topic_prefix)
             started = time.perf_counter()
             totals = await _ingest(client, state, conversations)

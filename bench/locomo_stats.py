@@ -220,6 +220,18 @@ def _interval(entry: Mapping[str, float | None]) -> str:
     return f"{_fmt(entry['point'])} [{_fmt(entry['low'])}, {_fmt(entry['high'])}]"
 
 
+def _table_row(label: str, everything: Mapping[str, Any], held: Mapping[str, Any]) -> str:
+    """One row of the summary table: the metrics over all conversations, then over
+    the report fold."""
+    return (
+        f"| {label} | {everything['n']} | "
+        + " | ".join(_fmt(everything[m]) for m in METRICS)
+        + f" | {held['n']} | "
+        + " | ".join(_fmt(held[m]) for m in METRICS)
+        + " |"
+    )
+
+
 def summary_lines(result: Mapping[str, Any]) -> list[str]:
     """The human-readable report printed before the JSON line."""
     folds, report = result["folds"], result["report_folds"]
@@ -246,23 +258,11 @@ def summary_lines(result: Mapping[str, Any]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, everything in result["per_category"].items():
-        held = report["per_category"][name]
-        lines.append(
-            f"| {name} | {everything['n']} | "
-            + " | ".join(_fmt(everything[m]) for m in METRICS)
-            + f" | {held['n']} | "
-            + " | ".join(_fmt(held[m]) for m in METRICS)
-            + " |"
-        )
+        lines.append(_table_row(name, everything, report["per_category"][name]))
     for label, name in (("baseline BM25", "bm25"), ("baseline dense", "dense")):
         everything = result["baselines"][name]["overall_no_adv"]
-        held = report["baselines"][name][OVERALL]
         lines.append(
-            f"| {label}, overall | {everything['n']} | "
-            + " | ".join(_fmt(everything[m]) for m in METRICS)
-            + f" | {held['n']} | "
-            + " | ".join(_fmt(held[m]) for m in METRICS)
-            + " |"
+            _table_row(f"{label}, overall", everything, report["baselines"][name][OVERALL])
         )
     tuned = result["tune_folds"]["per_category"][OVERALL]
     lines.append("")

@@ -22,26 +22,22 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.corpus import CorpusLoader
+from bench.services import corpus_on_redis, on_services, own_services
 from grimoire.agents.maintenance.compaction_task import CompactionRunner
 from grimoire.agents.maintenance.decay_task import DecayRunner
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import MemorySink
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
-from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.runtime import Runtime
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task, agent_tick
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_store import DEFAULT_MAX_EPISODES, RedisCuratorStore
 from grimoire.tables.memory.agent_state import AgentStateStore
-from grimoire.tables.memory.store import RedisMemoryStore
-from grimoire.tables.redis_client import create_redis
 
 logger = logging.getLogger(__name__)
 
@@ -191,19 +187,7 @@ async def _earlier_ticks(handler: MaintenanceHandler, plan: MaintenancePlan, blo
 
 async def _run(settings: Settings, *, sizes: Sequence[int], fresh: int) -> dict[str, Any]:
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    redis = create_redis(settings.redis.url, 8)
-    store = RedisMemoryStore(
-        redis, settings.broker.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)
-    )
-    await store.ensure_schema()
-    loader = CorpusLoader(
-        store,
-        embedder,
-        AGENT,
-        batch_size=settings.embedding.batch_size,
-        eidolon_weight=settings.embedding.eidolon_state_weight,
-        limits=settings.input_limits,
-    )
+    redis, store, loader = await corpus_on_redis(settings, embedder, AGENT)
     sink = MemorySink()
     runtime = Runtime(settings, sink, embedder)
     state = AgentStateStore(redis, settings.broker.topic_prefix)
@@ -425,17 +409,11 @@ def run_maintenance_bench(
         raise ValueError(
             f"two or more increasing sizes, each larger than {REPEATS} windows of `fresh`"
         )
-    root = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire"))
-    state_dir = root / "bench-maintenance"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "20092")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "17379")),
-    )
-    services = LocalServices(state_dir, ports, wheel_cache=root / "wheels")
+    services = own_services("maintenance", 20092, 17379)
     started_services = services.up()
-    settings = settings.with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}",
-        redis_url=services.redis_url,
+    settings = on_services(
+        settings,
+        services,
         topic_prefix=f"bmaint{uuid.uuid4().hex[:6]}",
         # 10,000 memories span ~17 h of event time: with the 7-day default
         # only the larger store would have anything old enough to compact.

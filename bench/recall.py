@@ -31,18 +31,20 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from bench.corpus import DERIVED_SIMILARITY, CorpusLoader, LoadReport, recall_queries
+from bench.corpus import DERIVED_SIMILARITY, LoadReport, recall_queries
+from bench.services import (
+    corpus_on_redis,
+    on_services,
+    own_services,
+    ready_client,
+)
 from grimoire.agents.handlers.recall import RecallHandler
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
-from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.runtime import Runtime
 from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.store import RedisMemoryStore
-from grimoire.tables.redis_client import create_redis
-from grimoire.topics.client import GrimoireClient
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import RecallRequestV1
 
@@ -181,12 +183,7 @@ async def measure_kafka(
 ) -> Measured:
     worker = start_worker(settings, log_path)
     try:
-        async with GrimoireClient(
-            settings.bootstrap_servers,
-            settings.broker.topic_prefix,
-            partitions=settings.broker.partitions,
-        ) as client:
-            await client.wait_until_ready(timeout=240)
+        async with ready_client(settings, timeout=240) as client:
             for query in warmup:
                 await client.recall(AGENT, query, timeout=30)
             latencies: list[float] = []
@@ -275,19 +272,7 @@ async def _run(
     query_embed = await measure_embedding(embedder, pool.take(WARMUP), pool.take(queries))
     logger.info("query embedding: %s", query_embed)
 
-    redis = create_redis(settings.redis.url, 8)
-    store = RedisMemoryStore(
-        redis, settings.broker.topic_prefix, embedder.dims, clock_ms=lambda: int(time.time() * 1000)
-    )
-    await store.ensure_schema()
-    loader = CorpusLoader(
-        store,
-        embedder,
-        AGENT,
-        batch_size=settings.embedding.batch_size,
-        eidolon_weight=settings.embedding.eidolon_state_weight,
-        limits=settings.input_limits,
-    )
+    redis, store, loader = await corpus_on_redis(settings, embedder, AGENT)
     sink = ReplyClock(TopicNames(settings.broker.topic_prefix).reply_topic(REPLY_CLIENT))
     runtime = Runtime(settings, sink, embedder)
     topic = TopicNames(settings.broker.topic_prefix).recall_requests
@@ -367,21 +352,11 @@ def run_recall_bench(
         raise ValueError("sizes must be positive and increasing")
     if queries < 1:
         raise ValueError("queries must be at least 1")
-    root = Path(os.environ.get("GRIMOIRE_STATE_DIR", ".grimoire"))
-    state_dir = root / "bench-recall"
-    ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_BENCH_KAFKA_PORT", "19892")),
-        redis=int(os.environ.get("GRIMOIRE_BENCH_REDIS_PORT", "17179")),
-    )
-    services = LocalServices(state_dir, ports, wheel_cache=root / "wheels")
+    services = own_services("recall", 19892, 17179)
     started_services = services.up()
-    settings = settings.with_values(
-        broker_url=f"kafka://{services.kafka_bootstrap}",
-        redis_url=services.redis_url,
-        topic_prefix=f"brecall{uuid.uuid4().hex[:6]}",
-    )
+    settings = on_services(settings, services, topic_prefix=f"brecall{uuid.uuid4().hex[:6]}")
     try:
-        return asyncio.run(_run(settings, state_dir, sizes=sizes, queries=queries))
+        return asyncio.run(_run(settings, services.state_dir, sizes=sizes, queries=queries))
     finally:
         if started_services:
             services.down()

@@ -38,6 +38,7 @@ from grimoire.tables.trust.api_keys import (
     RedisApiKeyStore,
     RedisAuthMetrics,
 )
+from tests.support.contract import scratch_redis
 from tests.support.embedders import FakeEmbedder
 
 ONE = TenantScope(agent_ids=frozenset({"golem-1", "golem-2"}))
@@ -137,10 +138,8 @@ async def test_keys_created_at_once_all_differ(store: ApiKeyStore) -> None:
 
 
 async def test_the_keys_live_in_the_key_store_and_survive_a_wipe(settings: Settings) -> None:
-    prefix = f"ak{uuid.uuid4().hex[:8]}"
-    keys = Keyspace(prefix)
-    redis: Redis = create_redis(settings.redis.url, 2)
-    try:
+    async with scratch_redis(settings, "ak", connections=2) as (redis, prefix):
+        keys = Keyspace(prefix)
         store = RedisApiKeyStore(redis, prefix)
         record, token = await store.create(FLEET, "fleet", now_ms=1)
         await redis.hset(keys.memory("fleet-a/x", "m1"), mapping={"agent_id": "fleet-a/x"})
@@ -157,14 +156,10 @@ async def test_the_keys_live_in_the_key_store_and_survive_a_wipe(settings: Setti
         assert await store.get(record.key_id) == record
         auth = Authenticator(store, enabled=True)
         assert (await auth.check(token, "fleet-a/x")).ok
-    finally:
-        await redis.aclose()
 
 
 async def test_refusals_are_counted_in_the_metrics_hash(settings: Settings) -> None:
-    prefix = f"ak{uuid.uuid4().hex[:8]}"
-    redis: Redis = create_redis(settings.redis.url, 2)
-    try:
+    async with scratch_redis(settings, "ak", connections=2) as (redis, prefix):
         metrics = RedisAuthMetrics(redis, prefix)
         await metrics.refused(AuthDecision(AuthOutcome.FORBIDDEN, "k", ""), SURFACE_KAFKA)
         await metrics.refused(AuthDecision(AuthOutcome.UNAUTHENTICATED, None, ""), SURFACE_KAFKA)
@@ -174,8 +169,6 @@ async def test_refusals_are_counted_in_the_metrics_hash(settings: Settings) -> N
             b"auth_unauthenticated": b"1",
             b"auth_refused_kafka": b"2",
         }
-    finally:
-        await redis.aclose()
 
 
 @pytest.mark.parametrize("enabled", [False, True])

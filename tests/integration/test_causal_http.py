@@ -16,15 +16,15 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.http import create_app
 from grimoire.infra.settings import Settings
 from grimoire.streams.learn.causal import CausalEdge
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.learn.store import RedisLearningStore
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
 from tests.support.causal import EDGES, write_edges
+from tests.support.contract import delete_prefixed
 from tests.support.gateway import RecordingGateway
-from tests.support.http_deps import keyed_deps
+from tests.support.http_deps import bearer, in_process, keyed_deps
 
 pytestmark = pytest.mark.integration
 
@@ -65,18 +65,10 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
             TenantScope(agent_ids=frozenset({RIVAL})), "rival", now_ms=1
         )
         deps = keyed_deps(redis, prefix, RecordingGateway(), keys, settings)
-        transport = httpx.ASGITransport(app=create_app(deps))
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
-            yield Api(
-                http,
-                {"Authorization": f"Bearer {token}"},
-                {"Authorization": f"Bearer {rival_token}"},
-            )
+        async with in_process(deps) as http:
+            yield Api(http, bearer(token), bearer(rival_token))
     finally:
-        found = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=500)]
-        if found:
-            await redis.delete(*found)
-        await redis.aclose()
+        await delete_prefixed(redis, prefix)
 
 
 async def test_one_hop_of_effects_by_default(api: Api) -> None:

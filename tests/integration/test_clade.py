@@ -13,27 +13,24 @@ deployment's replay rebuilds every member's state digest.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.local.worker_process import stop_worker
-from grimoire.infra.replay import replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.clade.copies import copy_id
 from grimoire.streams.learn.evidence import evidence_id
 from grimoire.streams.model.ids import memory_id
 from grimoire.tables.clade.store import RedisCladeRegistry, RedisPublishedStore
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.trust.digest import agent_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1
+from tests.support.rebuild import replay_journal, stop_and_wipe
 from tests.support.stored import memory_fields, settled_digests
-from tests.support.workers import client_for, prefixed_settings, running_workers
+from tests.support.workers import client_for, prefixed_settings, workers_fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -48,14 +45,7 @@ def clade_settings(settings: Settings) -> Settings:
     return prefixed_settings(settings, "cl", maintenance_enabled=False, block_interval_s=3_600.0)
 
 
-@pytest.fixture(scope="module")
-async def clade_worker(
-    clade_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    async with running_workers(
-        tmp_path_factory.mktemp("clade-workers"), main=clade_settings
-    ) as held:
-        yield held
+clade_worker = workers_fixture("clade_worker", main="clade_settings")
 
 
 class Deployment:
@@ -235,10 +225,8 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
                 assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok, agent
 
         # wipe and replay: every member's state is rebuilt from its own journal
-        stop_worker(clade_worker.pop("main"))
-        assert await wipe_memory_state(redis, prefix) > 0
-        result = await replay(clade_settings, progress=False)
-        assert result.entries > 0 and result.dead_lettered == 0
+        await stop_and_wipe(redis, clade_settings, clade_worker.pop("main"))
+        await replay_journal(clade_settings)
         after = [(await agent_digest(redis, prefix, a)).sha256 for a in survivors]
         assert after == before
     finally:

@@ -13,7 +13,6 @@ exercised end to end in `test_compaction_crash.py`.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -23,7 +22,6 @@ import numpy.typing as npt
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import (
     DAY_MS,
     ClusterPlan,
@@ -47,11 +45,11 @@ from grimoire.tables.maintenance.compaction_store import (
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.ports.maintenance import CompactionStore
 from grimoire.tables.ports.memory import MemoryStore
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.contract import BACKENDS, memory_or_deployment
 from tests.support.maintenance import ops_episode
-from tests.support.stored import drop_deployment, owned_key
+from tests.support.stored import owned_key
 from tests.support.vectors import axis_unit
 
 pytestmark = pytest.mark.integration
@@ -234,22 +232,12 @@ class RedisHarness(Harness):
         raw = await self.redis.lrange(self.keys.compaction_outbox(agent, plan_id), 0, -1)
         return [text_of(m) for m in raw]
 
-    async def close(self) -> None:
-        await drop_deployment(self.redis, self.prefix)
 
-
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    if request.param == "memory":
-        yield MemoryHarness()
-        return
-    settings: Settings = request.getfixturevalue("settings")
-    harness = RedisHarness(create_redis(settings.redis.url, 8), f"cc{uuid.uuid4().hex[:10]}")
-    try:
-        await harness.memory.ensure_schema()
+    subject = memory_or_deployment(request, MemoryHarness, RedisHarness, tag="cc", dims=DIMS)
+    async with subject as harness:
         yield harness
-    finally:
-        await harness.close()
 
 
 async def commit(h: Harness, *records: MemoryRecord) -> None:

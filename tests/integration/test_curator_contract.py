@@ -12,7 +12,6 @@ prefix and index and removes them afterwards.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -36,12 +35,12 @@ from grimoire.tables.maintenance.curator_store import CuratorCycle, CuratorState
 from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.ports.maintenance import CuratorStore
 from grimoire.tables.ports.memory import MemoryStore
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
+from tests.support.contract import BACKENDS, memory_or_deployment, scratch_deployment
 from tests.support.curator import SWAP_KEYS, T0, no_reschedule, swap_episode
 from tests.support.embedders import TextSeededEmbedder
-from tests.support.stored import drop_deployment, owned_key
+from tests.support.stored import owned_key
 from tests.support.usage import apply_usage_entry
 
 pytestmark = pytest.mark.integration
@@ -209,26 +208,12 @@ class RedisHarness(Harness):
         """Commands the Redis server has processed (this test's client is its only one)."""
         return int((await self.redis.info("stats"))["total_commands_processed"])
 
-    async def close(self) -> None:
-        await drop_deployment(self.redis, self.prefix)
 
-
-async def open_redis(settings: Settings) -> RedisHarness:
-    harness = RedisHarness(create_redis(settings.redis.url, 8), f"cc{uuid.uuid4().hex[:10]}")
-    await harness.memory_store.ensure_schema()
-    return harness
-
-
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    if request.param == "memory":
-        yield MemoryHarness()
-        return
-    redis_harness = await open_redis(request.getfixturevalue("settings"))
-    try:
-        yield redis_harness
-    finally:
-        await redis_harness.close()
+    subject = memory_or_deployment(request, MemoryHarness, RedisHarness, tag="cc", dims=DIMS)
+    async with subject as harness:
+        yield harness
 
 
 async def planned(h: Harness, agent: str, cycle: int, now_ms: int = NOW) -> CuratorCycle:
@@ -532,8 +517,8 @@ async def test_a_cycles_reads_do_not_grow_with_the_entries_nothing_touched(
     Redis sends the same number of commands."""
     work: dict[int, tuple[int, int]] = {}
     for untouched in (10, 400):
-        harness = await open_redis(settings)
-        try:
+        async with scratch_deployment(settings, "cc", DIMS) as scratch:
+            harness = RedisHarness(*scratch)
             await harness.write(
                 *(
                     record(A, 1000 + n, "", kind=Kind.INSIGHT, text=f"insight {n}", ts=NOW)
@@ -548,8 +533,6 @@ async def test_a_cycles_reads_do_not_grow_with_the_entries_nothing_touched(
             commands = await harness.commands() - before - 1  # not the INFO itself
             assert report.upvoted == 1
             work[untouched] = (report.entries_seen, commands)
-        finally:
-            await harness.close()
     assert work[10] == work[400]
     assert work[400][0] == 1
 
@@ -599,12 +582,11 @@ async def test_both_backends_store_the_same_values(settings: Settings) -> None:
     """The same scenario (every kind of operation: add, votes, promotion into the
     playbook, a derived heuristic, demotion, an edit, quarantine release and
     archive) leaves the same hashes, usage, bookkeeping, nexus, playbook and state."""
-    redis = await open_redis(settings)
-    harnesses: list[Harness] = [MemoryHarness(), redis]
     stale = record(A, 90, "", ts=NOW - 10 * DAY_MS, text="doubtful claim", quarantined=True)
     backed = record(A, 91, "", ts=NOW - DAY_MS, text="backed claim", quarantined=True)
     reports: dict[str, list[dict[str, Any]]] = {}
-    try:
+    async with scratch_deployment(settings, "cc", DIMS) as scratch:
+        harnesses: list[Harness] = [MemoryHarness(), RedisHarness(*scratch)]
         for hx in harnesses:
             await hx.write(stale, backed)
             await hx.write(record(A, 95, "", kind=Kind.WARNING, text="never bridge on friday"))
@@ -624,5 +606,3 @@ async def test_both_backends_store_the_same_values(settings: Settings) -> None:
         }  # fmt: skip
         kinds = sorted(_text(h["kind"]) for h in memory["records"].values())
         assert kinds == ["episode"] * 17 + ["heuristic", "insight", "warning"]
-    finally:
-        await redis.close()

@@ -24,18 +24,15 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.agents.maintenance.decay_task import decay_pass
-from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.decay_pass import DecayPassPlan, DecayReport
 from grimoire.streams.maintenance.schedule import DecayOutlook
 from grimoire.streams.model.decay import DAY_MS, HOUR_MS
 from grimoire.tables.codec.hash_values import text_of
 from grimoire.tables.codec.memory_hash import decode_record, with_usage
 from grimoire.tables.maintenance.decay_index import DecayIndex, DueDecay
-from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.ports.maintenance import DecayStore
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.decay_store import InMemoryDecayStore
-from tests.support.stored import drop_deployment
+from tests.support.contract import BACKENDS, memory_or_deployment
 
 pytestmark = pytest.mark.integration
 
@@ -114,9 +111,6 @@ class Harness:
         record = decode_record(with_usage(doc, use), agent, 384)
         assert record is not None
         return record.effective_confidence(now_ms)
-
-    async def close(self) -> None:
-        return None
 
 
 class HashTable:
@@ -232,26 +226,12 @@ class RedisHarness(Harness):
         use = await self.redis.hgetall(self.keys.usage(self._agent(memory_id), memory_id))
         return {text_of(k): v for k, v in doc.items()}, {text_of(k): v for k, v in use.items()}
 
-    async def close(self) -> None:
-        await drop_deployment(self.redis, self.prefix)
 
-
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    if request.param == "memory":
-        yield MemoryHarness()
-        return
-    settings: Settings = request.getfixturevalue("settings")
-    harness = RedisHarness(
-        create_redis(settings.redis.url, 8),
-        f"{settings.broker.topic_prefix}dk{uuid.uuid4().hex[:6]}",
-    )
-    # The memory store's schema check: the index on every master of a cluster.
-    await RedisMemoryStore(harness.redis, harness.prefix, 384).ensure_schema()
-    try:
+    subject = memory_or_deployment(request, MemoryHarness, RedisHarness, tag="dk", dims=384)
+    async with subject as harness:
         yield harness
-    finally:
-        await harness.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ conftest.py); each test gets its own key prefix and index and removes them.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from functools import partial
@@ -25,7 +24,6 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.agents.handlers.retraction import RetractionHandler
-from grimoire.infra.settings import Settings
 from grimoire.streams.learn.curator.distill import Situation
 from grimoire.streams.learn.curator.values import CuratedEntry, EntryStatus
 from grimoire.streams.maintenance.compaction import DAY_MS
@@ -50,16 +48,16 @@ from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.ports.maintenance import CompactionStore, CuratorStore
 from grimoire.tables.ports.memory import MemoryStore
 from grimoire.tables.ports.trust import DerivationStore
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore
 from grimoire.tables.testing.memory_store import InMemoryMemoryStore
 from grimoire.tables.trust.derivations import RedisDerivationStore
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.contract import BACKENDS, memory_or_deployment
 from tests.support.curator import curated_entry, new_entries_cycle
 from tests.support.maintenance import compacted_summary
-from tests.support.stored import drop_deployment, owned_key
+from tests.support.stored import owned_key
 from tests.support.vectors import axis_unit
 
 pytestmark = pytest.mark.integration
@@ -202,22 +200,12 @@ class RedisHarness(Harness):
         raw = await self.redis.hgetall(self.keys.curator_entries(agent))
         return {_text(k): orjson.loads(v) for k, v in raw.items()}
 
-    async def close(self) -> None:
-        await drop_deployment(self.redis, self.prefix)
 
-
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    if request.param == "memory":
-        yield MemoryHarness()
-        return
-    settings: Settings = request.getfixturevalue("settings")
-    harness = RedisHarness(create_redis(settings.redis.url, 8), f"dc{uuid.uuid4().hex[:10]}")
-    await harness.memory_store.ensure_schema()
-    try:
+    subject = memory_or_deployment(request, MemoryHarness, RedisHarness, tag="dc", dims=DIMS)
+    async with subject as harness:
         yield harness
-    finally:
-        await harness.close()
 
 
 # --- the edges each writer records ---------------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +27,19 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.exchange import export_agent, import_file
-from grimoire.infra.local.worker_process import stop_worker
-from grimoire.infra.replay import replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.exchange.inherit import successor_memory_id
 from grimoire.streams.model.decay import effective_confidence
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.trust.agent_keys import agent_memory_ids
 from grimoire.tables.trust.digest import agent_digest, state_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
 from tests.support.handlers import mid
+from tests.support.rebuild import assert_rebuilt, replay_journal, stop_and_wipe
 from tests.support.stored import memory_fields, settled_digests
-from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
+from tests.support.workers import add_worker, client_for, prefixed_settings, workers_fixture
 
 BASE_TS = 1_790_000_000_000
 TOPICS = (
@@ -69,13 +66,7 @@ def target_settings(settings: Settings) -> Settings:
     return prefixed_settings(settings, "xb", block_interval_s=3_600.0)
 
 
-@pytest.fixture(scope="module")
-async def workers(
-    source_settings: Settings, target_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    logs = tmp_path_factory.mktemp("exchange-workers")
-    async with running_workers(logs, source=source_settings, target=target_settings) as held:
-        yield held
+workers = workers_fixture("workers", source="source_settings", target="target_settings")
 
 
 @pytest.fixture(scope="module")
@@ -283,14 +274,9 @@ async def test_a_replay_with_imports_in_the_journal_rebuilds_the_same_digests(
             prefix = settings.broker.topic_prefix
             before = await _settled(redis, prefix, who, eventually)
             states = [(await state_digest(redis, prefix, a)).sha256 for a in who]
-            stop_worker(workers[name])
-            assert await wipe_memory_state(redis, prefix) > 0
-            result = await replay(settings, progress=False)
-            assert result.entries > 0 and result.dead_lettered == 0
-            assert [(await agent_digest(redis, prefix, a)).sha256 for a in who] == before
-            assert [(await state_digest(redis, prefix, a)).sha256 for a in who] == states
-            for agent in who:
-                assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
+            await stop_and_wipe(redis, settings, workers[name])
+            await replay_journal(settings)
+            await assert_rebuilt(redis, prefix, who, before, states=states)
             await add_worker(workers, name, settings)
     finally:
         await redis.aclose()

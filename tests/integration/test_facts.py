@@ -25,19 +25,17 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.local.worker_process import stop_worker
-from grimoire.infra.replay import replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.facts.values import fact_id_for
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.trust.agent_keys import agent_keys
-from grimoire.tables.trust.digest import agent_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, FactV1
-from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
+from tests.support.rebuild import assert_rebuilt, replay_journal, stop_and_wipe
+from tests.support.stored import settled_digests
+from tests.support.workers import add_worker, client_for, prefixed_settings, workers_fixture
 
 BASE_TS = 1_790_000_000_000
 pytestmark = pytest.mark.timeout(600)
@@ -50,13 +48,7 @@ def facts_settings(settings: Settings) -> Settings:
     return prefixed_settings(settings, "fx")
 
 
-@pytest.fixture(scope="module")
-async def facts_worker(
-    facts_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    logs = tmp_path_factory.mktemp("facts-worker")
-    async with running_workers(logs, process=facts_settings) as held:
-        yield held
+facts_worker = workers_fixture("facts_worker", process="facts_settings")
 
 
 @pytest.fixture
@@ -242,24 +234,12 @@ async def test_a_wiped_store_replays_facts_to_the_same_digests(
     redis = Redis.from_url(facts_settings.redis.url)
     prefix = facts_settings.broker.topic_prefix
     try:
-
-        async def settled() -> Any:
-            first = [await agent_digest(redis, prefix, a) for a in AGENTS]
-            await asyncio.sleep(2.0)
-            second = [await agent_digest(redis, prefix, a) for a in AGENTS]
-            return second if [d.sha256 for d in first] == [d.sha256 for d in second] else None
-
-        before = await eventually(settled, timeout=120, interval=0.1)
+        before = await settled_digests(redis, prefix, AGENTS, eventually, quiet_s=2.0)
         assert await redis.exists(*(Keyspace(prefix).facts(a) for a in AGENTS)) == len(AGENTS)
-        stop_worker(facts_worker["process"])
-        assert await wipe_memory_state(redis, prefix) > 0
+        await stop_and_wipe(redis, facts_settings, facts_worker["process"])
         assert not await redis.exists(Keyspace(prefix).facts(AGENTS[0]))
-        report = await replay(facts_settings, progress=False)
-        assert report.entries > 0 and report.dead_lettered == 0
-        after = [await agent_digest(redis, prefix, a) for a in AGENTS]
-        assert [d.sha256 for d in after] == [d.sha256 for d in before]
-        for agent in AGENTS:
-            assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
+        await replay_journal(facts_settings)
+        await assert_rebuilt(redis, prefix, AGENTS, before)
         await add_worker(facts_worker, "process", facts_settings)
     finally:
         await redis.aclose()

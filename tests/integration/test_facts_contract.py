@@ -4,32 +4,23 @@ entity links kept in step with asserts and retractions, agents apart."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
-from grimoire.infra.settings import Settings
 from grimoire.streams.facts.timeline import assert_fact, retract
 from grimoire.streams.facts.values import Fact
 from grimoire.tables.facts.store import RedisFactStore
 from grimoire.tables.ports.facts import FactStore
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.fact_store import InMemoryFactStore
+from tests.support.contract import BACKENDS, memory_or_redis
 from tests.support.facts import agent_fact
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def facts(request: pytest.FixtureRequest) -> AsyncIterator[FactStore]:
-    if request.param == "memory":
-        yield InMemoryFactStore()
-        return
-    settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis.url, 4)
-    try:
-        yield RedisFactStore(redis, f"fc{uuid.uuid4().hex[:8]}")
-    finally:
-        await redis.aclose()
+    async with memory_or_redis(request, InMemoryFactStore, RedisFactStore, tag="fc") as store:
+        yield store
 
 
 def fact(agent: str, event: str, subject: str, obj: str, block: int, *,

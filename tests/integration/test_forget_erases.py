@@ -37,7 +37,7 @@ from grimoire.topics.declarations import TopicNames
 from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, ToolEventV1
 from tests.support.journal import journal_name_of
-from tests.support.workers import start_ready_worker
+from tests.support.workers import client_for, start_ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -94,11 +94,7 @@ async def deployment(
     )  # fmt: skip
     redis = Redis.from_url(settings.redis.url)
     try:
-        async with GrimoireClient(
-            settings.bootstrap_servers,
-            settings.broker.topic_prefix,
-            partitions=settings.broker.partitions,
-        ) as client:
+        async with client_for(settings) as client:
             yield settings, client, redis
     finally:
         await redis.aclose()

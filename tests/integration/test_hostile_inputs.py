@@ -27,6 +27,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import EpisodeV1
+from tests.support.dead_letters import dead_letters_where
 
 pytestmark = pytest.mark.integration
 
@@ -65,24 +66,17 @@ async def _owner(redis: Redis, settings: Settings, agent: str, memory_id: str) -
 
 
 async def _letters_of(
-    read_topic: Any, settings: Settings, client: GrimoireClient, agent: str, n: int
+    read_topic: Any, settings: Settings, agent: str, n: int
 ) -> list[dict[str, Any]]:
     """The agent's dead letters once there are `n`, read again a moment later so a
     duplicate (a retried handler dead-letters again) would show."""
 
-    def mine(records: list[Any]) -> list[dict[str, Any]]:
-        letters = [orjson.loads(r.value) for r in records]
-        return [d for d in letters if d.get("agent_id") == agent]
+    def mine(letter: dict[str, Any]) -> bool:
+        return letter.get("agent_id") == agent
 
-    topic = client.topics.dead_letters
-    await read_topic(
-        settings.bootstrap_servers, topic, until=lambda rs: len(mine(rs)) >= n, timeout=20
-    )
+    await dead_letters_where(read_topic, settings, mine, at_least=n, timeout=20)
     await asyncio.sleep(2.0)  # the retry backoff is 0.1 s, then 0.2 s
-    records = await read_topic(
-        settings.bootstrap_servers, topic, until=lambda rs: len(mine(rs)) > n, timeout=1
-    )
-    return mine(records)
+    return await dead_letters_where(read_topic, settings, mine, at_least=n + 1, timeout=1)
 
 
 async def test_agents_differing_only_in_case_never_fold_into_each_other(
@@ -126,17 +120,9 @@ async def test_an_agent_id_with_a_comma_is_dead_lettered_and_writes_nothing(
     payload = {"agent_id": forged, "ts": BASE_TS + 1, "text": TEXT, "event_id": suffix}
     await client.publish_raw(client.topics.episodes, victim, orjson.dumps(payload))
 
-    def letters(records: list[Any]) -> list[dict[str, Any]]:
-        decoded = [orjson.loads(r.value) for r in records]
-        return [d for d in decoded if forged in (d.get("payload") or "")]
-
-    records = await read_topic(
-        settings.bootstrap_servers,
-        client.topics.dead_letters,
-        until=lambda rs: bool(letters(rs)),
-        timeout=15,
+    (letter,) = await dead_letters_where(
+        read_topic, settings, lambda d: forged in (d.get("payload") or ""), timeout=15
     )
-    (letter,) = letters(records)
     assert (letter["reason"], letter["field"]) == ("invalid_value", "agent_id")
     answer = await client.recall(victim, "rpc timed out", k=10, record_usage=False)
     assert len(answer.items) == 1
@@ -162,7 +148,7 @@ async def test_reply_to_outside_the_reply_namespace_gets_no_reply_and_one_dead_l
         raw = _request(agent, reply_to=reply_to, correlation_id=f"outside-{n}")
         await client.publish_raw(client.topics.recall_requests, agent, raw)
 
-    mine = await _letters_of(read_topic, settings, client, agent, len(targets))
+    mine = await _letters_of(read_topic, settings, agent, len(targets))
     assert len(mine) == len(targets)
     assert {(d["reason"], d["field"]) for d in mine} == {("invalid_value", "reply_to")}
 
@@ -280,7 +266,7 @@ async def test_a_megabyte_correlation_id_is_one_dead_letter_and_no_reply(
     raw = _request(agent, reply_to=client.reply_topic, correlation_id="c" * 1_000_000)
     await client.publish_raw(client.topics.recall_requests, agent, raw)
 
-    mine = await _letters_of(read_topic, settings, client, agent, 1)
+    mine = await _letters_of(read_topic, settings, agent, 1)
     assert [(d["reason"], d["field"]) for d in mine] == [("oversize", "correlation_id")]
     replies = await read_topic(
         settings.bootstrap_servers, client.reply_topic, until=lambda rs: False, timeout=2

@@ -19,14 +19,13 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from grimoire.infra.http import create_app
 from grimoire.infra.http.app import openapi_text
 from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
 from grimoire.topics.client import GrimoireClient
-from tests.support.http_deps import keyed_deps
+from tests.support.http_deps import bearer, in_process, keyed_deps
 
 pytestmark = pytest.mark.integration
 
@@ -78,8 +77,7 @@ async def api(
         TenantScope(agent_ids=frozenset({other})), "rival", now_ms=1
     )
     _, admin_token = await store.create(TenantScope(admin=True), "operator", now_ms=1)
-    transport = httpx.ASGITransport(app=create_app(deps))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as http:
+    async with in_process(deps, timeout=30) as http:
         setup = Setup(
             http=http,
             redis=redis_client,
@@ -87,9 +85,9 @@ async def api(
             agent=agent,
             other=other,
             doomed=doomed,
-            key={"Authorization": f"Bearer {token}"},
-            other_key={"Authorization": f"Bearer {other_token}"},
-            admin_key={"Authorization": f"Bearer {admin_token}"},
+            key=bearer(token),
+            other_key=bearer(other_token),
+            admin_key=bearer(admin_token),
         )
         episodes = (
             ("RPC endpoint timed out twice on node seven", "TimeoutError: rpc read timed out"),
@@ -469,10 +467,8 @@ async def test_the_deployments_defaults_are_kept_and_sent_to_every_agent(
     await redis_client.zadd(Keyspace(prefix).agents, {"a-1": T0, "a-2": T0})
     recorder = _Recorder()
     deps = keyed_deps(redis_client, prefix, recorder, store, settings)  # type: ignore[arg-type]
-    key = {"Authorization": f"Bearer {admin}"}
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api"
-    ) as http:
+    key = bearer(admin)
+    async with in_process(deps) as http:
         assert (await http.get("/v1/config", headers=key)).json()["config"]["top_k"] is None
         bad = await http.put("/v1/config", json={"layers": ["dream"]}, headers=key)
         assert bad.status_code == 400 and recorder.commands == []

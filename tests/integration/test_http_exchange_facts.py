@@ -22,7 +22,6 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.exchange import export_agent
-from grimoire.infra.http import create_app
 from grimoire.infra.settings import Settings
 from grimoire.streams.exchange.chunks import chunk_from_wire
 from grimoire.streams.facts.timeline import assert_fact
@@ -30,9 +29,10 @@ from grimoire.streams.facts.values import fact_id_for
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.facts.store import RedisFactStore
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
+from tests.support.contract import delete_prefixed
 from tests.support.facts import agent_fact
 from tests.support.gateway import RecordingGateway
-from tests.support.http_deps import keyed_deps
+from tests.support.http_deps import bearer, in_process, keyed_deps
 
 pytestmark = pytest.mark.integration
 
@@ -92,21 +92,10 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
         gateway = RecordingGateway()
         scoped = settings.with_values(topic_prefix=prefix)
         deps = keyed_deps(redis, prefix, gateway, keys, scoped)
-        transport = httpx.ASGITransport(app=create_app(deps))
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
-            yield Api(
-                http,
-                gateway,
-                scoped,
-                {"Authorization": f"Bearer {token}"},
-                {"Authorization": f"Bearer {heir}"},
-                {"Authorization": f"Bearer {rival}"},
-            )
+        async with in_process(deps) as http:
+            yield Api(http, gateway, scoped, bearer(token), bearer(heir), bearer(rival))
     finally:
-        found = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=500)]
-        if found:
-            await redis.delete(*found)
-        await redis.aclose()
+        await delete_prefixed(redis, prefix)
 
 
 # ---- export / import --------------------------------------------------------------

@@ -22,13 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
-from grimoire.infra.http import create_app
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import EntryKind, decode_entry
@@ -48,7 +46,7 @@ from grimoire.topics.schemas import (
     TranscriptV1,
 )
 from tests.support.gateway import RecordingGateway
-from tests.support.http_deps import keyed_deps
+from tests.support.http_deps import bearer, in_process, keyed_deps
 from tests.support.journal import journal_name_once_written
 from tests.support.workers import prefixed_settings
 
@@ -152,11 +150,10 @@ async def scrape(deployment: Deployment) -> AsyncIterator[Callable[..., Awaitabl
         RedisApiKeyStore(deployment.redis, prefix),
         deployment.settings.with_values(http_metrics_cache_s=0.0),
     )
-    transport = httpx.ASGITransport(app=create_app(deps))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api", timeout=30) as http:
+    async with in_process(deps, timeout=30) as http:
 
         async def get(key: str | None = None) -> str:
-            headers = {"Authorization": f"Bearer {deployment.tokens[key]}"} if key else {}
+            headers = bearer(deployment.tokens[key]) if key else {}
             answer = await http.get("/metrics", headers=headers)
             assert answer.status_code == 200, answer.text
             return answer.text

@@ -32,7 +32,6 @@ from grimoire.agents.journal.apply import JournalApplier
 from grimoire.agents.journal.witness import PublishedWitness
 from grimoire.agents.maintenance.handler import MaintenanceHandler
 from grimoire.agents.ports import InputMessage, MemorySink
-from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.replay import read_partition, replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.journal.entry import decode_entry
@@ -56,7 +55,9 @@ from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1
 from tests.support.embedders import FakeEmbedder
 from tests.support.handlers import mid
 from tests.support.journal import journal_name_of
-from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
+from tests.support.rebuild import assert_rebuilt, replay_journal, stop_and_wipe
+from tests.support.stored import settled_digests
+from tests.support.workers import add_worker, client_for, prefixed_settings, workers_fixture
 
 BASE_TS = 1_790_000_000_000
 
@@ -73,13 +74,7 @@ def journal_settings(settings: Settings) -> Settings:
     )
 
 
-@pytest.fixture(scope="module")
-async def journal_worker(
-    journal_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    logs = tmp_path_factory.mktemp("journal-worker")
-    async with running_workers(logs, process=journal_settings) as held:
-        yield held
+journal_worker = workers_fixture("journal_worker", process="journal_settings")
 
 
 @pytest.fixture
@@ -325,13 +320,7 @@ async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
     ]
     try:
         # Quiet: every input applied (digests stop moving).
-        async def settled() -> Any:
-            first = [await agent_digest(redis, prefix, a) for a in agents]
-            await asyncio.sleep(3.0)
-            second = [await agent_digest(redis, prefix, a) for a in agents]
-            return second if [d.sha256 for d in first] == [d.sha256 for d in second] else None
-
-        before = await eventually(settled, timeout=120, interval=0.1)
+        before = await settled_digests(redis, prefix, agents, eventually, quiet_s=3.0)
 
         async def ask() -> list[bytes]:
             # No garbage collection first: the lexical lane scores from the
@@ -347,17 +336,10 @@ async def test_a_wiped_store_replays_to_the_same_digests_and_answers(
 
         answers = await ask()
         assert len(answers) == 50 and sum(len(a) > 2 for a in answers) > 40
-        stop_worker(journal_worker["process"])
-
-        wiped = await wipe_memory_state(redis, prefix)
-        assert wiped > 0
-        assert [await agent_digest(redis, prefix, a) for a in agents] != before
-        report = await replay(journal_settings, progress=False)
-        assert report.entries > 0 and report.dead_lettered == 0
-        after = [await agent_digest(redis, prefix, a) for a in agents]
-        assert [d.sha256 for d in after] == [d.sha256 for d in before]
-        for agent in agents:
-            assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
+        await stop_and_wipe(redis, journal_settings, journal_worker["process"])
+        assert [(await agent_digest(redis, prefix, a)).sha256 for a in agents] != before
+        await replay_journal(journal_settings)
+        await assert_rebuilt(redis, prefix, agents, before)
 
         await add_worker(journal_worker, "process", journal_settings)
         assert await ask() == answers

@@ -13,7 +13,6 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
 from grimoire.tables.journal.keystore import KEY_BYTES, AgentKey, CachedKeyStore, RedisKeyStore
@@ -21,6 +20,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.ports.journal import KeyStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.keystore import InMemoryKeyStore
+from tests.support.contract import scratch_redis
 
 
 @pytest.fixture(params=["memory", "redis", "cached-memory", "cached-redis"])
@@ -143,10 +143,8 @@ async def test_a_sequence_block_holds_at_least_one_number(store: KeyStore) -> No
 
 
 async def test_the_key_store_survives_a_wipe_of_the_memory_state(settings: Settings) -> None:
-    prefix = f"ks{uuid.uuid4().hex[:8]}"
-    keys = Keyspace(prefix)
-    redis: Redis = create_redis(settings.redis.url, 2)
-    try:
+    async with scratch_redis(settings, "ks", connections=2) as (redis, prefix):
+        keys = Keyspace(prefix)
         store = RedisKeyStore(redis, prefix)
         key = await store.key_for("a")
         await store.next_sequence("a", 4)
@@ -163,8 +161,6 @@ async def test_the_key_store_survives_a_wipe_of_the_memory_state(settings: Setti
         assert await store.key("a", key.key_id) == key
         assert await store.key_for("a") == key
         assert await store.next_sequence("a") == 5
-    finally:
-        await redis.aclose()
 
 
 # -- the per-worker cache ---------------------------------------------------------

@@ -18,19 +18,15 @@ from grimoire.tables.maintenance.ledger import MaintenanceLedgerStore, known_age
 from grimoire.tables.ports.maintenance import MaintenanceLedger
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.maintenance_ledger import InMemoryMaintenanceLedger
+from tests.support.contract import BACKENDS, memory_or_redis
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def ledgers(request: pytest.FixtureRequest) -> AsyncIterator[MaintenanceLedger]:
-    if request.param == "memory":
-        yield InMemoryMaintenanceLedger()
-        return
-    settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis.url, 4)
-    try:
-        yield MaintenanceLedgerStore(redis, f"lc{uuid.uuid4().hex[:8]}")
-    finally:
-        await redis.aclose()
+    async with memory_or_redis(
+        request, InMemoryMaintenanceLedger, MaintenanceLedgerStore, tag="lc"
+    ) as ledger:
+        yield ledger
 
 
 async def test_a_lease_excludes_others_until_released(ledgers: MaintenanceLedger) -> None:

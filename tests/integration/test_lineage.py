@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
 from grimoire.infra.settings import Settings
@@ -26,6 +25,7 @@ from grimoire.streams.model.ids import memory_id
 from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
+from tests.support.dead_letters import dead_letters_where
 
 BASE_TS = 1_790_000_000_000
 DAY_MS = 86_400_000
@@ -159,15 +159,7 @@ async def test_lineage_fields_from_the_wire_drive_decay_and_the_boost(
         scale = 1.0 - PRIOR_SHARE + PRIOR_SHARE * scores["prior"]
         assert abs(scores["score"] - boost * scores["relevance"] * scale) < 1e-8, (name, scores)
 
-    def ghost_letters(records: list[Any]) -> list[dict[str, Any]]:
-        letters = [orjson.loads(r.value) for r in records]
-        return [d for d in letters if d.get("agent_id") == agent]
-
-    records = await read_topic(
-        settings.bootstrap_servers,
-        client.topics.dead_letters,
-        until=lambda rs: bool(ghost_letters(rs)),
-        timeout=20,
+    (letter,) = await dead_letters_where(
+        read_topic, settings, lambda d: d.get("agent_id") == agent, timeout=20
     )
-    (letter,) = ghost_letters(records)
     assert (letter["reason"], letter["field"]) == ("invalid_value", "provenance")

@@ -43,8 +43,6 @@ from grimoire.agents.maintenance.compaction_task import (
     CompactionTask,
 )
 from grimoire.agents.maintenance.curator_task import CuratorRunner
-from grimoire.infra.local.worker_process import stop_worker
-from grimoire.infra.replay import replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.maintenance.compaction import CompactionBudget, CompactionPolicy
 from grimoire.streams.maintenance.schedule import MaintenancePlan, Pressure, Task
@@ -60,15 +58,16 @@ from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.ordered_search import MAX_SAME_TIME
 from grimoire.tables.queries import tenant_filter
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.routing import SearchRouting
 from grimoire.tables.trust.agent_keys import agent_memory_ids
 from grimoire.tables.trust.digest import agent_digest
 from grimoire.topics.schemas import EpisodeV1
 from tests.support.builders import memory_candidate, memory_record
+from tests.support.contract import scratch_redis
 from tests.support.embedders import TextSeededEmbedder
+from tests.support.rebuild import replay_journal, stop_and_wipe
 from tests.support.stored import drop_deployment, settled_digests
-from tests.support.workers import client_for, prefixed_settings, running_workers
+from tests.support.workers import client_for, prefixed_settings, workers_fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -206,12 +205,8 @@ class Deployment:
 
 @pytest.fixture
 async def deployment(settings: Settings) -> AsyncIterator[Deployment]:
-    redis = create_redis(settings.redis.url, 8)
-    prefix = f"pt{uuid.uuid4().hex[:10]}"
-    try:
-        yield Deployment(redis, prefix)
-    finally:
-        await drop_deployment(redis, prefix)
+    async with scratch_redis(settings, "pt", connections=8, cleanup=drop_deployment) as scratch:
+        yield Deployment(*scratch)
 
 
 async def test_capped_folds_over_one_instant_pick_the_same_memories_after_a_rebuild(
@@ -301,12 +296,7 @@ def tie_settings(settings: Settings) -> Settings:
     )
 
 
-@pytest.fixture(scope="module")
-async def tie_workers(
-    tie_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    async with running_workers(tmp_path_factory.mktemp("ties-worker"), main=tie_settings) as held:
-        yield held
+tie_workers = workers_fixture("tie_workers", main="tie_settings")
 
 
 async def test_a_journal_replay_over_one_instant_compacts_the_same_memories(
@@ -352,9 +342,8 @@ async def test_a_journal_replay_over_one_instant_compacts_the_same_memories(
         assert len(await tie_order(redis, prefix, agent, T)) > 1_000  # the page cut the tie
         assert await redis.hget(keys.curator(agent), "cycle") == b"1"  # the curator ran
 
-        stop_worker(tie_workers.pop("main"))
-        assert await wipe_memory_state(redis, prefix) > 0
-        report = await replay(tie_settings, progress=False)
+        await stop_and_wipe(redis, tie_settings, tie_workers.pop("main"))
+        report = await replay_journal(tie_settings)
         assert report.entries > len(events) and report.dead_lettered == 0
         assert await compacted(redis, prefix, agent) == sources
         assert (await agent_digest(redis, prefix, agent)).sha256 == before

@@ -14,6 +14,7 @@ from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
+from tests.support.dead_letters import dead_letters_where
 
 BASE_TS = 1_790_000_000_000
 
@@ -91,13 +92,13 @@ async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
         await client.publish_raw(topic, agent, payload)
     await client.publish_raw(topic, agent, orjson.dumps(good))
 
-    def all_dead(records: list[Any]) -> bool:
-        return len(_dead_letters_with(records, marker)) >= len(bad_payloads)
-
-    records = await read_topic(
-        settings.bootstrap_servers, client.topics.dead_letters, until=all_dead, timeout=15
+    dead = await dead_letters_where(
+        read_topic,
+        settings,
+        lambda letter: marker in (letter.get("payload") or ""),
+        at_least=len(bad_payloads),
+        timeout=15,
     )
-    dead = _dead_letters_with(records, marker)
     assert sorted(letter["reason"] for letter in dead) == sorted(bad_payloads)
     by_reason = {letter["reason"]: letter for letter in dead}
     assert by_reason["missing_field"]["field"] == "agent_id"
@@ -110,11 +111,6 @@ async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
 
     answer = await eventually(lambda: _recall_count(client, agent, marker, 1), timeout=15)
     assert answer.items[0].text == good["text"]
-
-
-def _dead_letters_with(records: list[Any], marker: str) -> list[dict[str, Any]]:
-    letters = [orjson.loads(record.value) for record in records]
-    return [letter for letter in letters if marker in (letter.get("payload") or "")]
 
 
 async def test_publishing_the_same_events_twice_changes_nothing(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,9 @@ from redis.asyncio import Redis
 
 from grimoire.infra.exchange import export_agent, import_file
 from grimoire.infra.local.worker_process import stop_worker
-from grimoire.infra.replay import replay
 from grimoire.infra.settings import Settings
 from grimoire.streams.model.ids import memory_id
 from grimoire.tables.keyspace import Keyspace
-from grimoire.tables.memory.wipe import wipe_memory_state
 from grimoire.tables.trust.agent_keys import agent_footprint
 from grimoire.tables.trust.digest import (
     EXCLUDED_FAMILIES,
@@ -52,8 +50,9 @@ from grimoire.tables.trust.stored_values import member_value, read_stored
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, FactV1, OutcomeV1, ToolEventV1
+from tests.support.rebuild import replay_journal, stop_and_wipe
 from tests.support.stored import memory_fields, settled_digests, wait_outcomes_applied
-from tests.support.workers import add_worker, client_for, prefixed_settings, running_workers
+from tests.support.workers import add_worker, client_for, prefixed_settings, workers_fixture
 
 BASE_TS = 1_792_000_000_000
 MINUTE = 60_000
@@ -112,13 +111,7 @@ def donor_settings(settings: Settings) -> Settings:
     return _prefixed(settings, "rd")
 
 
-@pytest.fixture(scope="module")
-async def workers(
-    main_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    logs = tmp_path_factory.mktemp("replay-learning-workers")
-    async with running_workers(logs, main=main_settings) as held:
-        yield held
+workers = workers_fixture("workers", main="main_settings")
 
 
 # ---- inputs ------------------------------------------------------------------------
@@ -498,11 +491,9 @@ async def test_a_replay_with_learning_facts_and_imports_rebuilds_the_same_digest
             answers = await _ask(client, redis, prefix, questions)
         assert len(answers) >= 32 and sum(len(x) > 200 for x in answers) >= 28
 
-        stop_worker(workers.pop("main"))
-        assert await wipe_memory_state(redis, prefix) > 0
+        await stop_and_wipe(redis, main_settings, workers.pop("main"))
         assert not await redis.exists(Keyspace(prefix).learned_weights(learner))
-        result = await replay(main_settings, progress=False)
-        assert result.entries > 0 and result.dead_lettered == 0
+        await replay_journal(main_settings)
         after = [(await agent_digest(redis, prefix, a)).sha256 for a in agents]
         if after != before:
             differences = {

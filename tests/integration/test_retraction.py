@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,12 +27,11 @@ from grimoire.agents.handlers.retraction import PLAYBOOK_OP, RetractionHandler
 from grimoire.agents.maintenance.compaction_task import CompactionTask
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.infra.settings import Settings
-from grimoire.streams.learn.curator.distill import Situation
 from grimoire.streams.learn.curator.values import EntryStatus
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPolicy
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.model.lexicon import lexical_form
-from grimoire.streams.model.records import EventType, Kind, MemoryRecord
+from grimoire.streams.model.records import EventType, MemoryRecord
 from grimoire.streams.trust.retraction import RetractionOp
 from grimoire.streams.write.changes import WriteBatch
 from grimoire.streams.write.plan import aggregate_id
@@ -44,10 +42,9 @@ from grimoire.tables.memory.store import RedisMemoryStore
 from grimoire.tables.redis_client import create_redis
 from grimoire.tables.trust.derivations import RedisDerivationStore
 from grimoire.topics.declarations import TopicNames
-from tests.support.curator import curated_entry, new_entries_cycle
 from tests.support.embedders import FakeEmbedder
 from tests.support.maintenance import compacted_summary
-from tests.support.retraction import Witness, swap_record
+from tests.support.retraction import Witness, curate_over, swap_record
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
@@ -59,7 +56,6 @@ KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
 REPEAT = "rpc endpoint timed out on node seven"
 OOM = "worker ran out of memory loading batch"
 SWAP = "swap eth for usdc attempt"
-SITUATION = Situation("swap", ("entity:eth", "entity:usdc"), "calm", "eth-dca")
 
 
 class NoUsage:
@@ -167,19 +163,13 @@ async def compacted(world: World) -> tuple[list[str], str]:
     return [r.id for r in records], await compacted_summary(world.compaction, world.embed, A, NOW)
 
 
-entry = partial(curated_entry, situation=SITUATION, now=NOW)
-
-
 async def curated(world: World) -> tuple[list[str], str, str]:
     """Two episodes, an active insight over both and the playbook heuristic derived
     from the insight, written by one curator cycle."""
     episodes = [record(world, f"ep-{n}", f"{SWAP} {n}", NOW - 20 + n, keys=KEYS) for n in (1, 2)]
     await world.store.commit(WriteBatch(records=tuple(episodes)))
     ids = [r.id for r in episodes]
-    insight = entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, tuple(ids))
-    heuristic = entry("heuristic-1", Kind.HEURISTIC, EntryStatus.PLAYBOOK, ("insight-1",))
-    vectors = {e.memory_id: world.fake.vector(e.text).tobytes() for e in (insight, heuristic)}
-    assert await world.curator.apply(new_entries_cycle(A, NOW, (insight, heuristic), vectors))
+    insight, heuristic = await curate_over(world.curator, world.fake, A, NOW, tuple(ids))
     return ids, insight.memory_id, heuristic.memory_id
 
 

@@ -22,16 +22,13 @@ inputs moves the state):
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from grimoire.infra.exchange import export_agent, import_file
-from grimoire.infra.local.worker_process import stop_worker
-from grimoire.infra.replay import replay
+from grimoire.infra.exchange import ImportReport, export_agent, import_file
 from grimoire.infra.settings import Settings
 from grimoire.streams.exchange.inherit import InheritanceOptions, successor_memory_id
 from grimoire.streams.exchange.inherit_knowledge import successor_fact_id, successor_fact_source
@@ -41,13 +38,12 @@ from grimoire.streams.model.ids import memory_id
 from grimoire.tables.facts.store import RedisFactStore
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.learn.store import RedisLearningStore
-from grimoire.tables.memory.wipe import wipe_memory_state
-from grimoire.tables.trust.digest import agent_digest, state_digest
-from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
+from grimoire.tables.trust.digest import state_digest
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, FactV1, OutcomeV1, ToolEventV1
+from tests.support.rebuild import assert_rebuilt, replay_journal, stop_and_wipe
 from tests.support.stored import memory_fields, settled_digests, wait_outcomes_applied
-from tests.support.workers import client_for, prefixed_settings, running_workers
+from tests.support.workers import client_for, prefixed_settings, workers_fixture
 
 BASE_TS = 1_793_000_000_000
 MINUTE = 60_000
@@ -66,13 +62,7 @@ def target_settings(settings: Settings) -> Settings:
     return prefixed_settings(settings, "sb", maintenance_enabled=False, block_interval_s=3_600.0)
 
 
-@pytest.fixture(scope="module")
-async def workers(
-    source_settings: Settings, target_settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Any]]:
-    logs = tmp_path_factory.mktemp("successor-workers")
-    async with running_workers(logs, source=source_settings, target=target_settings) as held:
-        yield held
+workers = workers_fixture("workers", source="source_settings", target="target_settings")
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +73,14 @@ def state() -> dict[str, Any]:
 
 def _ts(n: int, step: int) -> int:
     return BASE_TS + n * 10 * MINUTE + step * MINUTE
+
+
+async def _inherit(settings: Settings, path: Path, heir: str, agent: str) -> ImportReport:
+    """The exported file imported as `heir`'s inheritance from `agent`, at `DISCOUNT`."""
+    return await import_file(
+        settings, path, agent_id=heir, successor_of=agent,
+        options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
+    )  # fmt: skip
 
 
 def _member(agent: str, n: int, part: str) -> str:
@@ -196,10 +194,7 @@ async def test_a_successor_inherits_facts_and_causal_edges_at_the_discount(
         with path.open("wb") as out:
             exported = await export_agent(source_settings, agent, out, progress=False)
         assert exported.counts["causal_edges"] >= 1 and exported.counts["facts"] >= 1
-        report = await import_file(
-            source_settings, path, agent_id=heir, successor_of=agent,
-            options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
-        )  # fmt: skip
+        report = await _inherit(source_settings, path, heir, agent)
         assert report.applied and report.successor_of == agent
 
         # B's memories: A's live ones under new ids (the retracted report is not B's).
@@ -289,24 +284,19 @@ async def test_the_same_file_inherited_again_gives_the_same_state(
     agent, heir = state["agent"], state["successor"]
     redis = Redis.from_url(source_settings.redis.url)
     try:
-        target = target_settings.broker.topic_prefix
-        report = await import_file(
-            target_settings, state["file"], agent_id=heir, successor_of=agent,
-            options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
-        )  # fmt: skip
-        assert report.applied
-        await settled_digests(redis, target, [heir], eventually, quiet_s=2.0)
-        assert (await state_digest(redis, target, heir)).sha256 == state["heir_state"]
-        assert await RedisFactStore(redis, target).all_versions(agent) == []  # A was never here
 
-        source = source_settings.broker.topic_prefix
-        resent = await import_file(
-            source_settings, state["file"], agent_id=heir, successor_of=agent,
-            options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
-        )  # fmt: skip
-        assert resent.applied
-        await settled_digests(redis, source, [heir], eventually, quiet_s=2.0)
-        assert (await state_digest(redis, source, heir)).sha256 == state["heir_state"]
+        async def inherited_on(settings: Settings) -> str:
+            """The file inherited on that deployment: B's state is the one it had first."""
+            prefix = settings.broker.topic_prefix
+            report = await _inherit(settings, state["file"], heir, agent)
+            assert report.applied
+            await settled_digests(redis, prefix, [heir], eventually, quiet_s=2.0)
+            assert (await state_digest(redis, prefix, heir)).sha256 == state["heir_state"]
+            return prefix
+
+        target = await inherited_on(target_settings)
+        assert await RedisFactStore(redis, target).all_versions(agent) == []  # A was never here
+        await inherited_on(source_settings)  # sent again where B already inherited it
     finally:
         await redis.aclose()
 
@@ -333,10 +323,7 @@ async def test_a_successor_with_facts_of_its_own_keeps_them_indexed(
                 return len(await client.facts_as_known_at(own, _ts(6, 9))) == 2
 
             await eventually(known, timeout=60, interval=0.2)
-        report = await import_file(
-            target_settings, state["file"], agent_id=own, successor_of=agent,
-            options=InheritanceOptions(DISCOUNT), timeout_s=120, progress=False,
-        )  # fmt: skip
+        report = await _inherit(target_settings, state["file"], own, agent)
         assert report.applied
         mine = {fact_id_for(own, "c-1"), fact_id_for(own, "c-2")}
         inherited = {successor_fact_id(own, f) for f in (fact_id_for(agent, e) for e, *_ in FACTS)}
@@ -388,15 +375,10 @@ async def test_a_replay_rebuilds_the_inherited_facts_and_edges(
         edges = await RedisLearningStore(redis, prefix).all_edges(agents[1])
         facts = await RedisFactStore(redis, prefix).all_versions(agents[1])
         assert edges and facts
-        stop_worker(workers["source"])
-        assert await wipe_memory_state(redis, prefix) > 0
-        result = await replay(source_settings, progress=False)
-        assert result.entries > 0 and result.dead_lettered == 0
-        assert [(await agent_digest(redis, prefix, a)).sha256 for a in agents] == before
-        assert [(await state_digest(redis, prefix, a)).sha256 for a in agents] == states
+        await stop_and_wipe(redis, source_settings, workers["source"])
+        await replay_journal(source_settings)
+        await assert_rebuilt(redis, prefix, agents, before, states=states)
         assert await RedisLearningStore(redis, prefix).all_edges(agents[1]) == edges
         assert await RedisFactStore(redis, prefix).all_versions(agents[1]) == facts
-        for agent in agents:
-            assert (await audit(RedisWitnessLog(redis, prefix), agent)).ok
     finally:
         await redis.aclose()

@@ -7,9 +7,9 @@ witnesses, and bytes that are no record break the chain as "unreadable"."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -20,7 +20,6 @@ from grimoire.streams.trust.witness import GENESIS_HASH, WitnessRecord, next_rec
 from grimoire.tables.codec.witness import encode_witness
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.ports.trust import WitnessLog
-from grimoire.tables.redis_client import create_redis
 from grimoire.tables.testing.witness_log import InMemoryWitnessLog
 from grimoire.tables.trust.witness_store import (
     ChainConflict,
@@ -29,6 +28,8 @@ from grimoire.tables.trust.witness_store import (
     audit,
     is_chain_conflict,
 )
+from tests.support.contract import BACKENDS, delete_prefixed, memory_or_redis, scratch_redis
+from tests.support.witness import witness_chain
 
 pytestmark = pytest.mark.integration
 
@@ -68,38 +69,26 @@ class RedisHarness(Harness):
             await self.redis.xadd(key, fields, id=f"{seq}-0")  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    if request.param == "memory":
-        yield MemoryHarness()
-        return
-    settings: Settings = request.getfixturevalue("settings")
-    redis = create_redis(settings.redis.url, 4)
-    prefix = f"wc{uuid.uuid4().hex[:10]}"
-    try:
-        yield RedisHarness(redis, prefix)
-    finally:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+    async with memory_or_redis(
+        request, MemoryHarness, RedisHarness, tag="wc", cleanup=delete_prefixed
+    ) as harness:
+        yield harness
 
 
 def chain(n: int, agent: str = A) -> list[WitnessRecord]:
-    records: list[WitnessRecord] = []
-    for i in range(n):
-        records.append(
-            next_record(
-                records[-1] if records else None,
-                agent_id=agent,
-                journal_partition=1,
-                journal_offset=10 + i,
-                op="ingest",
-                ids=[f"m{i}"],
-                fields={"text": f"event {i}", "vector": bytes([i, i])},
-            )
-        )
-    return records
+    def record(i: int) -> dict[str, Any]:
+        fields = {"text": f"event {i}", "vector": bytes([i, i])}
+        return {
+            "journal_partition": 1,
+            "journal_offset": 10 + i,
+            "op": "ingest",
+            "ids": [f"m{i}"],
+            "fields": fields,
+        }
+
+    return witness_chain(agent, n, record)
 
 
 async def store(h: Harness, records: Sequence[WitnessRecord]) -> None:
@@ -250,15 +239,8 @@ async def test_the_audit_finds_a_forged_hash(h: Harness) -> None:
 
 @pytest.fixture
 async def redis_log(settings: Settings) -> AsyncIterator[RedisHarness]:
-    redis = create_redis(settings.redis.url, 4)
-    prefix = f"wc{uuid.uuid4().hex[:10]}"
-    try:
+    async with scratch_redis(settings, "wc", cleanup=delete_prefixed) as (redis, prefix):
         yield RedisHarness(redis, prefix)
-    finally:
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
 
 
 async def test_a_mutation_and_its_witness_land_in_one_transaction(

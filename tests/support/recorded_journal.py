@@ -89,60 +89,64 @@ class RecordedJournal:
         )
 
 
+# Which journal entry, on which input topic (a `TopicNames` attribute), each input is.
+_ENTRY_OF: Mapping[type, tuple[EntryKind, str]] = {
+    EpisodeV1: (EntryKind.EPISODE, "episodes"),
+    ToolEventV1: (EntryKind.TOOL_EVENT, "tool_events"),
+    TranscriptV1: (EntryKind.TRANSCRIPT, "transcripts"),
+    FactV1: (EntryKind.FACT, "facts"),
+    CommandV1: (EntryKind.COMMAND, "commands"),
+    MaintenanceCommandV1: (EntryKind.MAINTENANCE, "maintenance"),
+}
+
+
 def _inputs(topics: TopicNames) -> list[tuple[EntryKind, str, bytes]]:
     """Every kind of input for three agents, in the order they are journaled."""
     out: list[tuple[EntryKind, str, bytes]] = []
+
+    def add(message: Any) -> None:
+        kind, topic = _ENTRY_OF[type(message)]
+        out.append((kind, getattr(topics, topic), message.dumps_json()))
+
     for n, agent in enumerate(AGENTS):
         for i in range(14):
-            out.append(
-                (
-                    EntryKind.EPISODE,
-                    topics.episodes,
-                    EpisodeV1(
-                        agent_id=agent,
-                        ts=BASE_TS + i * BLOCK_MS,
-                        tick=i,
-                        event_id=f"ep-{i}",
-                        text=f"replica {i % 4} of shard {n} lagged {3 + i % 5} s behind the primary"
-                        if i % 3
-                        else f"disk on node {i % 4} reached {80 + i} percent after the compaction",
-                        tags=[f"shard/{n}", f"node/{i % 4}"],
-                        affect={"pleasure": (i % 5 - 2) / 4, "arousal": 0.3},
-                    ).dumps_json(),
+            add(
+                EpisodeV1(
+                    agent_id=agent,
+                    ts=BASE_TS + i * BLOCK_MS,
+                    tick=i,
+                    event_id=f"ep-{i}",
+                    text=f"replica {i % 4} of shard {n} lagged {3 + i % 5} s behind the primary"
+                    if i % 3
+                    else f"disk on node {i % 4} reached {80 + i} percent after the compaction",
+                    tags=[f"shard/{n}", f"node/{i % 4}"],
+                    affect={"pleasure": (i % 5 - 2) / 4, "arousal": 0.3},
                 )
             )
         for i in range(5):
-            out.append(
-                (
-                    EntryKind.TOOL_EVENT,
-                    topics.tool_events,
-                    ToolEventV1(
-                        agent_id=agent,
-                        ts=BASE_TS + 6_000 + i * BLOCK_MS,
-                        tool="failover",
-                        event_id=f"tool-{i}",
-                        error=f"timeout promoting replica {i}" if i % 2 else None,
-                        result=None if i % 2 else f"promoted replica {i}",
-                        paths=[f"/etc/cluster/shard-{n}.yaml"],
-                    ).dumps_json(),
+            add(
+                ToolEventV1(
+                    agent_id=agent,
+                    ts=BASE_TS + 6_000 + i * BLOCK_MS,
+                    tool="failover",
+                    event_id=f"tool-{i}",
+                    error=f"timeout promoting replica {i}" if i % 2 else None,
+                    result=None if i % 2 else f"promoted replica {i}",
+                    paths=[f"/etc/cluster/shard-{n}.yaml"],
                 )
             )
         for i in range(4):
-            out.append(
-                (
-                    EntryKind.TRANSCRIPT,
-                    topics.transcripts,
-                    TranscriptV1(
-                        agent_id=agent,
-                        ts=BASE_TS + 3_000 + i * BLOCK_MS,
-                        session_id="s-1",
-                        event_id=f"line-{i}",
-                        turn_id=f"t-{i // 2}",
-                        line={
-                            "role": "user" if i % 2 == 0 else "assistant",
-                            "content": f"should we fail over shard {n} now, step {i}",
-                        },
-                    ).dumps_json(),
+            add(
+                TranscriptV1(
+                    agent_id=agent,
+                    ts=BASE_TS + 3_000 + i * BLOCK_MS,
+                    session_id="s-1",
+                    event_id=f"line-{i}",
+                    turn_id=f"t-{i // 2}",
+                    line={
+                        "role": "user" if i % 2 == 0 else "assistant",
+                        "content": f"should we fail over shard {n} now, step {i}",
+                    },
                 )
             )
         # The second fact supersedes the first (same subject and predicate).
@@ -150,57 +154,31 @@ def _inputs(topics: TopicNames) -> list[tuple[EntryKind, str, bytes]]:
             ("fact-1", BASE_TS + 100_000, "node-1", 8),
             ("fact-2", BASE_TS + 160_000, "node-3", 13),
         ):
-            fact = FactV1(
-                agent_id=agent,
-                ts=ts,
-                subject=f"shard-{n}",
-                predicate="primary_on",
-                object=obj,
-                valid_from=valid_from,
-                object_is_entity=True,
-                event_id=event_id,
+            add(
+                FactV1(
+                    agent_id=agent,
+                    ts=ts,
+                    subject=f"shard-{n}",
+                    predicate="primary_on",
+                    object=obj,
+                    valid_from=valid_from,
+                    object_is_entity=True,
+                    event_id=event_id,
+                )
             )
-            out.append((EntryKind.FACT, topics.facts, fact.dumps_json()))
-        commands = (
-            CommandV1(
-                agent_id=agent,
-                command="configure",
-                config={"use_causal_scoring": n % 2 == 0},
-                ts=BASE_TS + 170_000,
-                event_id="cmd-configure",
-            ),
-            CommandV1(
-                agent_id=agent,
-                command="pin",
-                memory_id="",  # filled when journaled: pins the agent's first memory
-                ts=BASE_TS + 171_000,
-                event_id="cmd-pin",
-            ),
-            CommandV1(
-                agent_id=agent,
-                command="retract",
-                source_event_id="ep-4",
-                ts=BASE_TS + 172_000,
-                event_id="cmd-retract",
-            ),
-            CommandV1(
-                agent_id=agent,
-                command="retract",
-                source_event_id="fact-2",
-                ts=BASE_TS + 173_000,
-                event_id="cmd-retract-fact",
-            ),
-        )
-        out += [(EntryKind.COMMAND, topics.commands, c.dumps_json()) for c in commands]
-        out.append(
-            (
-                EntryKind.MAINTENANCE,
-                topics.maintenance,
-                MaintenanceCommandV1(
-                    agent_id=agent, reason="manual", force_compaction=True
-                ).dumps_json(),
+        for event_id, ts, command, fields in (
+            ("cmd-configure", 170_000, "configure", {"config": {"use_causal_scoring": n % 2 == 0}}),
+            # Filled when journaled: pins the agent's first memory.
+            ("cmd-pin", 171_000, "pin", {"memory_id": ""}),
+            ("cmd-retract", 172_000, "retract", {"source_event_id": "ep-4"}),
+            ("cmd-retract-fact", 173_000, "retract", {"source_event_id": "fact-2"}),
+        ):
+            add(
+                CommandV1(
+                    agent_id=agent, command=command, ts=BASE_TS + ts, event_id=event_id, **fields
+                )
             )
-        )
+        add(MaintenanceCommandV1(agent_id=agent, reason="manual", force_compaction=True))
     return out
 
 
@@ -208,24 +186,18 @@ def _outcomes(topics: TopicNames, memory_ids: Mapping[str, Sequence[str]]) -> li
     out: list[bytes] = []
     for agent in AGENTS:
         ids = sorted(memory_ids[agent])
-        out.append(
-            OutcomeV1(
+        for event_id, ts, outcome, credited in (
+            ("out-1", 180_000, "positive", ids[:2]),
+            ("out-2", 181_000, "negative", ids[2:3]),
+        ):
+            message = OutcomeV1(
                 agent_id=agent,
-                ts=BASE_TS + 180_000,
-                outcome="positive",
-                memory_ids=ids[:2],
-                event_id="out-1",
-            ).dumps_json()
-        )
-        out.append(
-            OutcomeV1(
-                agent_id=agent,
-                ts=BASE_TS + 181_000,
-                outcome="negative",
-                memory_ids=ids[2:3],
-                event_id="out-2",
-            ).dumps_json()
-        )
+                ts=BASE_TS + ts,
+                outcome=outcome,
+                memory_ids=credited,
+                event_id=event_id,
+            )
+            out.append(message.dumps_json())
     return out
 
 

@@ -1,16 +1,27 @@
-"""What the retraction tests share: a witness callback that records each step, and the
-swap tool's episodes embedded by the fake embedder the handlers use."""
+"""What the retraction tests share: a witness callback that records each step, the
+swap tool's episodes embedded by the fake embedder the handlers use, and the insight
+and playbook heuristic a curator cycle distils from them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from grimoire.streams.model.records import MemoryRecord
+from grimoire.streams.learn.curator.distill import Situation
+from grimoire.streams.learn.curator.values import CuratedEntry, EntryStatus
+from grimoire.streams.model.records import Kind, MemoryRecord
+from grimoire.tables.ports.maintenance import CuratorStore
 
 from .builders import memory_candidate, memory_record
+from .curator import curated_entry, new_entries_cycle
 from .embedders import FakeEmbedder
+
+__all__ = ["SWAP_SITUATION", "Witness", "curate_over", "swap_record"]
+
+# Where the swap tool's episodes happen: what the curated entries work in.
+SWAP_SITUATION = Situation("swap", ("entity:eth", "entity:usdc"), "calm", "eth-dca")
 
 
 @dataclass
@@ -43,3 +54,17 @@ def swap_record(
         **fields,
     )
     return memory_record(candidate, fake.vector(text))
+
+
+async def curate_over(
+    curator: CuratorStore, fake: FakeEmbedder, agent: str, now: int, sources: tuple[str, ...]
+) -> tuple[CuratedEntry, CuratedEntry]:
+    """An active insight ("insight-1") distilled from `sources` and the playbook
+    heuristic ("heuristic-1") derived from it, written by one curator cycle at `now`,
+    each embedded by `fake`; the cycle applied."""
+    entry = partial(curated_entry, situation=SWAP_SITUATION, now=now)
+    insight = entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, sources)
+    heuristic = entry("heuristic-1", Kind.HEURISTIC, EntryStatus.PLAYBOOK, ("insight-1",))
+    vectors = {e.memory_id: fake.vector(e.text).tobytes() for e in (insight, heuristic)}
+    assert await curator.apply(new_entries_cycle(agent, now, (insight, heuristic), vectors))
+    return insight, heuristic

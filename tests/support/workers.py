@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from grimoire.infra.local.worker_process import start_worker, stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient
@@ -78,3 +80,21 @@ async def add_worker(held: dict[str, Any], name: str, settings: Settings) -> Non
         starts += 1
         log = logs / f"{name}-{starts}.log"
     held[name] = await start_ready_worker(settings, log, timeout=READY_S)
+
+
+def workers_fixture(name: str, **deployments: str) -> Any:
+    """A module fixture called `name` (assign it to that name in the test module):
+    `running_workers` for each deployment, given as worker name = the name of the
+    fixture with its settings, logging to a temporary folder of its own. Those
+    settings fixtures must be plain functions: pytest-asyncio cannot set up an async
+    fixture requested by name from inside another."""
+
+    @pytest.fixture(scope="module", name=name)
+    async def held_workers(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> AsyncIterator[dict[str, Any]]:
+        chosen = {worker: request.getfixturevalue(of) for worker, of in deployments.items()}
+        async with running_workers(tmp_path_factory.mktemp(name), **chosen) as held:
+            yield held
+
+    return held_workers

@@ -23,7 +23,6 @@ from grimoire.agents.handlers.retraction import (
     RetractionHandler,
 )
 from grimoire.agents.maintenance.compaction_task import CompactionTask
-from grimoire.streams.learn.curator.distill import Situation
 from grimoire.streams.learn.curator.plan import plan_cycle
 from grimoire.streams.learn.curator.values import EntryStatus, QuarantinedView
 from grimoire.streams.maintenance.compaction import DAY_MS, CompactionPolicy
@@ -38,10 +37,10 @@ from grimoire.tables.testing.compaction_store import InMemoryCompactionStore
 from grimoire.tables.testing.curator_store import InMemoryCuratorStore
 from grimoire.tables.testing.derivations import InMemoryDerivationStore, edge_index
 from grimoire.tables.trust.derivations import batch_edges
-from tests.support.curator import curated_entry, new_entries_cycle
+from tests.support.curator import curated_entry
 from tests.support.handlers import REPLY_TO, Rig, episode, messages, mid, recall_request
 from tests.support.maintenance import compacted_summary
-from tests.support.retraction import Witness, swap_record
+from tests.support.retraction import SWAP_SITUATION, Witness, curate_over, swap_record
 
 A, B = "agent-1", "agent-2"
 T0 = 1_790_000_000_000 - 1_790_000_000_000 % DAY_MS
@@ -376,10 +375,8 @@ async def test_a_summary_is_rebuilt_without_the_retracted_source_then_retracted(
 
 # ---- the curator: an insight demoted, then retracted with its heuristic ------------
 
-SITUATION = Situation("swap", ("entity:eth", "entity:usdc"), "calm", "eth-dca")
 
-
-entry = partial(curated_entry, situation=SITUATION, now=NOW)
+entry = partial(curated_entry, situation=SWAP_SITUATION, now=NOW)
 
 
 async def curated(world: World) -> tuple[list[str], str, str]:
@@ -391,10 +388,7 @@ async def curated(world: World) -> tuple[list[str], str, str]:
     ]
     await world.store.commit(WriteBatch(records=tuple(episodes)))
     ids = [r.id for r in episodes]
-    insight = entry("insight-1", Kind.INSIGHT, EntryStatus.ACTIVE, tuple(ids))
-    heuristic = entry("heuristic-1", Kind.HEURISTIC, EntryStatus.PLAYBOOK, ("insight-1",))
-    vectors = {e.memory_id: world.fake.vector(e.text).tobytes() for e in (insight, heuristic)}
-    assert await world.curator.apply(new_entries_cycle(A, NOW, (insight, heuristic), vectors))
+    await curate_over(world.curator, world.fake, A, NOW, tuple(ids))
     assert "heuristic-1" in (await world.curator.get_playbook(A) or "")
     return ids, "insight-1", "heuristic-1"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 import pytest
 
 from grimoire.infra import cli
@@ -21,7 +20,7 @@ from grimoire.streams.learn.causal import CausalEdge, Direction, k_hop
 from grimoire.tables.learn import store as learn_store
 from grimoire.tables.testing.learning_store import InMemoryLearningStore
 from tests.support.causal import EDGES, write_edges
-from tests.support.cli import patch_opener
+from tests.support.cli import patch_opener, run_json
 
 AGENT = "fleet-a/golem-1"
 
@@ -103,16 +102,10 @@ async def stored(monkeypatch: pytest.MonkeyPatch) -> CountingStore:
     return store
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any], str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, [orjson.loads(line) for line in out.splitlines()], err
-
-
 def test_causal_prints_one_hop_of_effects_by_default(
     stored: CountingStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (answer,), _ = run(capsys, "causal", "--agent", AGENT, "s")
+    code, (answer,), _ = run_json(capsys, "causal", "--agent", AGENT, "s")
     assert code == 0
     assert answer == {
         "memory_id": "s",
@@ -142,7 +135,7 @@ def test_causal_hops_direction_and_limit(
     argv: list[str],
     expected: list[tuple[str, int]],
 ) -> None:
-    code, (answer,), _ = run(capsys, "causal", "--agent", AGENT, *argv)
+    code, (answer,), _ = run_json(capsys, "causal", "--agent", AGENT, *argv)
     assert code == 0
     assert [(n["memory_id"], n["hops"]) for n in answer["nodes"]] == expected
 
@@ -159,7 +152,7 @@ def test_causal_hops_direction_and_limit(
 def test_causal_refuses_bad_arguments_with_exit_2(
     stored: CountingStore, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    code, out, err = run(capsys, "causal", "--agent", AGENT, *argv)
+    code, out, err = run_json(capsys, "causal", "--agent", AGENT, *argv)
     assert (code, out) == (2, [])
     assert message in err
     assert stored.reads == []
@@ -168,7 +161,7 @@ def test_causal_refuses_bad_arguments_with_exit_2(
 def test_causal_refuses_a_bad_agent_and_an_unknown_direction(
     stored: CountingStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "causal", "--agent", "has space", "s")
+    code, _, err = run_json(capsys, "causal", "--agent", "has space", "s")
     assert code == 2 and "not an agent id" in err
     with pytest.raises(SystemExit) as exited:
         cli.main(["causal", "--agent", AGENT, "--direction", "sideways", "s"])

@@ -11,15 +11,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 import pytest
 
-from grimoire.infra import cli
 from grimoire.infra.cli import clades, common, parser
 from grimoire.infra.cli.clades import CladeStores
 from grimoire.tables.ports.clade import Published
 from grimoire.tables.testing.clade_store import InMemoryCladeRegistry, InMemoryPublishedStore
-from tests.support.cli import patch_opener
+from tests.support.cli import assert_help, exit_status, patch_opener, run_json
 from tests.support.gateway import RecordingGateway
 
 AGENT = "fleet-a/golem-1"
@@ -61,12 +59,6 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> RecordingGateway:
     return fake
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any], str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, [orjson.loads(line) for line in out.splitlines()], err
-
-
 def test_the_commands_are_listed_in_help_order() -> None:
     order = list(parser.ORDER)
     assert order.index("publish") == order.index("unpin") + 1
@@ -83,10 +75,7 @@ def test_the_commands_are_listed_in_help_order() -> None:
     ids=" ".join,
 )  # fmt: skip
 def test_every_command_has_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main([*argv, "--help"])
-    assert exited.value.code == 0
-    assert f"usage: grimoire {' '.join(argv)}" in capsys.readouterr().out
+    assert_help(capsys, argv)
 
 
 @pytest.mark.parametrize(
@@ -103,9 +92,7 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str], argv: list[s
 def test_unparseable_arguments_exit_2_with_usage(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main(argv)
-    assert exited.value.code == 2
+    assert exit_status(argv) == 2
     assert message in capsys.readouterr().err
 
 
@@ -115,22 +102,22 @@ def test_unparseable_arguments_exit_2_with_usage(
 def test_join_leave_list_and_members(
     stores: CladeStores, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "clade", "join", "ops", AGENT) == (
+    assert run_json(capsys, "clade", "join", "ops", AGENT) == (
         0, [{"clade": "ops", "agent_id": AGENT, "member": True, "changed": True}], "",
     )  # fmt: skip
-    assert run(capsys, "clade", "join", "ops", AGENT)[1][0]["changed"] is False
-    run(capsys, "clade", "join", "ops", "golem-2")
-    run(capsys, "clade", "join", "db", "golem-2")
-    assert run(capsys, "clade", "list") == (
+    assert run_json(capsys, "clade", "join", "ops", AGENT)[1][0]["changed"] is False
+    run_json(capsys, "clade", "join", "ops", "golem-2")
+    run_json(capsys, "clade", "join", "db", "golem-2")
+    assert run_json(capsys, "clade", "list") == (
         0, [{"clade": "db", "members": 1}, {"clade": "ops", "members": 2}], "",
     )  # fmt: skip
-    assert run(capsys, "clade", "members", "ops")[1] == [
+    assert run_json(capsys, "clade", "members", "ops")[1] == [
         {"clade": "ops", "members": [AGENT, "golem-2"]}
     ]
-    assert run(capsys, "clade", "leave", "ops", "golem-2")[1] == [
+    assert run_json(capsys, "clade", "leave", "ops", "golem-2")[1] == [
         {"clade": "ops", "agent_id": "golem-2", "member": False, "changed": True}
     ]
-    assert run(capsys, "clade", "leave", "ops", "golem-2")[1][0]["changed"] is False
+    assert run_json(capsys, "clade", "leave", "ops", "golem-2")[1][0]["changed"] is False
 
 
 @pytest.mark.parametrize(
@@ -147,7 +134,7 @@ def test_join_leave_list_and_members(
 def test_bad_names_are_refused_with_exit_2(
     stores: CladeStores, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    code, printed, err = run(capsys, *argv)
+    code, printed, err = run_json(capsys, *argv)
     assert (code, printed) == (2, [])
     assert err.startswith("grimoire clade: ") and message in err and err.count("\n") == 1
 
@@ -162,7 +149,7 @@ def test_entries_print_what_the_members_published_to_the_clade(
         await stores.published.mark(AGENT, Published("elsewhere", (("db", ()),)))
 
     asyncio.run(share())
-    code, printed, err = run(capsys, "clade", "entries", "ops")
+    code, printed, err = run_json(capsys, "clade", "entries", "ops")
     assert (code, err) == (0, "")
     assert printed == [
         {
@@ -171,7 +158,7 @@ def test_entries_print_what_the_members_published_to_the_clade(
             "ts": 1_790_000_000_000,
         }
     ]  # fmt: skip
-    code, printed, err = run(capsys, "clade", "entries", "nobody")
+    code, printed, err = run_json(capsys, "clade", "entries", "nobody")
     assert (code, printed, err) == (0, [], "")
 
 
@@ -183,7 +170,9 @@ def test_publish_sends_the_command_with_the_key(
     gateway: RecordingGateway,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, printed, err = run(capsys, "publish", AGENT, MEMORY, "--clade", "ops", "--api-key", KEY)
+    code, printed, err = run_json(
+        capsys, "publish", AGENT, MEMORY, "--clade", "ops", "--api-key", KEY
+    )
     assert (code, err) == (0, "")
     (command,) = gateway.commands
     assert (command.agent_id, command.command, command.memory_id, command.clade) == (
@@ -205,7 +194,7 @@ def test_publish_sends_the_command_with_the_key(
 def test_unpublish_needs_no_memory_and_no_clade(
     stores: CladeStores, gateway: RecordingGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, printed, _ = run(capsys, "unpublish", AGENT, "long-gone")
+    code, printed, _ = run_json(capsys, "unpublish", AGENT, "long-gone")
     assert code == 0
     (command,) = gateway.commands
     assert (command.command, command.memory_id, command.clade) == ("unpublish", "long-gone", None)
@@ -230,7 +219,7 @@ def test_publishing_refuses_before_sending(
     code: int,
     message: str,
 ) -> None:
-    exit_code, printed, err = run(capsys, *argv)
+    exit_code, printed, err = run_json(capsys, *argv)
     assert (exit_code, printed) == (code, [])
     assert err.startswith(f"grimoire {argv[0]}: ") and message in err
     assert gateway.commands == []

@@ -28,7 +28,7 @@ from grimoire.topics.client import (
     RecallUnauthorized,
 )
 from grimoire.topics.schemas import RecallItemV1
-from tests.support.cli import patch_opener
+from tests.support.cli import assert_help, exit_status, patch_opener, run_json
 from tests.support.gateway import RecordingGateway
 
 AGENT = "fleet-a/golem-1"
@@ -119,12 +119,6 @@ def memories(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
     return stored
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any], str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, [orjson.loads(line) for line in out.splitlines()], err
-
-
 # ---- every command has --help; argparse refuses what it cannot parse -------------
 
 COMMANDS = (
@@ -145,10 +139,7 @@ COMMANDS = (
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
 def test_every_command_has_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main([*argv, "--help"])
-    assert exited.value.code == 0
-    assert f"usage: grimoire {' '.join(argv)}" in capsys.readouterr().out
+    assert_help(capsys, argv)
 
 
 @pytest.mark.parametrize(
@@ -170,9 +161,7 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str], argv: list[s
 def test_unparseable_arguments_exit_2_with_usage(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main(argv)
-    assert exited.value.code == 2
+    assert exit_status(argv) == 2
     assert message in capsys.readouterr().err
     assert gateway.recalls == gateway.commands == gateway.published == []
 
@@ -194,7 +183,7 @@ def test_unparseable_arguments_exit_2_with_usage(
 def test_a_bad_agent_id_is_refused_before_anything_is_read_or_sent(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    code, printed, err = run(capsys, *argv)
+    code, printed, err = run_json(capsys, *argv)
     assert (code, printed) == (2, [])
     assert err.startswith(f"grimoire {argv[0]}")
     assert "not an agent id" in err and err.count("\n") == 1
@@ -207,7 +196,7 @@ def test_a_bad_agent_id_is_refused_before_anything_is_read_or_sent(
 def test_search_counts_no_usage_and_prints_one_line_per_item(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, printed, _ = run(
+    code, printed, _ = run_json(
         capsys, "search", "--agent", AGENT, "--k", "2", "--explain", "rpc timeouts"
     )
     assert code == 0
@@ -222,7 +211,7 @@ def test_search_counts_no_usage_and_prints_one_line_per_item(
 def test_search_without_k_leaves_the_agents_default(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "search", "--agent", AGENT, "rpc")[0] == 0
+    assert run_json(capsys, "search", "--agent", AGENT, "rpc")[0] == 0
     (asked,) = gateway.recalls
     assert asked["k"] is None and asked["explain"] is None
 
@@ -238,7 +227,7 @@ def test_search_without_k_leaves_the_agents_default(
 def test_search_checks_the_request_with_the_workers_parser_first(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    code, printed, err = run(capsys, "search", "--agent", AGENT, *argv)
+    code, printed, err = run_json(capsys, "search", "--agent", AGENT, *argv)
     assert (code, printed) == (2, [])
     assert message in err
     assert gateway.recalls == []
@@ -261,7 +250,7 @@ def test_search_failures_are_one_line_and_an_exit_code(
     message: str,
 ) -> None:
     gateway.fail_with = failure
-    exit_code, printed, err = run(capsys, "search", "--agent", AGENT, "rpc")
+    exit_code, printed, err = run_json(capsys, "search", "--agent", AGENT, "rpc")
     assert (exit_code, printed) == (code, [])
     assert err.startswith("grimoire search: ") and message in err
     assert "Traceback" not in err
@@ -289,10 +278,10 @@ def test_the_api_key_comes_from_the_flag_or_the_environment(
     capsys: pytest.CaptureFixture[str],
     argv: list[str],
 ) -> None:
-    assert run(capsys, *argv)[0] == 0
+    assert run_json(capsys, *argv)[0] == 0
     monkeypatch.setenv("GRIMOIRE_API_KEY", "gmk_fromenv.secret")
-    assert run(capsys, *argv)[0] == 0
-    assert run(capsys, *argv[:1], *argv[1:], "--api-key", "gmk_flag.secret")[0] == 0
+    assert run_json(capsys, *argv)[0] == 0
+    assert run_json(capsys, *argv[:1], *argv[1:], "--api-key", "gmk_flag.secret")[0] == 0
     assert gateway.api_keys == [None, "gmk_fromenv.secret", "gmk_flag.secret"]
 
 
@@ -329,7 +318,7 @@ def test_the_key_is_not_shown_in_help(
 def test_memory_prints_its_full_text(
     memories: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (found,), _ = run(capsys, "memory", "--agent", AGENT, MEMORY)
+    code, (found,), _ = run_json(capsys, "memory", "--agent", AGENT, MEMORY)
     assert code == 0
     assert found["id"] == MEMORY and found["text"].endswith("full text")
     assert "graph" not in found
@@ -338,7 +327,9 @@ def test_memory_prints_its_full_text(
 def test_memory_with_graph_adds_its_neighbourhood(
     memories: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (found,), _ = run(capsys, "memory", "--agent", AGENT, "--graph", "--depth", "2", MEMORY)
+    code, (found,), _ = run_json(
+        capsys, "memory", "--agent", AGENT, "--graph", "--depth", "2", MEMORY
+    )
     assert code == 0
     assert found["graph"]["depth"] == 2
     assert {node["type"] for node in found["graph"]["nodes"]} == {"memory", "key"}
@@ -350,7 +341,7 @@ def test_a_missing_or_another_agents_memory_exits_1(
     memories: dict[str, Any], capsys: pytest.CaptureFixture[str], agent: str
 ) -> None:
     memory_id = "nope" if agent == AGENT else MEMORY
-    code, printed, err = run(capsys, "memory", "--agent", agent, memory_id)
+    code, printed, err = run_json(capsys, "memory", "--agent", agent, memory_id)
     assert (code, printed) == (1, [])
     assert err == f"grimoire memory: agent {agent!r} has no memory {memory_id!r}\n"
 
@@ -366,7 +357,7 @@ def test_a_missing_or_another_agents_memory_exits_1(
 def test_memory_refuses_bad_arguments(
     memories: dict[str, Any], capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    code, printed, err = run(capsys, "memory", "--agent", AGENT, *argv)
+    code, printed, err = run_json(capsys, "memory", "--agent", AGENT, *argv)
     assert (code, printed) == (2, [])
     assert message in err
 
@@ -444,10 +435,12 @@ def episodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
 def test_episodes_lists_one_line_each(
     episodes: list[tuple[str, int, int]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, printed, _ = run(capsys, "episodes", "--agent", AGENT)
+    code, printed, _ = run_json(capsys, "episodes", "--agent", AGENT)
     assert code == 0
     assert [e["episode_id"] for e in printed] == ["run:r-0", "run:r-1", "run:r-2"]
-    code, printed, _ = run(capsys, "episodes", "--agent", AGENT, "--limit", "1", "--offset", "1")
+    code, printed, _ = run_json(
+        capsys, "episodes", "--agent", AGENT, "--limit", "1", "--offset", "1"
+    )
     assert [e["episode_id"] for e in printed] == ["run:r-1"]
     assert episodes == [(AGENT, 50, 0), (AGENT, 1, 1)]
 
@@ -455,7 +448,7 @@ def test_episodes_lists_one_line_each(
 def test_one_episode_shows_its_members_with_roles(
     episodes: list[tuple[str, int, int]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (shown,), _ = run(capsys, "episodes", "--agent", AGENT, "--episode", "turn:t-1")
+    code, (shown,), _ = run_json(capsys, "episodes", "--agent", AGENT, "--episode", "turn:t-1")
     assert code == 0
     assert shown["episode_id"] == "turn:t-1"
     assert [(m["id"], m["role"]) for m in shown["members"]] == [
@@ -467,7 +460,7 @@ def test_one_episode_shows_its_members_with_roles(
 def test_a_missing_episode_exits_1(
     episodes: list[tuple[str, int, int]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, printed, err = run(capsys, "episodes", "--agent", AGENT, "--episode", "turn:zzz")
+    code, printed, err = run_json(capsys, "episodes", "--agent", AGENT, "--episode", "turn:zzz")
     assert (code, printed) == (1, [])
     assert err == f"grimoire episodes: agent {AGENT!r} has no episode 'turn:zzz'\n"
 
@@ -487,7 +480,7 @@ def test_episodes_refuses_bad_arguments(
     argv: list[str],
     message: str,
 ) -> None:
-    code, printed, err = run(capsys, "episodes", "--agent", AGENT, *argv)
+    code, printed, err = run_json(capsys, "episodes", "--agent", AGENT, *argv)
     assert (code, printed) == (2, [])
     assert message in err
     assert episodes == []
@@ -499,11 +492,11 @@ def test_episodes_refuses_bad_arguments(
 def test_config_get_prints_every_setting(
     configs: InMemoryConfigStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (shown,), _ = run(capsys, "config", "get", "--agent", AGENT)
+    code, (shown,), _ = run_json(capsys, "config", "get", "--agent", AGENT)
     assert code == 0
     assert shown == {"agent_id": AGENT, "config": AgentConfig().to_wire()}
     configs.configs[AGENT] = AgentConfig(top_k=7, ingest_enabled=False)
-    _, (shown,), _ = run(capsys, "config", "get", "--agent", AGENT)
+    _, (shown,), _ = run_json(capsys, "config", "get", "--agent", AGENT)
     assert shown["config"]["top_k"] == 7 and shown["config"]["ingest_enabled"] is False
 
 
@@ -511,7 +504,7 @@ def test_config_set_parses_json_values_and_sends_a_configure_command(
     gateway: FakeGateway, configs: InMemoryConfigStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     configs.configs[AGENT] = AgentConfig(time_window_ms=60_000)
-    code, (accepted,), _ = run(
+    code, (accepted,), _ = run_json(
         capsys,
         "config",
         "set",
@@ -542,7 +535,7 @@ def test_config_set_parses_json_values_and_sends_a_configure_command(
 def test_config_set_a_value_that_is_not_json_is_text(
     gateway: FakeGateway, configs: InMemoryConfigStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, printed, err = run(capsys, "config", "set", "--agent", AGENT, "top_k=many")
+    code, printed, err = run_json(capsys, "config", "set", "--agent", AGENT, "top_k=many")
     assert (code, printed) == (2, [])
     assert "config.top_k: 'top_k' must be an integer (wrong_type)" in err
 
@@ -569,7 +562,7 @@ def test_config_set_refuses_an_invalid_value_before_anything_is_sent(
     pairs: list[str],
     message: str,
 ) -> None:
-    code, printed, err = run(capsys, "config", "set", "--agent", AGENT, *pairs)
+    code, printed, err = run_json(capsys, "config", "set", "--agent", AGENT, *pairs)
     assert (code, printed) == (2, [])
     assert err.startswith("grimoire config set: ") and message in err
     assert err.count("\n") == 1
@@ -582,7 +575,7 @@ def test_config_set_refuses_an_invalid_value_before_anything_is_sent(
 def test_retract_sends_the_source_event_id(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (accepted,), _ = run(capsys, "retract", "--agent", AGENT, "--source-event-id", "e-1")
+    code, (accepted,), _ = run_json(capsys, "retract", "--agent", AGENT, "--source-event-id", "e-1")
     assert code == 0
     (command,) = gateway.commands
     assert (command.command, command.agent_id, command.source_event_id) == (
@@ -604,7 +597,7 @@ def test_retract_sends_the_source_event_id(
 def test_retract_refuses_an_id_no_event_can_have(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str], source: str
 ) -> None:
-    code, printed, err = run(capsys, "retract", "--agent", AGENT, "--source-event-id", source)
+    code, printed, err = run_json(capsys, "retract", "--agent", AGENT, "--source-event-id", source)
     assert (code, printed) == (2, [])
     assert err.startswith("grimoire retract: --source-event-id: ")
     assert gateway.commands == []
@@ -613,7 +606,7 @@ def test_retract_refuses_an_id_no_event_can_have(
 def test_forget_is_refused_without_yes(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, printed, err = run(capsys, "forget", "--agent", AGENT)
+    code, printed, err = run_json(capsys, "forget", "--agent", AGENT)
     assert (code, printed) == (2, [])
     assert "without --yes" in err
     assert gateway.commands == []
@@ -622,7 +615,7 @@ def test_forget_is_refused_without_yes(
 def test_forget_with_yes_sends_the_command(
     gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, (accepted,), _ = run(capsys, "forget", "--agent", AGENT, "--yes")
+    code, (accepted,), _ = run_json(capsys, "forget", "--agent", AGENT, "--yes")
     assert code == 0
     (command,) = gateway.commands
     assert (command.command, command.agent_id) == ("forget", AGENT)
@@ -636,7 +629,7 @@ def test_pin_and_unpin_send_the_memory_id(
     capsys: pytest.CaptureFixture[str],
     action: str,
 ) -> None:
-    code, (accepted,), _ = run(capsys, action, "--agent", AGENT, MEMORY)
+    code, (accepted,), _ = run_json(capsys, action, "--agent", AGENT, MEMORY)
     assert code == 0
     (command,) = gateway.commands
     assert (command.command, command.agent_id, command.memory_id) == (action, AGENT, MEMORY)
@@ -653,7 +646,7 @@ def test_pinning_a_memory_the_agent_does_not_have_exits_1_and_sends_nothing(
     agent: str,
     memory_id: str,
 ) -> None:
-    code, printed, err = run(capsys, action, "--agent", agent, memory_id)
+    code, printed, err = run_json(capsys, action, "--agent", agent, memory_id)
     assert (code, printed) == (1, [])
     assert err == f"grimoire {action}: agent {agent!r} has no memory {memory_id!r}\n"
     assert gateway.commands == []
@@ -663,7 +656,7 @@ def test_each_command_is_a_new_one(
     gateway: FakeGateway, memories: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     for action in ("pin", "unpin", "pin"):
-        run(capsys, action, "--agent", AGENT, MEMORY)
+        run_json(capsys, action, "--agent", AGENT, MEMORY)
     assert len({command.event_id for command in gateway.commands}) == 3
 
 
@@ -699,7 +692,7 @@ def test_events_publishes_a_checked_event_to_its_topic(
     event: dict[str, Any],
     topic: str,
 ) -> None:
-    code, (accepted,), _ = run(
+    code, (accepted,), _ = run_json(
         capsys, "events", "--agent", AGENT, "--kind", kind, "--json", orjson.dumps(event).decode()
     )
     assert code == 0
@@ -725,14 +718,15 @@ def test_events_reads_a_file_or_standard_input(
     path = tmp_path / "event.json"
     path.write_bytes(orjson.dumps(event))
     assert (
-        run(capsys, "events", "--agent", AGENT, "--kind", "episode", "--json", f"@{path}")[0] == 0
+        run_json(capsys, "events", "--agent", AGENT, "--kind", "episode", "--json", f"@{path}")[0]
+        == 0
     )
 
     class Stdin:
         buffer = io.BytesIO(orjson.dumps({**event, "text": "from stdin"}))
 
     monkeypatch.setattr("sys.stdin", Stdin())
-    assert run(capsys, "events", "--agent", AGENT, "--kind", "episode", "--json", "-")[0] == 0
+    assert run_json(capsys, "events", "--agent", AGENT, "--kind", "episode", "--json", "-")[0] == 0
     texts = [orjson.loads(raw)["text"] for _, _, raw in gateway.published]
     assert texts == ["from a file", "from stdin"]
 
@@ -757,7 +751,9 @@ def test_events_refuses_what_the_worker_would_dead_letter(
     given: str,
     message: str,
 ) -> None:
-    code, printed, err = run(capsys, "events", "--agent", AGENT, "--kind", kind, "--json", given)
+    code, printed, err = run_json(
+        capsys, "events", "--agent", AGENT, "--kind", kind, "--json", given
+    )
     assert (code, printed) == (2, [])
     assert err.startswith("grimoire events: ") and message in err
     assert err.count("\n") == 1
@@ -774,7 +770,11 @@ def test_agents_lists_one_line_each(
         return ["a", "fleet-a/golem-1"]
 
     monkeypatch.setattr(reads, "_agents", known)
-    assert run(capsys, "agents") == (0, [{"agent_id": "a"}, {"agent_id": "fleet-a/golem-1"}], "")
+    assert run_json(capsys, "agents") == (
+        0,
+        [{"agent_id": "a"}, {"agent_id": "fleet-a/golem-1"}],
+        "",
+    )
 
 
 # ---- services down: a message, not a traceback ---------------------------------------
@@ -789,7 +789,7 @@ def test_an_unreachable_store_is_one_line_and_exit_1(
         raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:1.")
 
     monkeypatch.setattr(reads, "_memory", down)
-    code, printed, err = run(capsys, "memory", "--agent", AGENT, MEMORY)
+    code, printed, err = run_json(capsys, "memory", "--agent", AGENT, MEMORY)
     assert (code, printed) == (1, [])
     assert (
         err == "grimoire memory: the store is unavailable: Error 111 connecting to 127.0.0.1:1.\n"
@@ -807,7 +807,7 @@ def test_an_unreachable_broker_is_one_line_and_exit_1(
         yield
 
     monkeypatch.setattr(common, "gateway", down)
-    code, printed, err = run(capsys, "forget", "--agent", AGENT, "--yes")
+    code, printed, err = run_json(capsys, "forget", "--agent", AGENT, "--yes")
     assert (code, printed) == (1, [])
     assert err.startswith("grimoire forget: cannot reach the broker at ")
     assert err.count("\n") == 1

@@ -11,6 +11,7 @@ from dataclasses import replace
 from enum import IntEnum, StrEnum
 from itertools import pairwise
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,25 +36,24 @@ from grimoire.tables.trust.witness_store import (
     audit,
     is_chain_conflict,
 )
+from tests.support.witness import witness_chain
 
 A, B = "agent-a", "agent-b"
 
 
 def chain(n: int, agent: str = A) -> list[WitnessRecord]:
-    records: list[WitnessRecord] = []
-    for i in range(n):
-        records.append(
-            next_record(
-                records[-1] if records else None,
-                agent_id=agent,
-                journal_partition=i % 3,
-                journal_offset=100 + i,
-                op="ingest" if i % 2 == 0 else "outcome",
-                ids=[f"m{i}", f"m{i + 1}"],
-                fields={"confidence": 0.5 + i / 100, "text": f"event {i}", "vec": bytes([i])},
-            )
-        )
-    return records
+    def record(i: int) -> dict[str, Any]:
+        fields = {"confidence": 0.5 + i / 100, "text": f"event {i}", "vec": bytes([i])}
+        op = "ingest" if i % 2 == 0 else "outcome"
+        return {
+            "journal_partition": i % 3,
+            "journal_offset": 100 + i,
+            "op": op,
+            "ids": [f"m{i}", f"m{i + 1}"],
+            "fields": fields,
+        }
+
+    return witness_chain(agent, n, record)
 
 
 # ---- the canonical encoding -----------------------------------------------------
