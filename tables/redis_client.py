@@ -225,18 +225,18 @@ def create_redis(url: str, max_connections: int) -> Any:
 
 
 def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any]) -> None:
-    """Queue a registered script on a pipeline (MULTI/EXEC or not).
+    """Queue a registered script on a pipeline (MULTI/EXEC or not), as EVAL with its
+    body: Redis runs it from its cache by the body's hash all the same.
 
-    Calling the Script object with a pipeline returns an un-awaited coroutine in
-    redis.asyncio: on one Redis, EVALSHA is queued and the pipeline loads the script
-    first if the server lacks it. A cluster pipeline loads no scripts (and a
-    master may be a fresh replica that never saw one), so the script's body goes
-    with the call (EVAL: Redis caches it by its hash all the same)."""
-    if isinstance(pipe, ClusterPipeline):
-        pipe.eval(script.script, len(keys), *keys, *args)
-        return
-    pipe.scripts.add(script)
-    pipe.evalsha(script.sha, len(keys), *keys, *args)
+    Not EVALSHA: a pipeline holding one asks Redis whether the script is loaded
+    first (SCRIPT EXISTS, a round trip of its own before every transaction), and
+    that check cannot be skipped: a script missing from the cache inside MULTI/EXEC
+    fails alone while the transaction's other commands are applied. With the body
+    nothing can be missing, and a cluster pipeline, which loads no scripts (a master
+    may be a fresh replica that never saw one), takes the same call. The body costs
+    a few hundred bytes a call on the wire; the round trip it saves is one of the
+    fourteen a batch of the apply loop costs (tests/integration/test_round_trips.py)."""
+    pipe.eval(script.script, len(keys), *keys, *args)
 
 
 _FIRST_READS: WeakKeyDictionary[Any, asyncio.Lock] = WeakKeyDictionary()

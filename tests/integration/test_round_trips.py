@@ -12,7 +12,8 @@ agents and 332 for 128 events: opening each entry read its agent's name and key 
 composition here used no key cache, unlike a worker), and each agent of a batch paid
 its own look for aggregates and held outcomes. Now all three cost the same: 68 over
 the four journal partitions, then 60 once the candidates' held outcomes, recorded
-decisions and field states came in one read (`IngestView`). `python -m pytest
+decisions and field states came in one read (`IngestView`), then 56 once scripts in
+a transaction went as EVAL with their body (no SCRIPT EXISTS before it). `python -m pytest
 tests/integration/test_round_trips.py -s` prints the counts.
 """
 

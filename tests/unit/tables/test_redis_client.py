@@ -13,6 +13,7 @@ from grimoire.tables.redis_client import (
     HiredisSSLConnection,
     HiredisUnixConnection,
     create_redis,
+    queue_script,
 )
 
 CASES: list[tuple[Any, ...]] = [
@@ -80,3 +81,18 @@ def test_packed_in_one_piece_by_hiredis() -> None:
     args = ("SET", "vec", b"x" * 10_000)
     assert len(Connection().pack_command(*args)) > 1
     assert len(HiredisConnection().pack_command(*args)) == 1
+
+
+async def test_a_queued_script_goes_as_eval_with_its_body() -> None:
+    """No script registered on the pipeline: redis-py would ask Redis whether it is
+    loaded (SCRIPT EXISTS) in a round trip of its own before the transaction."""
+    client = create_redis("redis://127.0.0.1:6379/0", 2)
+    try:
+        script = client.register_script("return KEYS[1] .. ARGV[1]")
+        pipe = client.pipeline(transaction=True)
+        queue_script(pipe, script, ["k"], ["a"])
+        assert not pipe.scripts
+        ((args, _),) = [(command[0], command[1]) for command in pipe.command_stack]
+        assert args == ("EVAL", "return KEYS[1] .. ARGV[1]", 1, "k", "a")
+    finally:
+        await client.aclose()
