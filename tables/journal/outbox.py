@@ -33,6 +33,7 @@ from grimoire.tables.codec.outbox_entry import (
 )
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.ports.transaction import TransactionPart
+from grimoire.tables.redis_client import is_cluster
 from grimoire.tables.transaction import AgentTransactions
 
 __all__ = ["OutboxEntry", "RedisOutbox", "sent_counts"]
@@ -71,10 +72,24 @@ class _ListPart:
             await self._redis.rpush(self._keys.outbox(agent_id), *values)
 
 
+# The published entries trimmed from each agent's list and the emptied lists
+# unlisted, in one round trip. KEYS: the partition's set of listed agents, then the
+# agents' lists; ARGV: how many to trim from each list, then each list's agent.
+_REMOVE = """
+local n = #KEYS - 1
+for i = 1, n do
+  redis.call('LTRIM', KEYS[i + 1], ARGV[i], -1)
+  if redis.call('LLEN', KEYS[i + 1]) == 0 then redis.call('SREM', KEYS[1], ARGV[n + i]) end
+end
+return n
+"""
+
+
 class RedisOutbox:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self._redis = redis
         self.keys = Keyspace(prefix)
+        self._remove = None if is_cluster(redis) else redis.register_script(_REMOVE)
 
     def part(self, journal_partition: int, entries: Sequence[OutboxEntry]) -> TransactionPart:
         return _ListPart(self._redis, self.keys, journal_partition, entries)
@@ -100,6 +115,15 @@ class RedisOutbox:
         if not trimmed:
             return
         agents = sorted(trimmed)
+        if self._remove is not None:
+            listed = self.keys.outbox_agents(journal_partition)
+            await self._remove(
+                keys=[listed, *(self.keys.outbox(agent_id) for agent_id in agents)],
+                args=[*(trimmed[agent_id] for agent_id in agents), *agents],
+            )
+            return
+        # On a cluster the set and the lists live in different slots: trimmed first,
+        # then the emptied lists unlisted.
         async with self._redis.pipeline(transaction=False) as pipe:
             for agent_id in agents:
                 pipe.ltrim(self.keys.outbox(agent_id), trimmed[agent_id], -1)

@@ -13,7 +13,9 @@ composition here used no key cache, unlike a worker), and each agent of a batch 
 its own look for aggregates and held outcomes. Now all three cost the same: 68 over
 the four journal partitions, then 60 once the candidates' held outcomes, recorded
 decisions and field states came in one read (`IngestView`), then 56 once scripts in
-a transaction went as EVAL with their body (no SCRIPT EXISTS before it). `python -m pytest
+a transaction went as EVAL with their body (no SCRIPT EXISTS before it), then 52 once
+the published outbox entries were trimmed and the emptied lists unlisted in one
+script. `python -m pytest
 tests/integration/test_round_trips.py -s` prints the counts.
 """
 
