@@ -29,15 +29,15 @@ def _add_world_arguments(parser: argparse.ArgumentParser, *, agents_help: str) -
     parser.add_argument("--seed", type=int, default=7)
 
 
-def _world(args: argparse.Namespace) -> dict[str, int]:
+def _picked(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The parsed options `names` (their `dest`s), as keywords of the same names: each
+    bench's options and runner take them by the flags' names."""
+    return {name: getattr(args, name) for name in names}
+
+
+def _world(args: argparse.Namespace) -> dict[str, Any]:
     """What `_add_world_arguments` read, as the options' fields of the same names."""
-    return {
-        "agents": args.agents,
-        "situations": args.situations,
-        "actions": args.actions,
-        "runs": args.runs,
-        "seed": args.seed,
-    }
+    return _picked(args, "agents", "situations", "actions", "runs", "seed")
 
 
 def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
@@ -180,11 +180,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return _print_result(
             run_faults_bench(
                 settings,
-                events=args.events,
-                agents=args.agents,
-                kills=args.kills,
-                fuzz=args.fuzz,
-                seed=args.seed,
+                **_picked(args, "events", "agents", "kills", "fuzz", "seed"),
                 without=tuple(args.without),
             )
         )
@@ -234,22 +230,15 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.bench == "fold":
         from bench.fold import FoldOptions, run_fold_bench
 
-        options_fold = FoldOptions(agents=args.agents, events=args.events, batch=args.batch)
+        options_fold = FoldOptions(**_picked(args, "agents", "events", "batch"))
         return _print_result(run_fold_bench(settings, options_fold))
     if args.bench == "fleet":
         from bench.fleet import FleetOptions, run_fleet_bench
 
         fleet_options = FleetOptions(
-            agents=args.agents,
-            blocks=args.blocks,
-            speed=args.speed,
-            workers=args.workers,
-            recall_workers=args.recall_workers,
+            **_picked(args, "agents", "blocks", "speed", "workers", "recall_workers"),
+            **_picked(args, "ingest_nice", "search", "search_blocks", "search_cap_s"),
             recall_fetch_max_wait_ms=args.recall_fetch_wait_ms,
-            ingest_nice=args.ingest_nice,
-            search=args.search,
-            search_blocks=args.search_blocks,
-            search_cap_s=args.search_cap_s,
         )
         return _print_result(run_fleet_bench(settings, fleet_options))
     return 2

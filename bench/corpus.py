@@ -38,11 +38,14 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+# The worker's own mapping of a candidate to its field update: the loaded store's
+# field state is then the one the worker's ingest would have left.
+from grimoire.agents.handlers.ingest import _field_update
 from grimoire.agents.ports import Embedder
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
 from grimoire.streams.model.eidolon import DEFAULT_STATE_WEIGHT, eidolon_vector, state_vector
-from grimoire.streams.model.field_state import FieldState, FieldUpdate, advance
+from grimoire.streams.model.field_state import FieldState, advance
 from grimoire.streams.model.records import EventType, MemoryCandidate
 from grimoire.streams.write.admission import Action as AdmissionAction
 from grimoire.streams.write.admission import AdmissionPolicy, NearMemory
@@ -615,14 +618,3 @@ class CorpusLoader:
             )
             self._by_hash.setdefault(cand.normalized_hash, stored)
             self._latest[item.template] = stored
-
-
-def _field_update(cand: MemoryCandidate) -> FieldUpdate:
-    return FieldUpdate(
-        ts_ms=cand.ts_ms,
-        keys=cand.keys,
-        tick=cand.tick,
-        block=cand.block,
-        regime=cand.regime,
-        affect=cand.affect,
-    )

@@ -445,6 +445,11 @@ class _Ctx:
     def ingest_kind(self) -> str:
         return INGEST_KINDS[self.nth % len(INGEST_KINDS)]
 
+    def payload(self) -> tuple[str, dict[str, Any]]:
+        """This message's ingest kind and a valid payload of it, for a fuzzer to spoil."""
+        kind = self.ingest_kind()
+        return kind, self.base(kind)
+
     def base(self, kind: str, *, event_id: bool = True) -> dict[str, Any]:
         """A valid payload of `kind` for a fuzz agent, unique by its serial."""
         rng, serial = self.rng, self.serial
@@ -486,8 +491,7 @@ def _fz_garbage(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_invalid_utf8(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     data["tags"] = ["@@BAD@@"]
     bad = c.rng.choice(
         [b"\xff\xfe", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80"]
@@ -496,8 +500,7 @@ def _fz_invalid_utf8(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_lone_surrogate(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     data["tags"] = ["@@BAD@@"]
     escape = c.rng.choice([rb"\ud800", rb"\udfff", rb"\ud83d x"])
     return kind, _dumps(data).replace(b"@@BAD@@", escape)
@@ -514,8 +517,7 @@ def _fz_not_an_object(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_nan(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     name = c.rng.choice(["ts", "importance", "tick", "latency_ms"])
     data[name] = "@@NAN@@"
     literal = c.rng.choice([b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e999"])
@@ -539,8 +541,7 @@ def _fz_deep_over_limit(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_deep_typed(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     target = c.rng.choice(["tags", "affect", "entities"])
     data[target] = _nested(c.rng.randint(10, 200), "x")
     if target == "affect" and isinstance(data[target], list):
@@ -579,8 +580,7 @@ def _huge(c: _Ctx, floor: int) -> str:
 
 
 def _fz_huge_text(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     text = _huge(c, 16_001)
     if kind == "transcripts":
         data["line"] = {"role": "assistant", "content": text}
@@ -590,8 +590,7 @@ def _fz_huge_text(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_huge_field(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     choice = c.nth % 5
     if choice == 0:
         data["event_id"] = _huge(c, 129)
@@ -607,8 +606,7 @@ def _fz_huge_field(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_huge_agent_id(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     data["agent_id"] = _huge(c, 129)
     return kind, _dumps(data)
 
@@ -617,8 +615,7 @@ _WRONG_VALUES: Final = ([1, 2], {"a": 1}, True, 42, 4.5, "text")
 
 
 def _fz_wrong_types(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     name = c.rng.choice(["ts", _text_field(kind), "tick", "tags", "affect", "session_id"])
     wrong = {
         "ts": ([1, 2], {"a": 1}, True),
@@ -635,8 +632,7 @@ def _fz_wrong_types(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_bad_values(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     choice = c.nth % 8
     if choice == 0:
         data["ts"] = c.rng.choice([0, -1, 10**15, 2**63, "2024-01-01T00:00:00", "soon"])
@@ -671,8 +667,7 @@ def _fz_bad_values(c: _Ctx) -> tuple[str, bytes]:
 
 
 def _fz_unknown_schema(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     names = {
         "episodes": "grimoire.episode",
         "tool_events": "grimoire.tool_event",
@@ -708,15 +703,13 @@ _FORBIDDEN_IDS: Final = (
 
 
 def _fz_forbidden_agent_id(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     data["agent_id"] = _FORBIDDEN_IDS[c.nth % len(_FORBIDDEN_IDS)].format(n=c.serial)
     return kind, _dumps(data)
 
 
 def _fz_missing_fields(c: _Ctx) -> tuple[str, bytes]:
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     name = c.rng.choice(
         ["agent_id", "ts", _text_field(kind), "tool" if kind == "tool_events" else "ts"]
     )
@@ -847,8 +840,7 @@ def _fz_mismatched_key(c: _Ctx) -> tuple[str, bytes]:
 
 def _fz_edge_valid(c: _Ctx) -> tuple[str, bytes]:
     """Odd but valid: each must be decided, never dead-lettered."""
-    kind = c.ingest_kind()
-    data = c.base(kind)
+    kind, data = c.payload()
     choice = c.nth % 6
     text_field = _text_field(kind)
     if choice == 0:  # exactly at the text limit (episodes; a tool event's text adds words)

@@ -24,11 +24,12 @@ from grimoire.infra.local.worker_process import stop_worker
 from grimoire.infra.settings import Settings
 from grimoire.tables.redis_client import create_redis
 from grimoire.topics.client import GrimoireClient
-from tests.support.workers import start_ready_worker
+from tests.support.live import Live
+from tests.support.stacks import WHEEL_CACHE, stack_settings
+from tests.support.workers import client_for, start_ready_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".grimoire" / "test"
-WHEEL_CACHE = ROOT / ".grimoire" / "wheels"
 WORKER_READY_TIMEOUT_S = 120.0
 
 
@@ -59,15 +60,7 @@ def local_services() -> Iterator[LocalServices]:
 @pytest.fixture(scope="session")
 def settings(local_services: LocalServices) -> Settings:
     # A fresh prefix per session isolates runs that reuse already-running services.
-    return Settings(
-        broker_url=f"kafka://{local_services.kafka_bootstrap}",
-        redis_url=local_services.redis_url,
-        topic_prefix=f"it{uuid.uuid4().hex[:8]}",
-        # Maintenance has its own tests (and workers); here it would add curator
-        # insights to what other tests recall.
-        maintenance_enabled=False,
-        _env_file=None,
-    )
+    return stack_settings(local_services.kafka_bootstrap, local_services.redis_url, "it")
 
 
 @pytest.fixture(scope="session")
@@ -84,11 +77,7 @@ async def worker(
 async def client(
     settings: Settings, worker: subprocess.Popen[bytes]
 ) -> AsyncIterator[GrimoireClient]:
-    async with GrimoireClient(
-        settings.bootstrap_servers,
-        settings.broker.topic_prefix,
-        partitions=settings.broker.partitions,
-    ) as grimoire:
+    async with client_for(settings) as grimoire:
         yield grimoire
 
 
@@ -152,3 +141,24 @@ def read_topic() -> Callable[..., Awaitable[list[Any]]]:
 @pytest.fixture
 def eventually() -> Callable[..., Awaitable[Any]]:
     return _eventually
+
+
+@pytest.fixture(scope="session")
+def deployed(settings: Settings, worker: subprocess.Popen[bytes]) -> Settings:
+    """The deployment `live` drives, once its worker answers: the session's. A module
+    with a deployment of its own overrides this fixture with that one's settings."""
+    return settings
+
+
+@pytest.fixture
+async def live(
+    deployed: Settings,
+    redis_client: Redis,
+    agent_ids: tuple[str, str],
+    eventually: Callable[..., Awaitable[Any]],
+    read_topic: Callable[..., Awaitable[list[Any]]],
+) -> AsyncIterator[Live]:
+    """What an end-to-end test of a running worker draws on, as one (a client of its
+    own; the Redis is the session's, which every deployment of the tests shares)."""
+    async with client_for(deployed) as client:
+        yield Live(client, redis_client, deployed, agent_ids, eventually, read_topic)

@@ -42,7 +42,7 @@ QUERY = "may I restart the primary database while the backup is running?"
 
 @pytest.fixture(scope="module")
 def clade_settings(settings: Settings) -> Settings:
-    return prefixed_settings(settings, "cl", maintenance_enabled=False, block_interval_s=3_600.0)
+    return prefixed_settings(settings, "cl", timer=False, maintenance_enabled=False)
 
 
 clade_worker = workers_fixture("clade_worker", main="clade_settings")

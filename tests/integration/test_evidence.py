@@ -12,7 +12,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from grimoire.infra.settings import Settings
 from grimoire.streams.learn.evidence import evidence_id, situation_edge
 from grimoire.streams.model.ids import memory_id
 from grimoire.streams.recall.evidence_first import EVIDENCE_REASON
@@ -20,6 +19,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore, playbook_text
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1, ToolEventV1
+from tests.support.live import Live
 from tests.support.stored import memory_fields, outcomes_applied
 
 BASE_TS = 1_792_000_000_000
@@ -113,20 +113,14 @@ async def _play(
         await eventually(ended, timeout=60)
 
 
-async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
-) -> None:
-    learner, control = agent_ids
-    keys = Keyspace(settings.broker.topic_prefix)
+async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(live: Live) -> None:
+    client, redis_client, keys = live.client, live.redis, live.keys
+    learner, control = live.agents
     await client.send_command(
         CommandV1(agent_id=control, command="configure", config={"learn_from_outcomes": False})
     )
     for agent in (learner, control):
-        await _play(client, redis_client, keys, agent, eventually)
+        await _play(client, redis_client, keys, agent, live.eventually)
 
     prune = evidence_id(learner, DISK, "prune-wal")
     rotate = evidence_id(learner, DISK, "rotate-logs")
@@ -161,9 +155,9 @@ async def test_runs_count_per_situation_and_action_and_lead_a_matching_recall(
 
     # PLAYBOOK.md says which action works best where, with its evidence count
     text = await playbook_text(
-        RedisCuratorStore(redis_client, settings.broker.topic_prefix),
+        RedisCuratorStore(redis_client, live.prefix),
         learner,
-        settings.recall.clade_discount,
+        live.settings.recall.clade_discount,
     )
     assert text is not None
     assert "- works best: prune-wal: 3 of 3 runs succeeded _(posterior mean 0.80)_" in text

@@ -18,7 +18,6 @@ inputs moves the state):
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ import pytest
 from redis.asyncio import Redis
 
 from grimoire.infra.exchange import export_agent, import_file
-from grimoire.infra.settings import Settings
 from grimoire.streams.exchange.inherit import successor_memory_id
 from grimoire.streams.model.decay import effective_confidence
 from grimoire.tables.keyspace import Keyspace
@@ -35,13 +33,18 @@ from grimoire.tables.trust.agent_keys import agent_memory_ids
 from grimoire.tables.trust.digest import agent_digest, state_digest
 from grimoire.tables.trust.witness_store import RedisWitnessLog, audit
 from grimoire.topics.client import GrimoireClient
-from grimoire.topics.schemas import EpisodeV1, OutcomeV1, ToolEventV1, TranscriptV1
+from grimoire.topics.schemas import OutcomeV1
 from tests.support.handlers import mid
+from tests.support.history import BASE_TS, BLOCK_MS, episode_at, line_at, tool_call_at
 from tests.support.rebuild import assert_rebuilt, replay_journal, stop_and_wipe
 from tests.support.stored import memory_fields, settled_digests
-from tests.support.workers import add_worker, client_for, prefixed_settings, workers_fixture
+from tests.support.workers import (
+    TwoDeployments,
+    add_worker,
+    client_for,
+    two_deployments_fixture,
+)
 
-BASE_TS = 1_790_000_000_000
 TOPICS = (
     "pool depth thin",
     "gas price spiked to 90 gwei",
@@ -56,23 +59,7 @@ TOPICS = (
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def source_settings(settings: Settings) -> Settings:
-    return prefixed_settings(settings, "xa", block_interval_s=3_600.0)
-
-
-@pytest.fixture(scope="module")
-def target_settings(settings: Settings) -> Settings:
-    return prefixed_settings(settings, "xb", block_interval_s=3_600.0)
-
-
-workers = workers_fixture("workers", source="source_settings", target="target_settings")
-
-
-@pytest.fixture(scope="module")
-def state() -> dict[str, Any]:
-    """What one test leaves for the next (they run in file order)."""
-    return {"agent": f"pred-{uuid.uuid4().hex[:6]}", "successor": f"succ-{uuid.uuid4().hex[:6]}"}
+pair = two_deployments_fixture("pair", ("xa", "xb"), successor="succ", timer=False)
 
 
 async def _settled(redis: Redis, prefix: str, agents: list[str], eventually: Any) -> list[str]:
@@ -84,13 +71,11 @@ async def _history(client: GrimoireClient, agent: str) -> None:
     await asyncio.gather(
         *[
             client.publish_episode(
-                EpisodeV1(
-                    agent_id=agent,
-                    ts=BASE_TS + i * 12_000,
-                    tick=i,
-                    event_id=f"ep-{i}",
+                episode_at(
+                    agent,
+                    i,
+                    f"{TOPICS[i]} on venue {i % 3}, slippage {i} percent",
                     run_id="run-7",
-                    text=f"{TOPICS[i]} on venue {i % 3}, slippage {i} percent",
                     tags=[f"venue/{i % 3}"],
                 )
             )
@@ -98,26 +83,23 @@ async def _history(client: GrimoireClient, agent: str) -> None:
         ],
         *[
             client.publish_tool_event(
-                ToolEventV1(
-                    agent_id=agent,
-                    ts=BASE_TS + 6_000 + i * 12_000,
-                    tool="swap",
-                    event_id=f"tool-{i}",
-                    error=f"execution reverted: slippage {i}" if i % 2 else None,
-                    result=None if i % 2 else f"filled {i}",
+                tool_call_at(
+                    agent,
+                    i,
+                    "swap",
+                    error=f"execution reverted: slippage {i}",
+                    result=f"filled {i}",
                 )
             )
             for i in range(4)
         ],
         *[
             client.publish_transcript(
-                TranscriptV1(
-                    agent_id=agent,
-                    ts=BASE_TS + 3_000 + i * 12_000,
-                    session_id="s-1",
-                    event_id=f"line-{i}",
+                line_at(
+                    agent,
+                    i,
+                    {"role": "user", "content": f"should we rebalance venue {i} now"},
                     turn_id=f"t-{i}",
-                    line={"role": "user", "content": f"should we rebalance venue {i} now"},
                 )
             )
             for i in range(3)
@@ -128,155 +110,134 @@ async def _history(client: GrimoireClient, agent: str) -> None:
             agent_id=agent,
             ts=BASE_TS + 200_000,
             outcome="positive",
-            memory_ids=[mid(agent, "ep-3", BASE_TS + 3 * 12_000)],
+            memory_ids=[mid(agent, "ep-3", BASE_TS + 3 * BLOCK_MS)],
             event_id="out-1",
         )
     )
 
 
 async def test_an_export_imported_elsewhere_has_the_same_state_digest(
-    source_settings: Settings,
-    target_settings: Settings,
-    workers: dict[str, Any],
-    state: dict[str, Any],
-    tmp_path: Path,
-    eventually: Any,
+    pair: TwoDeployments, tmp_path: Path, eventually: Any
 ) -> None:
-    agent = state["agent"]
-    redis = Redis.from_url(source_settings.redis.url)
-    source, target = source_settings.broker.topic_prefix, target_settings.broker.topic_prefix
-    try:
-        async with client_for(source_settings) as client:
-            await _history(client, agent)
+    redis = pair.redis
+    agent = pair.state["agent"]
+    source, target = pair.source.broker.topic_prefix, pair.target.broker.topic_prefix
+    async with client_for(pair.source) as client:
+        await _history(client, agent)
 
-            await _settled(redis, source, [agent], eventually)
-            assert len(await agent_memory_ids(redis, source, agent)) >= 8
-            answer = await client.recall(agent, "slippage on venue", k=4, timeout=30)
-            assert answer.items
-            used = [item.id for item in answer.items]
-
-            async def counted() -> bool:  # the recall's usage entry was applied
-                keys = Keyspace(source)
-                return all([await redis.exists(keys.usage(agent, m)) for m in used])
-
-            await eventually(counted, timeout=60)
         await _settled(redis, source, [agent], eventually)
-        path = tmp_path / "a.jsonl"
-        with path.open("wb") as out:
-            exported = await export_agent(source_settings, agent, out, progress=False)
-        assert exported.counts["memory"] >= 8 and exported.counts["usage"] >= 1
-        assert exported.counts["hyperedge"] >= 1 and exported.counts["outcomes"] == 1
-        header = orjson.loads(path.read_bytes().splitlines()[0])
-        assert header["format"] == "grimoire.export" and header["watermark"] == BASE_TS + 7 * 12_000
+        assert len(await agent_memory_ids(redis, source, agent)) >= 8
+        answer = await client.recall(agent, "slippage on venue", k=4, timeout=30)
+        assert answer.items
+        used = [item.id for item in answer.items]
 
-        report = await import_file(target_settings, path, timeout_s=120, progress=False)
-        assert report.applied and report.memories == exported.counts["memory"]
-        await _settled(redis, target, [agent], eventually)
-        before = await state_digest(redis, source, agent)
-        after = await state_digest(redis, target, agent)
-        assert after.counts == before.counts
-        assert after.sha256 == before.sha256
-        # The whole digest differs only by the journal's bookkeeping.
-        assert (await agent_digest(redis, source, agent)).sha256 != (
-            await agent_digest(redis, target, agent)
-        ).sha256
-        again = tmp_path / "b.jsonl"
-        with again.open("wb") as out:
-            await export_agent(target_settings, agent, out, progress=False)
-        assert again.read_bytes() == path.read_bytes()
-        assert (await audit(RedisWitnessLog(redis, target), agent)).ok
+        async def counted() -> bool:  # the recall's usage entry was applied
+            keys = Keyspace(source)
+            return all([await redis.exists(keys.usage(agent, m)) for m in used])
 
-        # The same file again is the same import: every chunk is recognised.
-        resent = await import_file(target_settings, path, timeout_s=120, progress=False)
-        assert resent.applied and resent.import_id == report.import_id
-        await _settled(redis, target, [agent], eventually)
-        assert (await state_digest(redis, target, agent)).sha256 == before.sha256
-        state["file"] = path
-    finally:
-        await redis.aclose()
+        await eventually(counted, timeout=60)
+    await _settled(redis, source, [agent], eventually)
+    path = tmp_path / "a.jsonl"
+    with path.open("wb") as out:
+        exported = await export_agent(pair.source, agent, out, progress=False)
+    assert exported.counts["memory"] >= 8 and exported.counts["usage"] >= 1
+    assert exported.counts["hyperedge"] >= 1 and exported.counts["outcomes"] == 1
+    header = orjson.loads(path.read_bytes().splitlines()[0])
+    assert header["format"] == "grimoire.export" and header["watermark"] == BASE_TS + 7 * BLOCK_MS
+
+    report = await import_file(pair.target, path, timeout_s=120, progress=False)
+    assert report.applied and report.memories == exported.counts["memory"]
+    await _settled(redis, target, [agent], eventually)
+    before = await state_digest(redis, source, agent)
+    after = await state_digest(redis, target, agent)
+    assert after.counts == before.counts
+    assert after.sha256 == before.sha256
+    # The whole digest differs only by the journal's bookkeeping.
+    assert (await agent_digest(redis, source, agent)).sha256 != (
+        await agent_digest(redis, target, agent)
+    ).sha256
+    again = tmp_path / "b.jsonl"
+    with again.open("wb") as out:
+        await export_agent(pair.target, agent, out, progress=False)
+    assert again.read_bytes() == path.read_bytes()
+    assert (await audit(RedisWitnessLog(redis, target), agent)).ok
+
+    # The same file again is the same import: every chunk is recognised.
+    resent = await import_file(pair.target, path, timeout_s=120, progress=False)
+    assert resent.applied and resent.import_id == report.import_id
+    await _settled(redis, target, [agent], eventually)
+    assert (await state_digest(redis, target, agent)).sha256 == before.sha256
+    pair.state["file"] = path
 
 
 async def test_a_successor_recalls_its_predecessors_entries_at_a_discount(
-    source_settings: Settings,
-    workers: dict[str, Any],
-    state: dict[str, Any],
-    eventually: Any,
+    pair: TwoDeployments, eventually: Any
 ) -> None:
-    agent, successor = state["agent"], state["successor"]
-    prefix = source_settings.broker.topic_prefix
+    redis = pair.redis
+    agent, successor = pair.state["agent"], pair.state["successor"]
+    prefix = pair.source.broker.topic_prefix
     keys = Keyspace(prefix)
-    redis = Redis.from_url(source_settings.redis.url)
-    try:
-        report = await import_file(
-            source_settings,
-            state["file"],
-            agent_id=successor,
-            successor_of=agent,
-            timeout_s=120,
-            progress=False,
+    report = await import_file(
+        pair.source,
+        pair.state["file"],
+        agent_id=successor,
+        successor_of=agent,
+        timeout_s=120,
+        progress=False,
+    )
+    assert report.applied and report.successor_of == agent and report.memories >= 8
+    as_of = BASE_TS + 300_000
+    async with client_for(pair.source) as client:
+        answer = await client.recall(
+            successor,
+            "slippage on venue",
+            k=5,
+            as_of=as_of,
+            explain=True,
+            # A read: a recorded use would start the usage hashes checked below.
+            record_usage=False,
+            timeout=30,
         )
-        assert report.applied and report.successor_of == agent and report.memories >= 8
-        as_of = BASE_TS + 300_000
-        async with client_for(source_settings) as client:
-            answer = await client.recall(
-                successor,
-                "slippage on venue",
-                k=5,
-                as_of=as_of,
-                explain=True,
-                # A read: a recorded use would start the usage hashes checked below.
-                record_usage=False,
-                timeout=30,
-            )
-        assert answer.items
-        for item in answer.items:
-            inherited = await memory_fields(redis, keys, successor, item.id)
-            old_id = inherited["predecessor_memory_id"]
-            original = await memory_fields(redis, keys, agent, old_id)
-            assert item.agent_id == successor and original["agent_id"] == agent
-            assert item.id == successor_memory_id(successor, agent, old_id, int(original["ts"]))
-            assert inherited["provenance"] == "predecessor"
-            assert float(inherited["confidence"]) == float(original["confidence"]) * 0.5
-            assert inherited["included_count_total"] == "0"
-            assert await redis.exists(keys.usage(successor, item.id)) == 0  # usage starts afresh
-            assert item.text is None or item.text == original["text"]
-            # The rerank's confidence factor, computed by hand from the stored fields.
-            expected = effective_confidence(
-                float(original["confidence"]) * 0.5,
-                int(float(inherited["last_accessed"])),
-                as_of,
-                kind=inherited["kind"],
-                decay_class=inherited.get("decay_class") or None,
-                provenance="predecessor",
-                quality=float(inherited["quality"]),
-                strength=float(inherited.get("strength", "1")),
-            )
-            assert item.scores is not None
-            assert item.scores["effective_confidence"] == pytest.approx(min(expected, 1.0))
-    finally:
-        await redis.aclose()
+    assert answer.items
+    for item in answer.items:
+        inherited = await memory_fields(redis, keys, successor, item.id)
+        old_id = inherited["predecessor_memory_id"]
+        original = await memory_fields(redis, keys, agent, old_id)
+        assert item.agent_id == successor and original["agent_id"] == agent
+        assert item.id == successor_memory_id(successor, agent, old_id, int(original["ts"]))
+        assert inherited["provenance"] == "predecessor"
+        assert float(inherited["confidence"]) == float(original["confidence"]) * 0.5
+        assert inherited["included_count_total"] == "0"
+        assert await redis.exists(keys.usage(successor, item.id)) == 0  # usage starts afresh
+        assert item.text is None or item.text == original["text"]
+        # The rerank's confidence factor, computed by hand from the stored fields.
+        expected = effective_confidence(
+            float(original["confidence"]) * 0.5,
+            int(float(inherited["last_accessed"])),
+            as_of,
+            kind=inherited["kind"],
+            decay_class=inherited.get("decay_class") or None,
+            provenance="predecessor",
+            quality=float(inherited["quality"]),
+            strength=float(inherited.get("strength", "1")),
+        )
+        assert item.scores is not None
+        assert item.scores["effective_confidence"] == pytest.approx(min(expected, 1.0))
 
 
 async def test_a_replay_with_imports_in_the_journal_rebuilds_the_same_digests(
-    source_settings: Settings,
-    target_settings: Settings,
-    workers: dict[str, Any],
-    state: dict[str, Any],
-    eventually: Any,
+    pair: TwoDeployments, eventually: Any
 ) -> None:
-    agents = [state["agent"], state["successor"]]
-    redis = Redis.from_url(source_settings.redis.url)
-    try:
-        for settings, name, who in (
-            (source_settings, "source", agents),
-            (target_settings, "target", agents[:1]),
-        ):
-            prefix = settings.broker.topic_prefix
-            before = await _settled(redis, prefix, who, eventually)
-            states = [(await state_digest(redis, prefix, a)).sha256 for a in who]
-            await stop_and_wipe(redis, settings, workers[name])
-            await replay_journal(settings)
-            await assert_rebuilt(redis, prefix, who, before, states=states)
-            await add_worker(workers, name, settings)
-    finally:
-        await redis.aclose()
+    redis = pair.redis
+    agents = [pair.state["agent"], pair.state["successor"]]
+    for settings, name, who in (
+        (pair.source, "source", agents),
+        (pair.target, "target", agents[:1]),
+    ):
+        prefix = settings.broker.topic_prefix
+        before = await _settled(redis, prefix, who, eventually)
+        states = [(await state_digest(redis, prefix, a)).sha256 for a in who]
+        await stop_and_wipe(redis, settings, pair.workers[name])
+        await replay_journal(settings)
+        await assert_rebuilt(redis, prefix, who, before, states=states)
+        await add_worker(pair.workers, name, settings)

@@ -20,14 +20,11 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
-from redis.asyncio import Redis
 
-from grimoire.infra.settings import Settings
-from grimoire.tables.keyspace import Keyspace
-from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import EpisodeV1
 from tests.support.dead_letters import dead_letters_where
+from tests.support.live import Live
 
 pytestmark = pytest.mark.integration
 
@@ -40,67 +37,58 @@ def _request(agent: str, **fields: Any) -> bytes:
     return orjson.dumps({"agent_id": agent, "query": "rpc timed out", **fields})
 
 
-async def _events_of(
-    read_topic: Any, settings: Settings, client: GrimoireClient, agent: str, n: int
-) -> list[dict[str, Any]]:
+async def _events_of(live: Live, agent: str, n: int) -> list[dict[str, Any]]:
     def mine(records: list[Any]) -> list[dict[str, Any]]:
         events = [orjson.loads(r.value) for r in records]
         # Admission decisions only (memory-events also carries witness links).
         return [e for e in events if e.get("agent_id") == agent and "action" in e]
 
-    records = await read_topic(
-        settings.bootstrap_servers,
-        client.topics.memory_events,
+    records = await live.read_topic(
+        live.settings.bootstrap_servers,
+        live.client.topics.memory_events,
         until=lambda rs: len(mine(rs)) >= n,
         timeout=20,
     )
     return mine(records)
 
 
-async def _owner(redis: Redis, settings: Settings, agent: str, memory_id: str) -> str:
+async def _owner(live: Live, agent: str, memory_id: str) -> str:
     """The `agent_id` the memory's hash holds under `agent`'s key ("" when absent)."""
-    raw = await redis.hget(
-        Keyspace(settings.broker.topic_prefix).memory(agent, memory_id), "agent_id"
-    )
+    raw = await live.redis.hget(live.keys.memory(agent, memory_id), "agent_id")
     return raw.decode() if raw is not None else ""
 
 
-async def _letters_of(
-    read_topic: Any, settings: Settings, agent: str, n: int
-) -> list[dict[str, Any]]:
+async def _letters_of(live: Live, agent: str, n: int) -> list[dict[str, Any]]:
     """The agent's dead letters once there are `n`, read again a moment later so a
     duplicate (a retried handler dead-letters again) would show."""
 
     def mine(letter: dict[str, Any]) -> bool:
         return letter.get("agent_id") == agent
 
+    read_topic, settings = live.read_topic, live.settings
     await dead_letters_where(read_topic, settings, mine, at_least=n, timeout=20)
     await asyncio.sleep(2.0)  # the retry backoff is 0.1 s, then 0.2 s
     return await dead_letters_where(read_topic, settings, mine, at_least=n + 1, timeout=1)
 
 
-async def test_agents_differing_only_in_case_never_fold_into_each_other(
-    client: GrimoireClient,
-    settings: Settings,
-    redis_client: Redis,
-    read_topic: Any,
-) -> None:
+async def test_agents_differing_only_in_case_never_fold_into_each_other(live: Live) -> None:
+    client = live.client
     suffix = uuid.uuid4().hex[:6]
     upper, lower = f"TENV1-{suffix}", f"tenV1-{suffix}"
     await client.publish_episode(EpisodeV1(agent_id=upper, ts=BASE_TS, text=TEXT))
-    (first,) = await _events_of(read_topic, settings, client, upper, 1)
+    (first,) = await _events_of(live, upper, 1)
     assert first["action"] == "admit"
 
     await client.publish_episode(EpisodeV1(agent_id=lower, ts=BASE_TS + 1, text=TEXT))
     await client.publish_episode(EpisodeV1(agent_id=lower, ts=BASE_TS + 2, text=PARAPHRASE))
-    own = await _events_of(read_topic, settings, client, lower, 2)
+    own = await _events_of(live, lower, 2)
     # Its first memory is its own, not a fold into TENV1's; the paraphrase lands
     # on that memory (or is admitted), never on TENV1's.
     assert own[0]["action"] == "admit"
     for event in own:
         for memory_id in (event["memory_id"], event.get("target_id")):
             if memory_id and event["action"] != "reject":
-                assert await _owner(redis_client, settings, lower, memory_id) == lower, event
+                assert await _owner(live, lower, memory_id) == lower, event
 
     answer = await client.recall(upper, "rpc timed out", k=10, record_usage=False)
     assert [item.agent_id for item in answer.items] == [upper]
@@ -108,15 +96,12 @@ async def test_agents_differing_only_in_case_never_fold_into_each_other(
     assert answer.items and {item.agent_id for item in answer.items} == {lower}
 
 
-async def test_an_agent_id_with_a_comma_is_dead_lettered_and_writes_nothing(
-    client: GrimoireClient,
-    settings: Settings,
-    read_topic: Any,
-) -> None:
+async def test_an_agent_id_with_a_comma_is_dead_lettered_and_writes_nothing(live: Live) -> None:
+    client, settings, read_topic = live.client, live.settings, live.read_topic
     suffix = uuid.uuid4().hex[:6]
     victim, forged = f"tenV2-{suffix}", f"tenV2-{suffix},evil"
     await client.publish_episode(EpisodeV1(agent_id=victim, ts=BASE_TS, text=TEXT))
-    await _events_of(read_topic, settings, client, victim, 1)
+    await _events_of(live, victim, 1)
     payload = {"agent_id": forged, "ts": BASE_TS + 1, "text": TEXT, "event_id": suffix}
     await client.publish_raw(client.topics.episodes, victim, orjson.dumps(payload))
 
@@ -126,15 +111,14 @@ async def test_an_agent_id_with_a_comma_is_dead_lettered_and_writes_nothing(
     assert (letter["reason"], letter["field"]) == ("invalid_value", "agent_id")
     answer = await client.recall(victim, "rpc timed out", k=10, record_usage=False)
     assert len(answer.items) == 1
-    events = await _events_of(read_topic, settings, client, victim, 1)
+    events = await _events_of(live, victim, 1)
     assert [e["action"] for e in events] == ["admit"]
 
 
 async def test_reply_to_outside_the_reply_namespace_gets_no_reply_and_one_dead_letter(
-    client: GrimoireClient,
-    settings: Settings,
-    read_topic: Any,
+    live: Live,
 ) -> None:
+    client, settings, read_topic = live.client, live.settings, live.read_topic
     agent = f"probe-{uuid.uuid4().hex[:6]}"
     fresh = f"{settings.broker.topic_prefix}-new-{uuid.uuid4().hex[:6]}"
     targets = [
@@ -148,7 +132,7 @@ async def test_reply_to_outside_the_reply_namespace_gets_no_reply_and_one_dead_l
         raw = _request(agent, reply_to=reply_to, correlation_id=f"outside-{n}")
         await client.publish_raw(client.topics.recall_requests, agent, raw)
 
-    mine = await _letters_of(read_topic, settings, agent, len(targets))
+    mine = await _letters_of(live, agent, len(targets))
     assert len(mine) == len(targets)
     assert {(d["reason"], d["field"]) for d in mine} == {("invalid_value", "reply_to")}
 
@@ -197,12 +181,8 @@ def _long_text(rng: random.Random, marker: str) -> str:
     return text[:15_950]
 
 
-async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
-    client: GrimoireClient,
-    settings: Settings,
-    read_topic: Any,
-    eventually: Any,
-) -> None:
+async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(live: Live) -> None:
+    client, settings, read_topic = live.client, live.settings, live.read_topic
     agent = f"big-{uuid.uuid4().hex[:6]}"
     marker = f"m{uuid.uuid4().hex[:8]}"
     rng = random.Random(20261125)
@@ -227,11 +207,11 @@ async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
         return answer if len(answer.items) == ranked else None
 
     # A text close to an earlier one reinforces it instead: enough stay their own.
-    events = await _events_of(read_topic, settings, client, agent, count)
+    events = await _events_of(live, agent, count)
     admitted = sum(1 for e in events if e["action"] == "admit")
     assert admitted >= 20, [e["action"] for e in events]
     ranked = min(admitted, settings.recall.rerank.depth)  # what a recall returns at most
-    await eventually(all_stored, timeout=60)
+    await live.eventually(all_stored, timeout=60)
     # Every budget within its documented ceiling; the 20 items recall ranks (its
     # rerank depth) carry ~1.2 MB of text: more than a Kafka record may hold.
     budgets = RecallBudgets(
@@ -256,17 +236,14 @@ async def test_an_answer_larger_than_a_record_is_cut_to_the_reply_limit(
     assert limit // 2 < biggest <= limit
 
 
-async def test_a_megabyte_correlation_id_is_one_dead_letter_and_no_reply(
-    client: GrimoireClient,
-    settings: Settings,
-    read_topic: Any,
-) -> None:
+async def test_a_megabyte_correlation_id_is_one_dead_letter_and_no_reply(live: Live) -> None:
+    client, settings, read_topic = live.client, live.settings, live.read_topic
     agent = f"corr-{uuid.uuid4().hex[:6]}"
     # Just under the producer's 1 MiB record limit.
     raw = _request(agent, reply_to=client.reply_topic, correlation_id="c" * 1_000_000)
     await client.publish_raw(client.topics.recall_requests, agent, raw)
 
-    mine = await _letters_of(read_topic, settings, agent, 1)
+    mine = await _letters_of(live, agent, 1)
     assert [(d["reason"], d["field"]) for d in mine] == [("oversize", "correlation_id")]
     replies = await read_topic(
         settings.bootstrap_servers, client.reply_topic, until=lambda rs: False, timeout=2

@@ -8,7 +8,6 @@ commands the journal applies, so their effect is awaited through the API's reads
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
-from grimoire.topics.client import GrimoireClient
 from tests.support.http_deps import bearer, in_process, keyed_deps
+from tests.support.live import Live
 
 pytestmark = pytest.mark.integration
 
@@ -54,20 +53,15 @@ async def _publish(http: httpx.AsyncClient, agent: str, key: dict[str, str], **b
 
 
 @pytest.fixture
-async def api(
-    settings: Settings,
-    redis_client: Redis,
-    client: GrimoireClient,
-    worker: subprocess.Popen[bytes],
-    eventually: Eventually,
-) -> AsyncIterator[Setup]:
-    store = RedisApiKeyStore(redis_client, settings.broker.topic_prefix)
+async def api(live: Live) -> AsyncIterator[Setup]:
+    client = live.client
+    store = RedisApiKeyStore(live.redis, live.prefix)
     deps = keyed_deps(
-        redis_client,
-        settings.broker.topic_prefix,
+        live.redis,
+        live.prefix,
         client,
         store,
-        settings.with_values(http_metrics_cache_s=0.0),
+        live.settings.with_values(http_metrics_cache_s=0.0),
     )
     suffix = uuid.uuid4().hex[:8]
     fleet = f"fleet-{suffix}/"
@@ -80,8 +74,8 @@ async def api(
     async with in_process(deps, timeout=30) as http:
         setup = Setup(
             http=http,
-            redis=redis_client,
-            prefix=settings.broker.topic_prefix,
+            redis=live.redis,
+            prefix=live.prefix,
             agent=agent,
             other=other,
             doomed=doomed,
@@ -114,7 +108,7 @@ async def api(
                 counts[name] = stats.json()["candidates"]
             return counts == {agent: 4, other: 1, doomed: 1}
 
-        await eventually(applied, timeout=60)
+        await live.eventually(applied, timeout=60)
         yield setup
 
 

@@ -22,7 +22,6 @@ import asyncio
 import re
 import shutil
 import socket
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -36,13 +35,12 @@ from redis.asyncio import Redis
 
 from grimoire.infra.http import create_app
 from grimoire.infra.http.inspector import inspector_routes
-from grimoire.infra.settings import Settings
 from grimoire.streams.trust.tenancy import TenantScope
 from grimoire.tables.maintenance.curator_store import RedisCuratorStore
 from grimoire.tables.trust.api_keys import RedisApiKeyStore
-from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
 from tests.support.http_deps import keyed_deps
+from tests.support.live import Live
 
 pytestmark = pytest.mark.integration
 
@@ -79,15 +77,10 @@ def _chromium() -> str:
 
 
 @pytest.fixture
-async def served(
-    settings: Settings,
-    redis_client: Redis,
-    client: GrimoireClient,
-    worker: subprocess.Popen[bytes],
-    eventually: Eventually,
-) -> AsyncIterator[Served]:
-    store = RedisApiKeyStore(redis_client, settings.broker.topic_prefix)
-    deps = keyed_deps(redis_client, settings.broker.topic_prefix, client, store, settings)
+async def served(live: Live) -> AsyncIterator[Served]:
+    client = live.client
+    store = RedisApiKeyStore(live.redis, live.prefix)
+    deps = keyed_deps(live.redis, live.prefix, client, store, live.settings)
     app = create_app(deps)
     if not any(getattr(route, "path", None) == "/inspector" for route in app.routes):
         app.router.routes.extend(inspector_routes())
@@ -112,7 +105,7 @@ async def served(
             len(answer.items) >= 2
         )
 
-    await eventually(recallable, timeout=60)
+    await live.eventually(recallable, timeout=60)
 
     # A port of the kernel's choosing, bound before the server starts (no race).
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -122,14 +115,14 @@ async def served(
     server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False))
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     try:
-        await eventually(lambda: asyncio.sleep(0, result=server.started), timeout=10)
+        await live.eventually(lambda: asyncio.sleep(0, result=server.started), timeout=10)
         yield Served(
             url=f"http://127.0.0.1:{port}",
             agent=agent,
             token=token,
             other_token=other_token,
-            redis=redis_client,
-            prefix=settings.broker.topic_prefix,
+            redis=live.redis,
+            prefix=live.prefix,
         )
     finally:
         server.should_exit = True

@@ -38,11 +38,11 @@ from grimoire.infra.settings import Settings
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
 from grimoire.topics.security import KafkaSecurity
+from tests.support.stacks import WHEEL_CACHE, services_up, stack_settings
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".grimoire" / "wheels"
 READY_S = 120.0
 T0 = 1_790_000_000_000
 Eventually = Callable[..., Awaitable[Any]]
@@ -63,29 +63,22 @@ def _free_ports(count: int) -> list[int]:
 @pytest.fixture(scope="module")
 def tls_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsLocalServices]:
     kafka, redis, tls = _free_ports(3)
-    services = TlsLocalServices(
-        tmp_path_factory.mktemp("tls-state"),
-        ServicePorts(kafka=kafka, redis=redis),
-        wheel_cache=WHEEL_CACHE,
-        kafka_tls_port=tls,
-    )
-    services.up()
-    try:
+    state = tmp_path_factory.mktemp("tls-state")
+    ports = ServicePorts(kafka=kafka, redis=redis)
+    with services_up(
+        TlsLocalServices(state, ports, wheel_cache=WHEEL_CACHE, kafka_tls_port=tls)
+    ) as services:
         yield services
-    finally:
-        services.down()
 
 
 @pytest.fixture(scope="module")
 def tls_settings(tls_services: TlsLocalServices) -> Settings:
-    return Settings(
-        broker_url=f"kafka://{tls_services.kafka_tls_bootstrap}",
-        redis_url=tls_services.redis_url,
-        topic_prefix=f"tls{uuid.uuid4().hex[:8]}",
-        maintenance_enabled=False,
+    return stack_settings(
+        tls_services.kafka_tls_bootstrap,
+        tls_services.redis_url,
+        "tls",
         kafka_security_protocol="SSL",
         kafka_ssl_cafile=tls_services.tls_files.ca,
-        _env_file=None,
     )
 
 

@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from grimoire.infra.settings import Settings
 from grimoire.streams.model.ids import memory_id
 from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, OutcomeV1
+from tests.support.live import Live
 from tests.support.stored import memory_fields, outcomes_applied, wait_outcomes_applied
 
 BASE_TS = 1_791_000_000_000
@@ -108,14 +108,9 @@ async def _run_record(redis: Redis, keys: Keyspace, agent: str, memory: str) -> 
     return await memory_fields(redis, keys, agent, memory, "validated_count", "contradicted_count")
 
 
-async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
-) -> None:
-    learner, control = agent_ids
+async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(live: Live) -> None:
+    client, redis_client, keys = live.client, live.redis, live.keys
+    learner, control = live.agents
     await client.send_command(CommandV1(agent_id=control, command="configure", config=LEARNING_OFF))
     outcome_ids: dict[str, list[str]] = {learner: [], control: []}
     for agent in (learner, control):
@@ -124,7 +119,6 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
             outcome_ids[agent].append(await _publish_run(client, agent, number, quality))
 
     members = [(n, p) for n in range(1, 7) for p in ("alert", "act", "result")]
-    keys = Keyspace(settings.broker.topic_prefix)
 
     async def settled() -> bool:
         for agent in (learner, control):
@@ -141,7 +135,7 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
                 return False
         return True
 
-    await eventually(settled, timeout=60)
+    await live.eventually(settled, timeout=60)
     # Every member of a successful run validated once, of a failed one contradicted
     # once (admission may have turned an input away: the test needs most of them).
     written = 0
@@ -190,14 +184,10 @@ async def test_memories_of_successful_runs_rank_above_those_of_failed_runs(
 
 
 async def test_credit_by_role_strength_for_recalled_successes_causal_edges_and_weights(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
+    live: Live,
 ) -> None:
-    agent, _ = agent_ids
-    keys = Keyspace(settings.broker.topic_prefix)
+    client, redis_client, keys, eventually = live.client, live.redis, live.keys, live.eventually
+    agent, _ = live.agents
     fields = ("confidence", "strength", "validated_count", "contradicted_count", "causal_uplift")
 
     async def run_learned(number: int, quality: float) -> None:

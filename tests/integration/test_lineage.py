@@ -23,9 +23,9 @@ from redis.asyncio import Redis
 from grimoire.infra.settings import Settings
 from grimoire.streams.model.ids import memory_id
 from grimoire.tables.keyspace import Keyspace
-from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
 from tests.support.dead_letters import dead_letters_where
+from tests.support.live import Live
 
 BASE_TS = 1_790_000_000_000
 DAY_MS = 86_400_000
@@ -35,30 +35,33 @@ PRIOR_SHARE = 0.30  # rerank: score = boost · relevance · (1 - share + share �
 STORED = ("kind", "provenance", "decay_class", "pinned", "confidence", "quality", "strength")
 
 
+def _warning(agent: str, name: str, text: str, **lineage: Any) -> EpisodeV1:
+    """An important warning, event id `<agent>-<name>` (as `_stored` reads it back)."""
+    return EpisodeV1(
+        agent_id=agent,
+        ts=BASE_TS,
+        event_id=f"{agent}-{name}",
+        kind="warning",
+        importance=0.9,
+        text=text,
+        **lineage,
+    )
+
+
 def _events(agent: str) -> dict[str, Any]:
     return {
-        "blood": EpisodeV1(
-            agent_id=agent,
-            ts=BASE_TS,
-            event_id=f"{agent}-blood",
-            kind="warning",
-            importance=0.9,
+        "blood": _warning(
+            agent,
+            "blood",
+            "When gas spikes above 400 gwei, avoid the bridge contract: "
+            "it drained 120 ETH at block 19000000",
             provenance="bloodstain",
-            text=(
-                "When gas spikes above 400 gwei, avoid the bridge contract: "
-                "it drained 120 ETH at block 19000000"
-            ),
         ),
-        "plain": EpisodeV1(
-            agent_id=agent,
-            ts=BASE_TS,
-            event_id=f"{agent}-plain",
-            kind="warning",
-            importance=0.9,
-            text=(
-                "When the mempool holds over 150000 pending txs, do not use the "
-                "bridge relayer: it stalled for 60 minutes"
-            ),
+        "plain": _warning(
+            agent,
+            "plain",
+            "When the mempool holds over 150000 pending txs, do not use the "
+            "bridge relayer: it stalled for 60 minutes",
         ),
         "tactical": ToolEventV1(
             agent_id=agent,
@@ -93,15 +96,9 @@ async def _stored(redis: Redis, settings: Settings, agent: str, name: str) -> di
     return {f: v.decode() for f, v in zip(STORED, values, strict=True) if v is not None}
 
 
-async def test_lineage_fields_from_the_wire_drive_decay_and_the_boost(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
-    read_topic: Any,
-) -> None:
-    agent, _ = agent_ids
+async def test_lineage_fields_from_the_wire_drive_decay_and_the_boost(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
     events = _events(agent)
     await client.publish_episode(events["blood"])
     await client.publish_episode(events["plain"])
@@ -118,9 +115,9 @@ async def test_lineage_fields_from_the_wire_drive_decay_and_the_boost(
         answer = await client.recall(agent, "bridge", k=10, record_usage=False)
         return answer if len(answer.items) == len(events) else None
 
-    await eventually(all_there, timeout=30)
+    await live.eventually(all_there, timeout=30)
 
-    stored = {name: await _stored(redis_client, settings, agent, name) for name in events}
+    stored = {name: await _stored(live.redis, live.settings, agent, name) for name in events}
     assert stored["blood"]["provenance"] == "bloodstain"
     assert stored["blood"]["kind"] == "warning"
     assert "decay_class" not in stored["blood"] and "pinned" not in stored["blood"]
@@ -160,6 +157,6 @@ async def test_lineage_fields_from_the_wire_drive_decay_and_the_boost(
         assert abs(scores["score"] - boost * scores["relevance"] * scale) < 1e-8, (name, scores)
 
     (letter,) = await dead_letters_where(
-        read_topic, settings, lambda d: d.get("agent_id") == agent, timeout=20
+        live.read_topic, live.settings, lambda d: d.get("agent_id") == agent, timeout=20
     )
     assert (letter["reason"], letter["field"]) == ("invalid_value", "provenance")

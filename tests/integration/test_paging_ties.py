@@ -287,12 +287,9 @@ def incident_event(agent: str, n: int, ts: int, tick: int) -> EpisodeV1:
 
 @pytest.fixture(scope="module")
 def tie_settings(settings: Settings) -> Settings:
+    # Maintenance by the command the test sends alone.
     return prefixed_settings(
-        settings,
-        "pt",
-        maintenance_enabled=True,
-        block_interval_s=3_600.0,  # the timer stays out of it: the command is sent
-        maintenance_compaction_min_age_h=0.0,
+        settings, "pt", timer=False, maintenance_enabled=True, maintenance_compaction_min_age_h=0.0
     )
 
 

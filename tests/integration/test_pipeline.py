@@ -8,13 +8,11 @@ import uuid
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
-from grimoire.infra.settings import Settings
-from grimoire.tables.keyspace import Keyspace
 from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1
 from tests.support.dead_letters import dead_letters_where
+from tests.support.live import Live
 
 BASE_TS = 1_790_000_000_000
 
@@ -39,10 +37,9 @@ async def _publish(
         )
 
 
-async def test_recall_returns_only_the_agents_memories_most_relevant_first(
-    client: GrimoireClient, agent_ids: tuple[str, str], eventually: Any
-) -> None:
-    agent_a, agent_b = agent_ids
+async def test_recall_returns_only_the_agents_memories_most_relevant_first(live: Live) -> None:
+    client = live.client
+    agent_a, agent_b = live.agents
     await _publish(client, agent_a, A_EPISODES)
     await _publish(client, agent_b, B_EPISODES)
 
@@ -50,7 +47,7 @@ async def test_recall_returns_only_the_agents_memories_most_relevant_first(
         answer = await client.recall(agent_a, "the database disk ran out of space", k=10)
         return answer if len(answer.items) == len(A_EPISODES) else None
 
-    answer = await eventually(all_of_a_recallable, timeout=15)
+    answer = await live.eventually(all_of_a_recallable, timeout=15)
     assert {item.agent_id for item in answer.items} == {agent_a}
     assert answer.items[0].text == A_EPISODES[0]
     assert sorted(item.text for item in answer.items) == sorted(A_EPISODES)
@@ -58,7 +55,7 @@ async def test_recall_returns_only_the_agents_memories_most_relevant_first(
     assert answer.budget["items"] == 3
     assert answer.watermark == BASE_TS + 2 * 12_000
 
-    answer_b = await eventually(
+    answer_b = await live.eventually(
         lambda: _recall_count(client, agent_b, "disk full", len(B_EPISODES)), timeout=15
     )
     assert {item.agent_id for item in answer_b.items} == {agent_b}
@@ -71,14 +68,9 @@ async def _recall_count(client: GrimoireClient, agent: str, query: str, n: int) 
     return answer if len(answer.items) == n else None
 
 
-async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
-    client: GrimoireClient,
-    settings: Settings,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    read_topic: Any,
-) -> None:
-    agent, _ = agent_ids
+async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
     marker = uuid.uuid4().hex
     topic = client.topics.episodes
     good = {"agent_id": agent, "ts": BASE_TS, "text": f"valid after the bad ones {marker}"}
@@ -86,15 +78,17 @@ async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
         "invalid_json": b'{"agent_id": "' + agent.encode() + b'", "text": "' + marker.encode(),
         "missing_field": orjson.dumps({"ts": BASE_TS, "text": f"no agent {marker}"}),
         "wrong_type": orjson.dumps({**good, "tick": f"seven {marker}"}),
-        "oversize": orjson.dumps({**good, "text": marker + "x" * settings.limits.max_text_chars}),
+        "oversize": orjson.dumps(
+            {**good, "text": marker + "x" * live.settings.limits.max_text_chars}
+        ),
     }
     for payload in bad_payloads.values():
         await client.publish_raw(topic, agent, payload)
     await client.publish_raw(topic, agent, orjson.dumps(good))
 
     dead = await dead_letters_where(
-        read_topic,
-        settings,
+        live.read_topic,
+        live.settings,
         lambda letter: marker in (letter.get("payload") or ""),
         at_least=len(bad_payloads),
         timeout=15,
@@ -109,38 +103,32 @@ async def test_bad_input_is_dead_lettered_and_the_worker_keeps_going(
         assert isinstance(letter["offset"], int)
         assert letter["detail"]
 
-    answer = await eventually(lambda: _recall_count(client, agent, marker, 1), timeout=15)
+    answer = await live.eventually(lambda: _recall_count(client, agent, marker, 1), timeout=15)
     assert answer.items[0].text == good["text"]
 
 
-async def test_publishing_the_same_events_twice_changes_nothing(
-    client: GrimoireClient,
-    settings: Settings,
-    redis_client: Redis,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    read_topic: Any,
-) -> None:
-    agent, _ = agent_ids
-    pattern = Keyspace(settings.broker.topic_prefix).agent_memory_pattern(agent)
+async def test_publishing_the_same_events_twice_changes_nothing(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
+    pattern = live.keys.agent_memory_pattern(agent)
     episodes = [
         EpisodeV1(agent_id=agent, ts=BASE_TS + i, text=text, event_id=f"evt-{i}" if i else None)
         for i, text in enumerate(A_EPISODES)
     ]
 
     async def keys() -> list[bytes]:
-        found = [key async for key in redis_client.scan_iter(pattern, count=1000)]
-        owners = [await redis_client.hget(key, "agent_id") for key in found]
+        found = [key async for key in live.redis.scan_iter(pattern, count=1000)]
+        owners = [await live.redis.hget(key, "agent_id") for key in found]
         return sorted(
             key for key, owner in zip(found, owners, strict=True) if owner == agent.encode()
         )
 
     async def snapshot() -> dict[bytes, dict[bytes, bytes]]:
-        return {key: await redis_client.hgetall(key) for key in await keys()}
+        return {key: await live.redis.hgetall(key) for key in await keys()}
 
     for episode in episodes:
         await client.publish_episode(episode)
-    await eventually(lambda: _recall_count(client, agent, "disk", len(episodes)), timeout=15)
+    await live.eventually(lambda: _recall_count(client, agent, "disk", len(episodes)), timeout=15)
     first = await snapshot()
     assert len(first) == len(episodes)
 
@@ -150,7 +138,9 @@ async def test_publishing_the_same_events_twice_changes_nothing(
     # recallable, the redelivered copies before it have been handled too.
     sentinel = EpisodeV1(agent_id=agent, ts=BASE_TS + 99, text="sentinel after the replay")
     await client.publish_episode(sentinel)
-    await eventually(lambda: _recall_count(client, agent, "disk", len(episodes) + 1), timeout=15)
+    await live.eventually(
+        lambda: _recall_count(client, agent, "disk", len(episodes) + 1), timeout=15
+    )
 
     second = await snapshot()
     del second[next(k for k, v in second.items() if v[b"text"] == sentinel.text.encode())]
@@ -160,25 +150,27 @@ async def test_publishing_the_same_events_twice_changes_nothing(
         events = [orjson.loads(r.value) for r in records]
         return [e for e in events if e["agent_id"] == agent and e["type"] == "GrimoireWrite"]
 
-    records = await read_topic(
-        settings.bootstrap_servers,
+    records = await live.read_topic(
+        live.settings.bootstrap_servers,
         client.topics.memory_events,
         until=lambda rs: len(writes_for_agent(rs)) >= len(episodes) + 1,
         timeout=10,
     )
     await asyncio.sleep(0.5)  # a duplicate write event would land right behind the sentinel's
-    records = await read_topic(
-        settings.bootstrap_servers, client.topics.memory_events, until=lambda rs: False, timeout=1
+    records = await live.read_topic(
+        live.settings.bootstrap_servers,
+        client.topics.memory_events,
+        until=lambda rs: False,
+        timeout=1,
     )
     writes = writes_for_agent(records)
     assert len(writes) == len(episodes) + 1
     assert len({w["memory_id"] for w in writes}) == len(writes)
 
 
-async def test_a_new_episode_is_recallable_within_one_block_interval(
-    client: GrimoireClient, settings: Settings, agent_ids: tuple[str, str], eventually: Any
-) -> None:
-    agent, _ = agent_ids
+async def test_a_new_episode_is_recallable_within_one_block_interval(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
     text = f"liquidation cascade detected on market {uuid.uuid4().hex[:6]}"
     published = time.monotonic()
     await client.publish_episode(EpisodeV1(agent_id=agent, ts=BASE_TS, text=text))
@@ -187,5 +179,5 @@ async def test_a_new_episode_is_recallable_within_one_block_interval(
         answer = await client.recall(agent, text, k=1)
         return bool(answer.items) and answer.items[0].text == text
 
-    await eventually(found, timeout=settings.worker.block_interval_s)
-    assert time.monotonic() - published <= settings.worker.block_interval_s
+    await live.eventually(found, timeout=live.settings.worker.block_interval_s)
+    assert time.monotonic() - published <= live.settings.worker.block_interval_s

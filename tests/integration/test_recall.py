@@ -6,14 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 
-from grimoire.infra.settings import Settings
 from grimoire.tables.codec.watermark import WINDOW_MEMBER
-from grimoire.tables.keyspace import Keyspace
-from grimoire.topics.client import GrimoireClient
 from grimoire.topics.options import RecallBudgets, RecallFilters
 from grimoire.topics.schemas import EpisodeV1, OutcomeV1, TranscriptV1
+from tests.support.live import Live
 
 BASE_TS = 1_790_000_000_000
 
@@ -39,27 +36,22 @@ LINES = (
 )
 
 
-async def _ingest(client: GrimoireClient, agent: str, eventually: Any) -> None:
+async def _ingest(live: Live, agent: str) -> None:
     for n, (session, actor, text) in enumerate(LINES):
-        await client.publish_transcript(_line(agent, n, session, actor, text))
+        await live.client.publish_transcript(_line(agent, n, session, actor, text))
 
     async def all_there() -> Any:
-        answer = await client.recall(agent, "payments deploy", k=10, record_usage=False)
+        answer = await live.client.recall(agent, "payments deploy", k=10, record_usage=False)
         return answer if len(answer.items) == len(LINES) else None
 
-    await eventually(all_there, timeout=20)
+    await live.eventually(all_there, timeout=20)
 
 
-async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
-) -> None:
-    agent, other = agent_ids
-    await _ingest(client, agent, eventually)
-    await _ingest(client, other, eventually)
+async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(live: Live) -> None:
+    client, keys = live.client, live.keys
+    agent, other = live.agents
+    await _ingest(live, agent)
+    await _ingest(live, other)
 
     by_session = await client.recall(
         agent, "payments deploy", filters=RecallFilters(session_id="s1")
@@ -96,26 +88,21 @@ async def test_filters_budget_explain_episodes_and_usage_through_the_pipeline(
     assert all(s["role"] for s in top.episode)
     assert explained.timings_ms["total"] > 0 and explained.mode == "full"
 
-    assert await redis_client.exists(Keyspace(settings.broker.topic_prefix).memory(agent, top.id))
+    assert await live.redis.exists(keys.memory(agent, top.id))
     # not indexed: a touch never re-indexes
-    usage = Keyspace(settings.broker.topic_prefix).usage(agent, top.id)
-    counts = await redis_client.hmget(usage, ["included_count_total", "last_accessed"])
+    usage = keys.usage(agent, top.id)
+    counts = await live.redis.hmget(usage, ["included_count_total", "last_accessed"])
     assert int(counts[0]) >= 1  # the explained recall counted it (record_usage defaults on)
     assert int(counts[1]) == explained.as_of
 
 
-async def test_outcomes_through_the_broker_apply_once(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
-) -> None:
-    agent, _ = agent_ids
-    await _ingest(client, agent, eventually)
+async def test_outcomes_through_the_broker_apply_once(live: Live) -> None:
+    client, redis_client = live.client, live.redis
+    agent, _ = live.agents
+    await _ingest(live, agent)
     answer = await client.recall(agent, "staging deploy timeout", k=1, record_usage=False)
     (top,) = answer.items
-    key = Keyspace(settings.broker.topic_prefix).memory(agent, top.id)
+    key = live.keys.memory(agent, top.id)
     before = float(await redis_client.hget(key, "confidence"))
 
     positive = OutcomeV1(
@@ -136,10 +123,10 @@ async def test_outcomes_through_the_broker_apply_once(
         count = await redis_client.hget(key, "validated_count")
         return count if count is not None and int(count) >= 1 else None
 
-    await eventually(validated, timeout=15)
+    await live.eventually(validated, timeout=15)
     assert float(await redis_client.hget(key, "confidence")) == pytest.approx(before + 0.1)
     assert float(await redis_client.hget(key, "strength")) == 2.0
-    usage = Keyspace(settings.broker.topic_prefix).usage(agent, top.id)
+    usage = live.keys.usage(agent, top.id)
     assert int(await redis_client.hget(usage, "last_accessed")) == BASE_TS + 60_000
 
 
@@ -152,14 +139,9 @@ SAD_LINES = (
 )
 
 
-async def test_anti_rumination_through_the_pipeline(
-    client: GrimoireClient,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    redis_client: Redis,
-    settings: Settings,
-) -> None:
-    agent, _ = agent_ids
+async def test_anti_rumination_through_the_pipeline(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
     glad = EpisodeV1(
         agent_id=agent, ts=BASE_TS, event_id="glad", tick=90, importance=0.9,
         text="celebrated a calm week with the storage cluster healthy", affect={"pleasure": 0.7},
@@ -182,7 +164,7 @@ async def test_anti_rumination_through_the_pipeline(
         answer = await client.recall(agent, "disk", k=1, record_usage=False)
         return answer if answer.watermark == BASE_TS + len(SAD_LINES) * 1_000 else None
 
-    await eventually(caught_up, timeout=20)  # that probe served no window
+    await live.eventually(caught_up, timeout=20)  # that probe served no window
     first = await client.recall(agent, "disk full on node seven", k=4, explain=True)
     again = await client.recall(agent, "disk full on node seven", k=4)
     injected = [item for item in first.items if "anti-rumination" in (item.reasons or ())]
@@ -190,10 +172,10 @@ async def test_anti_rumination_through_the_pipeline(
     assert first.items[-1].source_event_id == "glad"
     assert injected[0].scores is not None and injected[0].scores["contrarian"] == 1.0
     assert not any("anti-rumination" in (item.reasons or ()) for item in again.items)
-    windows = Keyspace(settings.broker.topic_prefix).contrarian_window(agent)
+    windows = live.keys.contrarian_window(agent)
 
     async def served() -> Any:
         # Recall is a read: the window served is a journal entry, applied shortly.
-        return await redis_client.zscore(windows, WINDOW_MEMBER)
+        return await live.redis.zscore(windows, WINDOW_MEMBER)
 
-    assert await eventually(served, timeout=10) == 1.0  # ticks 100-199
+    assert await live.eventually(served, timeout=10) == 1.0  # ticks 100-199

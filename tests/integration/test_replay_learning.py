@@ -98,7 +98,7 @@ SERVICES = ("billing", "cart", "search", "auth", "inventory", "shipping", "catal
 
 
 def _prefixed(settings: Settings, head: str) -> Settings:
-    return prefixed_settings(settings, head, maintenance_enabled=False, block_interval_s=3_600.0)
+    return prefixed_settings(settings, head, timer=False, maintenance_enabled=False)
 
 
 @pytest.fixture(scope="module")

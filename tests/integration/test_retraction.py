@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from grimoire.agents.handlers.ingest import IngestHandler
 from grimoire.agents.handlers.recall import RecallHandler
-from grimoire.agents.handlers.retraction import PLAYBOOK_OP, RetractionHandler
+from grimoire.agents.handlers.retraction import RetractionHandler
 from grimoire.agents.maintenance.compaction_task import CompactionTask
 from grimoire.agents.ports import InputMessage, MemorySink
 from grimoire.infra.settings import Settings
@@ -44,7 +44,13 @@ from grimoire.tables.trust.derivations import RedisDerivationStore
 from grimoire.topics.declarations import TopicNames
 from tests.support.embedders import FakeEmbedder
 from tests.support.maintenance import compacted_summary
-from tests.support.retraction import Witness, curate_over, swap_record
+from tests.support.retraction import (
+    Witness,
+    curate_over,
+    demoted_steps,
+    retracted_steps,
+    swap_record,
+)
 from tests.support.stored import drop_deployment
 
 pytestmark = pytest.mark.integration
@@ -241,20 +247,12 @@ async def test_the_cascade_over_an_aggregate_a_summary_and_an_insight(world: Wor
     ]
     (demoted,) = [e for e in await world.curator.entries(A) if e.memory_id == insight]
     assert demoted.confidence == pytest.approx(0.4) and demoted.status is EntryStatus.DEMOTED
-    assert world.witness.ops() == [
-        ("retract.memory", (episodes[0],)),
-        ("retract.insight_demoted", (insight,)),
-    ]
+    assert world.witness.ops() == demoted_steps(episodes[0], insight)
     assert heuristic in (await world.curator.get_playbook(A) or "")
 
     report = await world.retraction.retract(A, "ep-2", at_ms=NOW)
     assert report.retracted == (episodes[1], insight, heuristic)
-    assert world.witness.ops() == [
-        ("retract.memory", (episodes[1],)),
-        ("retract.memory", (insight,)),
-        ("retract.memory", (heuristic,)),
-        (PLAYBOOK_OP, (heuristic, insight)),
-    ]
+    assert world.witness.ops() == retracted_steps(episodes[1], insight, heuristic)
     playbook = await world.curator.get_playbook(A) or ""
     assert heuristic not in playbook and "_No heuristics yet._" in playbook
     assert await world.curator.entries(A) == []

@@ -26,11 +26,10 @@ from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.infra.purge import build_staging_purge, local_staging_settings
 from grimoire.infra.settings import Settings
 from grimoire.topics.declarations import TopicNames, ensure_topics
+from tests.support.stacks import WHEEL_CACHE, services_up
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".grimoire" / "wheels"
 # This test's own ports (the object store takes 20942..20946 and each + 10000).
 KAFKA, REDIS = 19942, 17242
 GROUP = "purge-test-workers"
@@ -41,17 +40,10 @@ AGE_GAP_S = 2.5
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServices]:
-    stack = LocalServices(
-        tmp_path_factory.mktemp("purge") / "state",
-        ServicePorts(kafka=KAFKA, redis=REDIS),
-        wheel_cache=WHEEL_CACHE,
-        durable=True,
-    )
-    stack.up()
-    try:
+    state = tmp_path_factory.mktemp("purge") / "state"
+    ports = ServicePorts(kafka=KAFKA, redis=REDIS)
+    with services_up(LocalServices(state, ports, wheel_cache=WHEEL_CACHE, durable=True)) as stack:
         yield stack
-    finally:
-        stack.down()
 
 
 async def _produce_batches(

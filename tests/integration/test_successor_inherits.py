@@ -43,7 +43,11 @@ from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import CommandV1, EpisodeV1, FactV1, OutcomeV1, ToolEventV1
 from tests.support.rebuild import assert_rebuilt, replay_journal, stop_and_wipe
 from tests.support.stored import memory_fields, settled_digests, wait_outcomes_applied
-from tests.support.workers import client_for, prefixed_settings, workers_fixture
+from tests.support.workers import (
+    TwoDeployments,
+    client_for,
+    two_deployments_fixture,
+)
 
 BASE_TS = 1_793_000_000_000
 MINUTE = 60_000
@@ -52,23 +56,9 @@ DISCOUNT = 0.25  # not the default: the option reaches facts and edges as it rea
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def source_settings(settings: Settings) -> Settings:
-    return prefixed_settings(settings, "sa", maintenance_enabled=False, block_interval_s=3_600.0)
-
-
-@pytest.fixture(scope="module")
-def target_settings(settings: Settings) -> Settings:
-    return prefixed_settings(settings, "sb", maintenance_enabled=False, block_interval_s=3_600.0)
-
-
-workers = workers_fixture("workers", source="source_settings", target="target_settings")
-
-
-@pytest.fixture(scope="module")
-def state() -> dict[str, Any]:
-    """What one test leaves for the next (they run in file order)."""
-    return {"agent": f"pred-{uuid.uuid4().hex[:6]}", "successor": f"heir-{uuid.uuid4().hex[:6]}"}
+pair = two_deployments_fixture(
+    "pair", ("sa", "sb"), successor="heir", timer=False, maintenance_enabled=False
+)
 
 
 def _ts(n: int, step: int) -> int:
@@ -147,207 +137,189 @@ FACTS = (
 
 
 async def test_a_successor_inherits_facts_and_causal_edges_at_the_discount(
-    source_settings: Settings,
-    workers: dict[str, Any],
-    state: dict[str, Any],
-    tmp_path: Path,
-    eventually: Any,
+    pair: TwoDeployments, tmp_path: Path, eventually: Any
 ) -> None:
-    agent, heir = state["agent"], state["successor"]
-    prefix = source_settings.broker.topic_prefix
+    redis = pair.redis
+    agent, heir = pair.state["agent"], pair.state["successor"]
+    prefix = pair.source.broker.topic_prefix
     keys = Keyspace(prefix)
-    redis = Redis.from_url(source_settings.redis.url)
     learning, facts = RedisLearningStore(redis, prefix), RedisFactStore(redis, prefix)
-    try:
-        async with client_for(source_settings) as client:
-            await _run(client, redis, keys, agent, 1, 0.9, eventually)
-            await _run(client, redis, keys, agent, 2, 0.7, eventually)
-            for i, (event, subject, predicate, obj, block) in enumerate(FACTS):
-                await client.assert_fact(
-                    FactV1(agent_id=agent, ts=_ts(3, i), subject=subject, predicate=predicate,
-                           object=obj, valid_from=block, event_id=event)
-                )  # fmt: skip
-
-            async def known() -> bool:
-                return len(await client.facts_as_known_at(agent, _ts(3, 9))) == len(FACTS)
-
-            await eventually(known, timeout=60, interval=0.2)
-            retracted = _member(agent, 2, "report")
-            await client.send_command(
-                CommandV1(agent_id=agent, command="retract", source_event_id=retracted,
-                          ts=_ts(4, 0))
+    async with client_for(pair.source) as client:
+        await _run(client, redis, keys, agent, 1, 0.9, eventually)
+        await _run(client, redis, keys, agent, 2, 0.7, eventually)
+        for i, (event, subject, predicate, obj, block) in enumerate(FACTS):
+            await client.assert_fact(
+                FactV1(agent_id=agent, ts=_ts(3, i), subject=subject, predicate=predicate,
+                       object=obj, valid_from=block, event_id=event)
             )  # fmt: skip
 
-            async def gone() -> bool:
-                held = await memory_fields(redis, keys, agent, retracted, "retracted")
-                return held.get("retracted") == "1"
+        async def known() -> bool:
+            return len(await client.facts_as_known_at(agent, _ts(3, 9))) == len(FACTS)
 
-            await eventually(gone, timeout=60, interval=0.1)
-        await settled_digests(redis, prefix, [agent], eventually, quiet_s=2.0)
-        edges = await learning.all_edges(agent)
-        assert {(e.cause, e.effect) for e in edges} >= {
-            (_member(agent, 1, "action"), _member(agent, 1, "report")),
-            (_member(agent, 2, "action"), retracted),
-        }
-
-        path = tmp_path / "pred.jsonl"
-        with path.open("wb") as out:
-            exported = await export_agent(source_settings, agent, out, progress=False)
-        assert exported.counts["causal_edges"] >= 1 and exported.counts["facts"] >= 1
-        report = await _inherit(source_settings, path, heir, agent)
-        assert report.applied and report.successor_of == agent
-
-        # B's memories: A's live ones under new ids (the retracted report is not B's).
-        def new(old: str) -> str:
-            return successor_memory_id(heir, agent, old, int(old_ts[old]))
-
-        old_ts = {}
-        for n in (1, 2):
-            for part in ("alert", "action", "report"):
-                old = _member(agent, n, part)
-                old_ts[old] = (await memory_fields(redis, keys, agent, old, "ts"))["ts"]
-        inherited = {old for old in old_ts if old != retracted}
-        for old in inherited:
-            fields = await memory_fields(redis, keys, heir, new(old), "confidence", "provenance")
-            original = await memory_fields(redis, keys, agent, old, "confidence")
-            assert fields["provenance"] == "predecessor"
-            assert float(fields["confidence"]) == float(original["confidence"]) * DISCOUNT
-        assert not await redis.exists(keys.memory(heir, new(retracted)))
-
-        # Causal edges: those between inherited memories, remapped, weight x DISCOUNT.
-        expected = sorted(
-            (
-                CausalEdge(new(e.cause), new(e.effect), round(e.weight * DISCOUNT, 9),
-                           e.evidence, e.last_block)
-                for e in edges
-                if e.cause in inherited and e.effect in inherited
-            ),
-            key=lambda e: (e.cause, e.effect),
+        await eventually(known, timeout=60, interval=0.2)
+        retracted = _member(agent, 2, "report")
+        await client.send_command(
+            CommandV1(agent_id=agent, command="retract", source_event_id=retracted,
+                      ts=_ts(4, 0))
         )  # fmt: skip
-        assert expected and len(expected) < len(edges)  # the edge to the retracted report: not
-        assert await learning.all_edges(heir) == expected
-        action = new(_member(agent, 1, "action"))
-        out_edges = await learning.out_edges(heir, [action])
-        assert out_edges[action] == [e for e in expected if e.cause == action]
-        around = await learning.edges_of(heir, [action])  # read through the adjacency lists
-        assert around[action] == [e for e in expected if action in (e.cause, e.effect)]
-        # Recall's causal uplift of the inherited action: the one its inherited edges give.
-        uplift = await memory_fields(redis, keys, heir, action, "causal_uplift")
-        assert float(uplift["causal_uplift"]) == causal_uplift(out_edges[action])
-        original_uplift = await memory_fields(
-            redis, keys, agent, _member(agent, 1, "action"), "causal_uplift"
-        )
-        assert float(uplift["causal_uplift"]) == pytest.approx(
-            float(original_uplift["causal_uplift"]) * DISCOUNT
-        )
 
-        # Facts: every version, remapped, confidence x DISCOUNT, closures kept.
-        originals = await facts.all_versions(agent)
-        held = {f.fact_id: f for f in await facts.all_versions(heir)}
-        assert len(held) == len(originals) == len(FACTS)
-        for fact in originals:
-            got = held[successor_fact_id(heir, fact.fact_id)]
-            source = successor_fact_source(fact.fact_id)
-            assert (got.agent_id, got.source_event_id) == (heir, source)
-            assert (got.subject, got.predicate, got.object, got.valid_from, got.known_from_ms) == (
-                fact.subject, fact.predicate, fact.object, fact.valid_from, fact.known_from_ms
-            )  # fmt: skip
-            assert got.confidence == fact.confidence * DISCOUNT == DISCOUNT
-            assert got.closures == tuple(
-                Closure(c.at_ms, c.valid_until, successor_fact_id(heir, c.by))
-                for c in fact.closures
-            )
-        async with client_for(source_settings) as client:
-            now = await client.facts_valid_at(heir, 250, subject="alice")
-            assert [(f.object, f.fact_id) for f in now] == [
-                ("globex", successor_fact_id(heir, fact_id_for(agent, "f-2")))
-            ]
-            before = await client.facts_valid_at(heir, 150, subject="alice")
-            assert [f.object for f in before] == ["acme"]
-            near = await client.fact_neighbours(heir, "alice", hops=2)
-            assert [(n.entity, n.hops) for n in near] == [("globex", 1)]
-            near = await client.fact_neighbours(heir, "acme", hops=1)
-            assert [n.entity for n in near] == ["berlin"]
-        state["file"] = path
-        state["heir_state"] = (await state_digest(redis, prefix, heir)).sha256
-    finally:
-        await redis.aclose()
+        async def gone() -> bool:
+            held = await memory_fields(redis, keys, agent, retracted, "retracted")
+            return held.get("retracted") == "1"
+
+        await eventually(gone, timeout=60, interval=0.1)
+    await settled_digests(redis, prefix, [agent], eventually, quiet_s=2.0)
+    edges = await learning.all_edges(agent)
+    assert {(e.cause, e.effect) for e in edges} >= {
+        (_member(agent, 1, "action"), _member(agent, 1, "report")),
+        (_member(agent, 2, "action"), retracted),
+    }
+
+    path = tmp_path / "pred.jsonl"
+    with path.open("wb") as out:
+        exported = await export_agent(pair.source, agent, out, progress=False)
+    assert exported.counts["causal_edges"] >= 1 and exported.counts["facts"] >= 1
+    report = await _inherit(pair.source, path, heir, agent)
+    assert report.applied and report.successor_of == agent
+
+    # B's memories: A's live ones under new ids (the retracted report is not B's).
+    def new(old: str) -> str:
+        return successor_memory_id(heir, agent, old, int(old_ts[old]))
+
+    old_ts = {}
+    for n in (1, 2):
+        for part in ("alert", "action", "report"):
+            old = _member(agent, n, part)
+            old_ts[old] = (await memory_fields(redis, keys, agent, old, "ts"))["ts"]
+    inherited = {old for old in old_ts if old != retracted}
+    for old in inherited:
+        fields = await memory_fields(redis, keys, heir, new(old), "confidence", "provenance")
+        original = await memory_fields(redis, keys, agent, old, "confidence")
+        assert fields["provenance"] == "predecessor"
+        assert float(fields["confidence"]) == float(original["confidence"]) * DISCOUNT
+    assert not await redis.exists(keys.memory(heir, new(retracted)))
+
+    # Causal edges: those between inherited memories, remapped, weight x DISCOUNT.
+    expected = sorted(
+        (
+            CausalEdge(new(e.cause), new(e.effect), round(e.weight * DISCOUNT, 9),
+                       e.evidence, e.last_block)
+            for e in edges
+            if e.cause in inherited and e.effect in inherited
+        ),
+        key=lambda e: (e.cause, e.effect),
+    )  # fmt: skip
+    assert expected and len(expected) < len(edges)  # the edge to the retracted report: not
+    assert await learning.all_edges(heir) == expected
+    action = new(_member(agent, 1, "action"))
+    out_edges = await learning.out_edges(heir, [action])
+    assert out_edges[action] == [e for e in expected if e.cause == action]
+    around = await learning.edges_of(heir, [action])  # read through the adjacency lists
+    assert around[action] == [e for e in expected if action in (e.cause, e.effect)]
+    # Recall's causal uplift of the inherited action: the one its inherited edges give.
+    uplift = await memory_fields(redis, keys, heir, action, "causal_uplift")
+    assert float(uplift["causal_uplift"]) == causal_uplift(out_edges[action])
+    original_uplift = await memory_fields(
+        redis, keys, agent, _member(agent, 1, "action"), "causal_uplift"
+    )
+    assert float(uplift["causal_uplift"]) == pytest.approx(
+        float(original_uplift["causal_uplift"]) * DISCOUNT
+    )
+
+    # Facts: every version, remapped, confidence x DISCOUNT, closures kept.
+    originals = await facts.all_versions(agent)
+    held = {f.fact_id: f for f in await facts.all_versions(heir)}
+    assert len(held) == len(originals) == len(FACTS)
+    for fact in originals:
+        got = held[successor_fact_id(heir, fact.fact_id)]
+        source = successor_fact_source(fact.fact_id)
+        assert (got.agent_id, got.source_event_id) == (heir, source)
+        assert (got.subject, got.predicate, got.object, got.valid_from, got.known_from_ms) == (
+            fact.subject, fact.predicate, fact.object, fact.valid_from, fact.known_from_ms
+        )  # fmt: skip
+        assert got.confidence == fact.confidence * DISCOUNT == DISCOUNT
+        assert got.closures == tuple(
+            Closure(c.at_ms, c.valid_until, successor_fact_id(heir, c.by)) for c in fact.closures
+        )
+    async with client_for(pair.source) as client:
+        now = await client.facts_valid_at(heir, 250, subject="alice")
+        assert [(f.object, f.fact_id) for f in now] == [
+            ("globex", successor_fact_id(heir, fact_id_for(agent, "f-2")))
+        ]
+        before = await client.facts_valid_at(heir, 150, subject="alice")
+        assert [f.object for f in before] == ["acme"]
+        near = await client.fact_neighbours(heir, "alice", hops=2)
+        assert [(n.entity, n.hops) for n in near] == [("globex", 1)]
+        near = await client.fact_neighbours(heir, "acme", hops=1)
+        assert [n.entity for n in near] == ["berlin"]
+    pair.state["file"] = path
+    pair.state["heir_state"] = (await state_digest(redis, prefix, heir)).sha256
 
 
 async def test_the_same_file_inherited_again_gives_the_same_state(
-    source_settings: Settings,
-    target_settings: Settings,
-    workers: dict[str, Any],
-    state: dict[str, Any],
-    eventually: Any,
+    pair: TwoDeployments, eventually: Any
 ) -> None:
-    agent, heir = state["agent"], state["successor"]
-    redis = Redis.from_url(source_settings.redis.url)
-    try:
+    redis = pair.redis
+    agent, heir = pair.state["agent"], pair.state["successor"]
 
-        async def inherited_on(settings: Settings) -> str:
-            """The file inherited on that deployment: B's state is the one it had first."""
-            prefix = settings.broker.topic_prefix
-            report = await _inherit(settings, state["file"], heir, agent)
-            assert report.applied
-            await settled_digests(redis, prefix, [heir], eventually, quiet_s=2.0)
-            assert (await state_digest(redis, prefix, heir)).sha256 == state["heir_state"]
-            return prefix
+    async def inherited_on(settings: Settings) -> str:
+        """The file inherited on that deployment: B's state is the one it had first."""
+        prefix = settings.broker.topic_prefix
+        report = await _inherit(settings, pair.state["file"], heir, agent)
+        assert report.applied
+        await settled_digests(redis, prefix, [heir], eventually, quiet_s=2.0)
+        assert (await state_digest(redis, prefix, heir)).sha256 == pair.state["heir_state"]
+        return prefix
 
-        target = await inherited_on(target_settings)
-        assert await RedisFactStore(redis, target).all_versions(agent) == []  # A was never here
-        await inherited_on(source_settings)  # sent again where B already inherited it
-    finally:
-        await redis.aclose()
+    target = await inherited_on(pair.target)
+    assert await RedisFactStore(redis, target).all_versions(agent) == []  # A was never here
+    await inherited_on(pair.source)  # sent again where B already inherited it
 
 
 async def test_a_successor_with_facts_of_its_own_keeps_them_indexed(
-    target_settings: Settings, workers: dict[str, Any], state: dict[str, Any], eventually: Any
+    pair: TwoDeployments, eventually: Any
 ) -> None:
     """C asserted facts before inheriting A's: the fact indexes hold both, joined."""
-    agent, own = state["agent"], f"own-{uuid.uuid4().hex[:6]}"
-    target = target_settings.broker.topic_prefix
-    redis = Redis.from_url(target_settings.redis.url)
+    redis = pair.redis
+    agent, own = pair.state["agent"], f"own-{uuid.uuid4().hex[:6]}"
+    target = pair.target.broker.topic_prefix
     store = RedisFactStore(redis, target)
-    try:
-        async with client_for(target_settings) as client:
-            for i, (event, subject, predicate, obj) in enumerate(
-                (("c-1", "alice", "works_at", "initech"), ("c-2", "bob", "knows", "alice"))
-            ):
-                await client.assert_fact(
-                    FactV1(agent_id=own, ts=_ts(6, i), subject=subject, predicate=predicate,
-                           object=obj, valid_from=300, event_id=event)
-                )  # fmt: skip
+    async with client_for(pair.target) as client:
+        for i, (event, subject, predicate, obj) in enumerate(
+            (("c-1", "alice", "works_at", "initech"), ("c-2", "bob", "knows", "alice"))
+        ):
+            await client.assert_fact(
+                FactV1(agent_id=own, ts=_ts(6, i), subject=subject, predicate=predicate,
+                       object=obj, valid_from=300, event_id=event)
+            )  # fmt: skip
 
-            async def known() -> bool:
-                return len(await client.facts_as_known_at(own, _ts(6, 9))) == 2
+        async def known() -> bool:
+            return len(await client.facts_as_known_at(own, _ts(6, 9))) == 2
 
-            await eventually(known, timeout=60, interval=0.2)
-        report = await _inherit(target_settings, state["file"], own, agent)
-        assert report.applied
-        mine = {fact_id_for(own, "c-1"), fact_id_for(own, "c-2")}
-        inherited = {successor_fact_id(own, f) for f in (fact_id_for(agent, e) for e, *_ in FACTS)}
-        works = {f.fact_id for f in await store.versions(own, "alice", "works_at")}
-        assert works == {fact_id_for(own, "c-1")} | {
-            successor_fact_id(own, fact_id_for(agent, e)) for e in ("f-1", "f-2")
-        }
-        about_alice = {f.fact_id for f in await store.of_entities(own, ["alice"])}
-        assert about_alice == works | {fact_id_for(own, "c-2")}
-        assert {f.fact_id for f in await store.all_versions(own)} == mine | inherited
-        links = await store.links(own, ["entity:alice"])
-        assert {key for key, _ in links["entity:alice"]} >= {
-            "entity:initech", "entity:bob", "entity:globex"
-        }  # fmt: skip
-    finally:
-        await redis.aclose()
+        await eventually(known, timeout=60, interval=0.2)
+    report = await _inherit(pair.target, pair.state["file"], own, agent)
+    assert report.applied
+    mine = {fact_id_for(own, "c-1"), fact_id_for(own, "c-2")}
+    inherited = {successor_fact_id(own, f) for f in (fact_id_for(agent, e) for e, *_ in FACTS)}
+    works = {f.fact_id for f in await store.versions(own, "alice", "works_at")}
+    assert works == {fact_id_for(own, "c-1")} | {
+        successor_fact_id(own, fact_id_for(agent, e)) for e in ("f-1", "f-2")
+    }
+    about_alice = {f.fact_id for f in await store.of_entities(own, ["alice"])}
+    assert about_alice == works | {fact_id_for(own, "c-2")}
+    assert {f.fact_id for f in await store.all_versions(own)} == mine | inherited
+    links = await store.links(own, ["entity:alice"])
+    assert {key for key, _ in links["entity:alice"]} >= {
+        "entity:initech", "entity:bob", "entity:globex"
+    }  # fmt: skip
 
 
 async def test_the_successor_retracts_an_inherited_fact_by_its_source_event(
-    source_settings: Settings, workers: dict[str, Any], state: dict[str, Any], eventually: Any
+    pair: TwoDeployments, eventually: Any
 ) -> None:
-    agent, heir = state["agent"], state["successor"]
+    agent, heir = pair.state["agent"], pair.state["successor"]
     superseding = fact_id_for(agent, "f-2")
-    async with client_for(source_settings) as client:
+    async with client_for(pair.source) as client:
         await client.send_command(
             CommandV1(agent_id=heir, command="retract",
                       source_event_id=successor_fact_source(superseding), ts=_ts(5, 0))
@@ -364,21 +336,18 @@ async def test_the_successor_retracts_an_inherited_fact_by_its_source_event(
 
 
 async def test_a_replay_rebuilds_the_inherited_facts_and_edges(
-    source_settings: Settings, workers: dict[str, Any], state: dict[str, Any], eventually: Any
+    pair: TwoDeployments, eventually: Any
 ) -> None:
-    agents = [state["agent"], state["successor"]]
-    prefix = source_settings.broker.topic_prefix
-    redis = Redis.from_url(source_settings.redis.url)
-    try:
-        before = await settled_digests(redis, prefix, agents, eventually, quiet_s=2.0)
-        states = [(await state_digest(redis, prefix, a)).sha256 for a in agents]
-        edges = await RedisLearningStore(redis, prefix).all_edges(agents[1])
-        facts = await RedisFactStore(redis, prefix).all_versions(agents[1])
-        assert edges and facts
-        await stop_and_wipe(redis, source_settings, workers["source"])
-        await replay_journal(source_settings)
-        await assert_rebuilt(redis, prefix, agents, before, states=states)
-        assert await RedisLearningStore(redis, prefix).all_edges(agents[1]) == edges
-        assert await RedisFactStore(redis, prefix).all_versions(agents[1]) == facts
-    finally:
-        await redis.aclose()
+    redis = pair.redis
+    agents = [pair.state["agent"], pair.state["successor"]]
+    prefix = pair.source.broker.topic_prefix
+    before = await settled_digests(redis, prefix, agents, eventually, quiet_s=2.0)
+    states = [(await state_digest(redis, prefix, a)).sha256 for a in agents]
+    edges = await RedisLearningStore(redis, prefix).all_edges(agents[1])
+    facts = await RedisFactStore(redis, prefix).all_versions(agents[1])
+    assert edges and facts
+    await stop_and_wipe(redis, pair.source, pair.workers["source"])
+    await replay_journal(pair.source)
+    await assert_rebuilt(redis, prefix, agents, before, states=states)
+    assert await RedisLearningStore(redis, prefix).all_edges(agents[1]) == edges
+    assert await RedisFactStore(redis, prefix).all_versions(agents[1]) == facts

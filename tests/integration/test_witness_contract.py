@@ -7,7 +7,7 @@ witnesses, and bytes that are no record break the chain as "unreadable"."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.ports.trust import WitnessLog
 from grimoire.tables.testing.witness_log import InMemoryWitnessLog
 from grimoire.tables.trust.witness_store import (
+    AUDIT_PAGE,
     ChainConflict,
     RedisWitnessLog,
     Witness,
@@ -189,35 +190,41 @@ def stored_as(records: Sequence[WitnessRecord]) -> list[tuple[int, WitnessRecord
     return [(record.seq, record) for record in records]
 
 
-async def test_the_audit_finds_a_changed_field(h: Harness) -> None:
-    records = chain(5)
-    await store(h, records)
-    changed = [*records[:2], replace(records[2], ids=("m-other",)), *records[3:]]
-    await h.tamper(A, stored_as(changed))
-    verdict = await audit(h.log, A, page=2)
-    assert (verdict.ok, verdict.count, verdict.first_broken, verdict.reason) == (
-        False, 5, 3, "hash",
-    )  # fmt: skip
+def _a_changed_field(records: Sequence[WitnessRecord]) -> list[tuple[int, WitnessRecord]]:
+    return stored_as([*records[:2], replace(records[2], ids=("m-other",)), *records[3:]])
 
 
-async def test_the_audit_finds_a_removed_record(h: Harness) -> None:
-    records = chain(5)
-    await store(h, records)
-    await h.tamper(A, stored_as([*records[:1], *records[2:]]))
-    verdict = await audit(h.log, A)
-    assert (verdict.ok, verdict.count, verdict.first_broken, verdict.reason) == (
-        False, 4, 2, "seq",
-    )  # fmt: skip
+def _a_removed_record(records: Sequence[WitnessRecord]) -> list[tuple[int, WitnessRecord]]:
+    return stored_as([*records[:1], *records[2:]])
 
 
-async def test_the_audit_finds_a_reordered_pair(h: Harness) -> None:
-    records = chain(5)
-    await store(h, records)
+def _a_reordered_pair(records: Sequence[WitnessRecord]) -> list[tuple[int, WitnessRecord]]:
     # The contents of entries 3 and 4 swapped, each left where the other was.
-    swapped = [(1, records[0]), (2, records[1]), (3, records[3]), (4, records[2]), (5, records[4])]
-    await h.tamper(A, swapped)
-    verdict = await audit(h.log, A)
-    assert (verdict.ok, verdict.first_broken, verdict.reason) == (False, 3, "seq")
+    return [(1, records[0]), (2, records[1]), (3, records[3]), (4, records[2]), (5, records[4])]
+
+
+@pytest.mark.parametrize(
+    ("tampered", "page", "found"),
+    [
+        (_a_changed_field, 2, (5, 3, "hash")),  # read across pages
+        (_a_removed_record, AUDIT_PAGE, (4, 2, "seq")),
+        (_a_reordered_pair, AUDIT_PAGE, (5, 3, "seq")),
+    ],
+    ids=["a_changed_field", "a_removed_record", "a_reordered_pair"],
+)
+async def test_the_audit_finds(
+    h: Harness,
+    tampered: Callable[[Sequence[WitnessRecord]], list[tuple[int, WitnessRecord]]],
+    page: int,
+    found: tuple[int, int, str],
+) -> None:
+    """Five records stored, then rewritten: the verdict counts what the log holds and
+    names the first record broken, and how."""
+    records = chain(5)
+    await store(h, records)
+    await h.tamper(A, tampered(records))
+    verdict = await audit(h.log, A, page=page)
+    assert (verdict.ok, verdict.count, verdict.first_broken, verdict.reason) == (False, *found)
 
 
 async def test_the_audit_finds_a_forged_hash(h: Harness) -> None:

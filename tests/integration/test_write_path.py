@@ -9,15 +9,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from redis.asyncio import Redis
 
 from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder
-from grimoire.infra.settings import Settings
 from grimoire.streams.model.eidolon import state_key, state_vector
-from grimoire.tables.keyspace import Keyspace
 from grimoire.tables.memory.agent_state import AgentStateStore
-from grimoire.topics.client import GrimoireClient
 from grimoire.topics.schemas import EpisodeV1, ToolEventV1, TranscriptV1
+from tests.support.live import Live
 
 BASE_TS = 1_790_000_000_000
 
@@ -45,14 +42,9 @@ TURN = {
 }
 
 
-async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
-    client: GrimoireClient,
-    settings: Settings,
-    redis_client: Redis,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-) -> None:
-    agent, _ = agent_ids
+async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
     user_line = TranscriptV1(
         agent_id=agent,
         ts=BASE_TS,
@@ -66,17 +58,17 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     await client.publish_transcript(user_line)
     await client.publish_transcript(assistant_line)
 
-    edge_key = Keyspace(settings.broker.topic_prefix).hyperedge(agent, "turn:turn-7")
+    edge_key = live.keys.hyperedge(agent, "turn:turn-7")
 
     async def members() -> dict[bytes, bytes] | None:
-        found = await redis_client.hgetall(edge_key)
+        found = await live.redis.hgetall(edge_key)
         return found if len(found) == 5 else None
 
-    edge = await eventually(members, timeout=15)
-    keys = Keyspace(settings.broker.topic_prefix)
+    edge = await live.eventually(members, timeout=15)
+    keys = live.keys
     layers: dict[str, str] = {}
     for memory_id, role in edge.items():
-        record = await redis_client.hgetall(keys.memory(agent, memory_id.decode()))
+        record = await live.redis.hgetall(keys.memory(agent, memory_id.decode()))
         assert record[b"hyperedge_ids"] == b"turn:turn-7"
         assert record[b"session_id"] == b"sess-1"
         layers[record[b"layer"].decode()] = role.decode()
@@ -92,12 +84,10 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
 
     # The agent's latest state vector is kept for its recalls: the stored field
     # state's parts, embedded by the same model, composed.
-    state = await AgentStateStore(redis_client, settings.broker.topic_prefix).field(agent)
-    kept = (
-        await AgentStateStore(redis_client, settings.broker.topic_prefix).state_vectors([agent])
-    )[agent]
+    state = await AgentStateStore(live.redis, live.prefix).field(agent)
+    kept = (await AgentStateStore(live.redis, live.prefix).state_vectors([agent]))[agent]
     assert state.digest_parts() and kept.key == state_key(state.digest_parts())
-    embedder = SentenceTransformerEmbedder.from_settings(settings.with_values(embed_lanes=1))
+    embedder = SentenceTransformerEmbedder.from_settings(live.settings.with_values(embed_lanes=1))
     try:
         parts = state.digest_parts()
         vectors = await embedder.embed(list(parts))
@@ -108,15 +98,9 @@ async def test_a_transcript_turn_becomes_layered_memories_in_one_hyperedge(
     np.testing.assert_array_equal(np.frombuffer(kept.vector, dtype=np.float32), expected)
 
 
-async def test_redelivery_after_a_crash_changes_nothing(
-    client: GrimoireClient,
-    settings: Settings,
-    redis_client: Redis,
-    agent_ids: tuple[str, str],
-    eventually: Any,
-    read_topic: Any,
-) -> None:
-    agent, _ = agent_ids
+async def test_redelivery_after_a_crash_changes_nothing(live: Live) -> None:
+    client = live.client
+    agent, _ = live.agents
     marker = uuid.uuid4().hex[:8]
     batch: list[Any] = [
         EpisodeV1(
@@ -147,14 +131,14 @@ async def test_redelivery_after_a_crash_changes_nothing(
             else:
                 await client.publish_tool_event(event)
 
-    state = AgentStateStore(redis_client, settings.broker.topic_prefix)
-    graph = Keyspace(settings.broker.topic_prefix)
+    state = AgentStateStore(live.redis, live.prefix)
+    graph = live.keys
 
     async def snapshot() -> dict[str, Any]:
         stats = await state.stats(agent)
-        decided = await redis_client.hgetall(state.decided_key(agent))
+        decided = await live.redis.hgetall(state.decided_key(agent))
         nexus = {
-            key: await redis_client.zcard(graph.nexus(agent, key))
+            key: await live.redis.zcard(graph.nexus(agent, key))
             for key in (
                 "tag:ops/heartbeat",
                 "err:reverted",
@@ -171,7 +155,7 @@ async def test_redelivery_after_a_crash_changes_nothing(
         snap = await snapshot()
         return snap if snap["stats"].get("candidates") == len(batch) else None
 
-    first = await eventually(all_decided, timeout=15)
+    first = await live.eventually(all_decided, timeout=15)
     assert first["nexus"]["err:reverted"] == 1
     assert first["nexus"]["url:rpc.example.com/v1"] == 1  # no query string (no secrets)
 
@@ -187,7 +171,7 @@ async def test_redelivery_after_a_crash_changes_nothing(
         snap = await snapshot()
         return snap if snap["stats"].get("candidates") == len(batch) + 1 else None
 
-    second = await eventually(sentinel_decided, timeout=15)
+    second = await live.eventually(sentinel_decided, timeout=15)
     await asyncio.sleep(0.5)
     second = await snapshot()
     assert second["nexus"] == first["nexus"]
@@ -203,16 +187,16 @@ async def test_redelivery_after_a_crash_changes_nothing(
             if event["agent_id"] == agent and event.get("type") != "GrimoireWitness"
         ]
 
-    await read_topic(
-        settings.bootstrap_servers,
+    await live.read_topic(
+        live.settings.bootstrap_servers,
         client.topics.memory_events,
         until=lambda records: len(of_agent(records)) >= len(batch) + 1,
         timeout=10,
     )
     await asyncio.sleep(0.5)  # anything that would wrongly follow (a duplicate) lands right behind
     events = of_agent(
-        await read_topic(
-            settings.bootstrap_servers,
+        await live.read_topic(
+            live.settings.bootstrap_servers,
             client.topics.memory_events,
             until=lambda _: False,
             timeout=1,

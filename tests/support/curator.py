@@ -6,6 +6,8 @@ distils), curated entries over them, and a cycle that writes new entries.
 - ``curated_entry``: an insight or a playbook heuristic that works in a situation.
 - ``new_entries_cycle``: one curator cycle writing given entries as new, playbook and all.
 - ``no_reschedule``: a decay rescheduler that does nothing.
+- ``first_insight_body``: what the curator task reports of a first cycle that proposes
+  the one insight three successful swaps support.
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ from grimoire.tables.maintenance.curator_store import CuratorCycle
 
 from .builders import memory_candidate, memory_record
 from .vectors import text_unit
+
+__all__ = [
+    "SWAP_KEYS",
+    "T0",
+    "curated_entry",
+    "first_insight_body",
+    "new_entries_cycle",
+    "no_reschedule",
+    "swap_episode",
+]
 
 T0 = 1_790_000_000_000
 SWAP_KEYS = ("entity:eth", "entity:usdc", "tag:strategy/eth-dca")
@@ -108,3 +120,18 @@ def new_entries_cycle(
 
 async def no_reschedule(agent_id: str, memory_ids: Sequence[str], now_ms: int) -> None:
     return None
+
+
+def first_insight_body(now: int) -> dict[str, int]:
+    """The curator task's report of an agent's first cycle at `now` over three
+    successful swap attempts: the one insight they support proposed, nothing else."""
+    return {
+        "cycle": 1,
+        "ts": now,
+        "pruned": 0,
+        "promoted": 0,
+        "proposed": 1,
+        "demoted": 0,
+        "episodes_seen": 3,
+        "entries_seen": 1,
+    }

@@ -4,7 +4,8 @@ in process, for the MCP tests (tests/unit/infra/mcp/).
 ``FakeApi`` records every call and answers from a route table, so the MCP server is
 tested with no network and no services; ``connected`` builds the server over it and
 opens the SDK's own client on it, ``listed_tools`` lists its tools, and ``call`` /
-``refused`` make one tool call and return its decoded answer / its error message.
+``refused`` make one tool call and return its decoded answer / its error message,
+``refused_before_calling`` a refusal the server gave without calling the API.
 ``answering`` is a fake that also answers one GET route with a given body."""
 
 from __future__ import annotations
@@ -20,6 +21,24 @@ from mcp import Client
 from mcp_types import CallToolResult, TextContent, Tool
 
 from grimoire.infra.mcp import McpOptions, build_server
+
+__all__ = [
+    "KEY",
+    "MEMORY_ANSWER",
+    "NOW_MS",
+    "PLAYBOOK",
+    "RECALL_ANSWER",
+    "Call",
+    "FakeApi",
+    "answering",
+    "call",
+    "connected",
+    "error",
+    "listed_tools",
+    "refused",
+    "refused_before_calling",
+    "text_of",
+]
 
 KEY = "gmk_k1.s3cret"
 
@@ -157,6 +176,14 @@ async def refused(api: FakeApi, tool: str, arguments: dict[str, Any], **options:
         result = await client.call_tool(tool, arguments)
     assert result.is_error
     return text_of(result)
+
+
+async def refused_before_calling(tool: str, arguments: dict[str, Any], **options: Any) -> str:
+    """The message of a tool call the server refused on its own: the API never called."""
+    api = FakeApi()
+    message = await refused(api, tool, arguments, **options)
+    assert api.calls == []
+    return message
 
 
 async def listed_tools(api: FakeApi, **options: Any) -> dict[str, Tool]:

@@ -48,13 +48,12 @@ from grimoire.topics.schemas import (
 )
 from tests.support.composed import compose_in_process
 from tests.support.composed import fold as fold_journal
+from tests.support.history import BASE_TS, episode_at, line_at, tool_call_at
 
 __all__ = ["AGENTS", "RecordedJournal", "fold", "record"]
 
 FORMAT = "grimoire.recorded-journal/1"
 AGENTS = ("ops-alpha", "ops-beta", "ops-gamma")
-BASE_TS = 1_790_000_000_000
-BLOCK_MS = 12_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,45 +109,35 @@ def _inputs(topics: TopicNames) -> list[tuple[EntryKind, str, bytes]]:
 
     for n, agent in enumerate(AGENTS):
         for i in range(14):
+            text = (
+                f"replica {i % 4} of shard {n} lagged {3 + i % 5} s behind the primary"
+                if i % 3
+                else f"disk on node {i % 4} reached {80 + i} percent after the compaction"
+            )
             add(
-                EpisodeV1(
-                    agent_id=agent,
-                    ts=BASE_TS + i * BLOCK_MS,
-                    tick=i,
-                    event_id=f"ep-{i}",
-                    text=f"replica {i % 4} of shard {n} lagged {3 + i % 5} s behind the primary"
-                    if i % 3
-                    else f"disk on node {i % 4} reached {80 + i} percent after the compaction",
+                episode_at(
+                    agent,
+                    i,
+                    text,
                     tags=[f"shard/{n}", f"node/{i % 4}"],
                     affect={"pleasure": (i % 5 - 2) / 4, "arousal": 0.3},
                 )
             )
         for i in range(5):
             add(
-                ToolEventV1(
-                    agent_id=agent,
-                    ts=BASE_TS + 6_000 + i * BLOCK_MS,
-                    tool="failover",
-                    event_id=f"tool-{i}",
-                    error=f"timeout promoting replica {i}" if i % 2 else None,
-                    result=None if i % 2 else f"promoted replica {i}",
+                tool_call_at(
+                    agent,
+                    i,
+                    "failover",
+                    error=f"timeout promoting replica {i}",
+                    result=f"promoted replica {i}",
                     paths=[f"/etc/cluster/shard-{n}.yaml"],
                 )
             )
         for i in range(4):
-            add(
-                TranscriptV1(
-                    agent_id=agent,
-                    ts=BASE_TS + 3_000 + i * BLOCK_MS,
-                    session_id="s-1",
-                    event_id=f"line-{i}",
-                    turn_id=f"t-{i // 2}",
-                    line={
-                        "role": "user" if i % 2 == 0 else "assistant",
-                        "content": f"should we fail over shard {n} now, step {i}",
-                    },
-                )
-            )
+            role = "user" if i % 2 == 0 else "assistant"
+            content = f"should we fail over shard {n} now, step {i}"
+            add(line_at(agent, i, {"role": role, "content": content}, turn_id=f"t-{i // 2}"))
         # The second fact supersedes the first (same subject and predicate).
         for event_id, ts, obj, valid_from in (
             ("fact-1", BASE_TS + 100_000, "node-1", 8),

@@ -166,30 +166,26 @@ async def test_replies_arriving_in_pieces_are_read_whole_and_in_order() -> None:
     assert set(armed) == {5.0}
 
 
-async def test_a_server_that_stops_answering_still_times_out() -> None:
-    async def silence(count: int, writer: asyncio.StreamWriter) -> None:
-        return None
+async def _silence(count: int, writer: asyncio.StreamWriter) -> None:
+    return None
 
-    async with _server(silence) as (port, script):
+
+async def _half_the_replies(count: int, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"+PONG\r\n" * (count // 2))
+
+
+@pytest.mark.parametrize(
+    ("answers", "pings"),
+    [(_silence, 5), (_half_the_replies, 6)],
+    ids=["stops_answering", "stops_halfway_through_a_pipeline"],
+)
+async def test_a_server_that_stops_answering_still_times_out(answers: Answer, pings: int) -> None:
+    async with _server(answers) as (port, script):
         client = await _connected(port, script, HiredisConnection, timeout=0.2)
         try:
             # The outer bound turns a read left without its timer into a failure.
             with pytest.raises(RedisTimeoutError):
                 async with asyncio.timeout(5):
-                    await _pipelined_pings(client, 5)
-        finally:
-            await client.aclose()
-
-
-async def test_a_server_that_stops_halfway_through_a_pipeline_times_out() -> None:
-    async def some(count: int, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"+PONG\r\n" * (count // 2))
-
-    async with _server(some) as (port, script):
-        client = await _connected(port, script, HiredisConnection, timeout=0.2)
-        try:
-            with pytest.raises(RedisTimeoutError):
-                async with asyncio.timeout(5):
-                    await _pipelined_pings(client, 6)
+                    await _pipelined_pings(client, pings)
         finally:
             await client.aclose()

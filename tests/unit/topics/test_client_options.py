@@ -33,6 +33,7 @@ from grimoire.topics.options import (
     RecallState,
 )
 from grimoire.topics.schemas import RecallRequestV1
+from tests.architecture.layering import TOPICS_FORBIDDEN
 
 TS = 1_767_225_600_000
 LIMITS = RecallLimits()
@@ -193,25 +194,14 @@ def test_options_are_frozen() -> None:
 
 
 def test_filters_round_trip() -> None:
+    # What reads the same on both sides; the time bounds are named apart, and the
+    # worker sorts the kinds.
+    same = {"session_id": "s1", "run_id": "r1", "actor_id": "ops", "event_type_prefix": "tool"}
     filters = RecallFilters(
-        since=TS,
-        until=TS + 1_000,
-        session_id="s1",
-        run_id="r1",
-        actor_id="ops",
-        event_type_prefix="tool",
-        kinds=["insight", "episode"],
-        layers=["action"],
+        since=TS, until=TS + 1_000, kinds=["insight", "episode"], layers=["action"], **same
     )
     assert parse(filters=filters).filters == worker.ProvenanceFilters(
-        since_ms=TS,
-        until_ms=TS + 1_000,
-        session_id="s1",
-        run_id="r1",
-        actor_id="ops",
-        event_type_prefix="tool",
-        kinds=("episode", "insight"),
-        layers=("action",),
+        since_ms=TS, until_ms=TS + 1_000, kinds=("episode", "insight"), layers=("action",), **same
     )
     assert parse(filters=RecallFilters()).filters == worker.NO_FILTERS
 
@@ -224,33 +214,20 @@ def test_every_kind_and_layer_is_accepted_by_the_worker() -> None:
 
 
 def test_budgets_round_trip() -> None:
-    budgets = RecallBudgets(
-        canonical_k=11,
-        eidolon_k=12,
-        bm25_k=13,
-        num_walkers=4,
-        max_hops=3,
-        max_keys_per_node=5,
-        max_neighbors_per_key=7,
-        max_total_candidates=99,
-        max_items=6,
-        token_budget=300,
-        full_text_items=1,
-    )
+    # A value of its own per field, so a field read into another's place shows.
+    lanes = {"canonical_k": 11, "eidolon_k": 12, "bm25_k": 13}
+    walk = {
+        "num_walkers": 4,
+        "max_hops": 3,
+        "max_keys_per_node": 5,
+        "max_neighbors_per_key": 7,
+        "max_total_candidates": 99,
+    }
+    rest = {"max_items": 6, "token_budget": 300, "full_text_items": 1}
+    # Flat in the SDK's options, the walk's nested in the worker's budgets.
+    budgets = RecallBudgets(**lanes, **walk, **rest)
     assert parse(budgets=budgets).budgets == worker.RetrievalBudgets(
-        canonical_k=11,
-        eidolon_k=12,
-        bm25_k=13,
-        walk=WalkBudget(
-            num_walkers=4,
-            max_hops=3,
-            max_keys_per_node=5,
-            max_neighbors_per_key=7,
-            max_total_candidates=99,
-        ),
-        max_items=6,
-        token_budget=300,
-        full_text_items=1,
+        **lanes, walk=WalkBudget(**walk), **rest
     )
     assert parse(budgets=RecallBudgets()).budgets == LIMITS.defaults
     assert parse(budgets=RecallBudgets(max_items=4), k=4).k == 4  # agreeing is fine
@@ -359,25 +336,9 @@ async def test_recall_takes_typed_options_only(section: str) -> None:
     assert client.queries == []
 
 
-# Everything the worker needs and an agent must not pay for (the `worker` extra).
-HEAVY = (
-    "faust",
-    "mode",
-    "redis",
-    "redisvl",
-    "hiredis",
-    "numpy",
-    "torch",
-    "onnxruntime",
-    "onnx",
-    "sentence_transformers",
-    "transformers",
-    "huggingface_hub",
-    "pydantic",
-    "pydantic_settings",
-    "yaml",
-    "click",
-)
+# Everything the worker needs and an agent must not pay for (the `worker` extra): what
+# the layering rules keep out of `topics`, and the worker's settings and CLI stack.
+HEAVY = tuple(sorted(TOPICS_FORBIDDEN | {"pydantic", "pydantic_settings", "yaml", "click"}))
 
 
 def test_the_sdk_imports_with_the_worker_stack_missing() -> None:

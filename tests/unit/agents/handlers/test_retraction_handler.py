@@ -18,7 +18,6 @@ import pytest
 
 from grimoire.agents.handlers.retraction import (
     PIN_OP,
-    PLAYBOOK_OP,
     UNPIN_OP,
     RetractionHandler,
 )
@@ -40,7 +39,14 @@ from grimoire.tables.trust.derivations import batch_edges
 from tests.support.curator import curated_entry
 from tests.support.handlers import REPLY_TO, Rig, episode, messages, mid, recall_request
 from tests.support.maintenance import compacted_summary
-from tests.support.retraction import SWAP_SITUATION, Witness, curate_over, swap_record
+from tests.support.retraction import (
+    SWAP_SITUATION,
+    Witness,
+    curate_over,
+    demoted_steps,
+    retracted_steps,
+    swap_record,
+)
 
 A, B = "agent-1", "agent-2"
 T0 = 1_790_000_000_000 - 1_790_000_000_000 % DAY_MS
@@ -414,10 +420,9 @@ async def test_an_insight_is_demoted_then_retracted_with_its_heuristic() -> None
     (demoted,) = [e for e in await world.curator.entries(A) if e.memory_id == insight]
     assert demoted.confidence == pytest.approx(0.4)
     assert demoted.status is EntryStatus.DEMOTED and demoted.source_ids == (episodes[1],)
-    assert world.witness.ops() == [
-        ("retract.memory", (episodes[0],)),
-        ("retract.insight_demoted", (insight,)),
-    ]  # the heuristic keeps its insight: the playbook reads the same
+    assert world.witness.ops() == demoted_steps(
+        episodes[0], insight
+    )  # the heuristic keeps its insight: the playbook reads the same
     assert "heuristic-1" in (await world.curator.get_playbook(A) or "")
 
     report = await world.retraction.retract(A, "ep-2", at_ms=NOW)
@@ -435,12 +440,7 @@ async def test_an_insight_is_demoted_then_retracted_with_its_heuristic() -> None
         "edges_dropped": 3,  # ep-2 -> e2 -> insight -> heuristic
         "playbook_regenerated": True,
     }
-    assert world.witness.ops() == [
-        ("retract.memory", (episodes[1],)),
-        ("retract.memory", (insight,)),
-        ("retract.memory", (heuristic,)),
-        (PLAYBOOK_OP, (heuristic, insight)),
-    ]
+    assert world.witness.ops() == retracted_steps(episodes[1], insight, heuristic)
     playbook = await world.curator.get_playbook(A) or ""
     assert "heuristic-1" not in playbook and "_No heuristics yet._" in playbook
     assert await world.curator.entries(A) == []

@@ -22,6 +22,7 @@ from tests.support.mcp_api import (
     error,
     listed_tools,
     refused,
+    refused_before_calling,
     text_of,
 )
 
@@ -53,10 +54,7 @@ async def test_allow_destructive_lists_forget_and_retract_marked_destructive(mod
 
 
 async def test_a_destructive_tool_is_unknown_without_allow_destructive() -> None:
-    api = FakeApi()
-    message = await refused(api, "forget", {"confirm_agent": "golem-1"})
-    assert "forget" in message
-    assert api.calls == []
+    assert "forget" in await refused_before_calling("forget", {"confirm_agent": "golem-1"})
 
 
 # --- request shapes ------------------------------------------------------------------
@@ -140,9 +138,7 @@ async def test_remember_a_transcript_turn_speaks_as_the_assistant_by_default() -
 async def test_remember_refuses_fields_of_the_other_event_kind(
     arguments: dict[str, Any], message: str
 ) -> None:
-    api = FakeApi()
-    assert message in await refused(api, "remember", {"text": "x", **arguments})
-    assert api.calls == []
+    assert message in await refused_before_calling("remember", {"text": "x", **arguments})
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -214,9 +210,7 @@ async def test_search_uses_the_inspection_route() -> None:
 async def test_recall_refuses_bad_options_before_calling_the_api(
     arguments: dict[str, Any], message: str
 ) -> None:
-    api = FakeApi()
-    assert message in await refused(api, "recall", {"query": "rpc", **arguments})
-    assert api.calls == []
+    assert message in await refused_before_calling("recall", {"query": "rpc", **arguments})
 
 
 async def test_fetch_memory_gets_the_full_text() -> None:
@@ -281,10 +275,8 @@ async def test_without_a_default_agent_each_call_must_name_one() -> None:
 
 @pytest.mark.parametrize("agent", ["..", "fleet/../admin", "a b"])
 async def test_an_agent_id_that_would_change_the_path_is_refused(agent: str) -> None:
-    api = FakeApi()
-    message = await refused(api, "fetch_memory", {"memory_id": "m-1", "agent": agent})
+    message = await refused_before_calling("fetch_memory", {"memory_id": "m-1", "agent": agent})
     assert "agent" in message
-    assert api.calls == []
 
 
 async def test_without_a_key_no_authorization_header_is_sent() -> None:

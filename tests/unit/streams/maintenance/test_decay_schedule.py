@@ -20,7 +20,8 @@ from grimoire.streams.maintenance.decay_pass import (
     next_crossing_ms,
     plan_decay_pass,
 )
-from grimoire.streams.model.decay import DAY_MS, HOUR_MS, DecayPolicy, effective_confidence
+from grimoire.streams.model.decay import DAY_MS, HOUR_MS, DecayPolicy
+from grimoire.streams.recall.ports import RecallRecord
 
 T0 = 1_700_000_000_000
 BANDS = DecayBands()
@@ -253,17 +254,18 @@ def test_property_pass_stores_the_read_time_value() -> None:
     plan = plan_decay_pass(entries, now)
     assert len(plan.updates) == len(entries)
     for e, update in zip(entries, plan.updates, strict=True):
-        # Called the way recall's rerank calls it, not through the schedule module.
-        read = effective_confidence(
-            e.confidence,
-            e.last_accessed_ms,
-            now,
-            kind=e.kind,
-            decay_class=e.decay_class or None,
-            provenance=e.provenance,
-            quality=e.quality,
-            strength=e.strength,
+        # What recall reads for the same stored fields, through the record recall
+        # ranks (streams/recall), not through the schedule module.
+        same = ("memory_id", "kind", "confidence", "quality", "strength", "provenance")
+        stored = RecallRecord(
+            **{name: getattr(e, name) for name in same},
+            layer="observation",
+            text="",
+            ts_ms=e.last_accessed_ms,
+            last_accessed_ms=e.last_accessed_ms,
+            decay_class=e.decay_class or "",
         )
+        read = stored.effective_confidence(now)
         assert update.effective_after == read
         assert update.band == BANDS.band_of(read, 0.05)
         if update.next_due_ms is not None:
