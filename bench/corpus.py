@@ -40,7 +40,7 @@ import orjson
 
 # The worker's own mapping of a candidate to its field update: the loaded store's
 # field state is then the one the worker's ingest would have left.
-from grimoire.agents.handlers.ingest import _field_update
+from grimoire.agents.handlers.ingest import field_update
 from grimoire.agents.ports import Embedder
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
@@ -535,7 +535,7 @@ class CorpusLoader:
         items = self._take(count)
         states: list[FieldState] = []
         for item in items:
-            self._state = advance(self._state, _field_update(item.candidate))
+            self._state = advance(self._state, field_update(item.candidate))
             states.append(self._state)
         for item in items:
             text = item.candidate.text

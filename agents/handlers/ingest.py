@@ -56,6 +56,8 @@ from grimoire.tables.ports.transaction import TransactionPart
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import MemoryEventV1
 
+__all__ = ["IngestHandler", "IngestReport", "field_update"]
+
 logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "internal_error"
@@ -192,7 +194,7 @@ class IngestHandler:
         }
         states: list[FieldState] = []
         for cand in fresh:
-            fields[cand.agent_id] = advance(fields[cand.agent_id], _field_update(cand))
+            fields[cand.agent_id] = advance(fields[cand.agent_id], field_update(cand))
             states.append(fields[cand.agent_id])
 
         items, usage, state_vectors = await self._plan_items(fresh, states)
@@ -468,7 +470,9 @@ def _first_of_each(candidates: Sequence[MemoryCandidate]) -> list[MemoryCandidat
     return list(first.values())
 
 
-def _field_update(cand: MemoryCandidate) -> FieldUpdate:
+def field_update(cand: MemoryCandidate) -> FieldUpdate:
+    """What a candidate tells its agent's field state (`advance`): the write path's
+    rule, which a store loaded outside the worker (the benchmarks') follows too."""
     return FieldUpdate(
         ts_ms=cand.ts_ms,
         keys=cand.keys,
