@@ -120,11 +120,6 @@ class AgentStateStore:
                 found[agent_id] = state
         return found
 
-    async def decided(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
-        """Which of these (agent, candidate id) pairs already have a recorded decision."""
-        present = await present_fields(self._redis, self.decided_key, pairs)
-        return {candidate_id for _, candidate_id in present}
-
     def record_decisions(self, pipe: Any, agent_id: str, actions: Mapping[str, str]) -> None:
         """The batch's decisions of one agent (candidate id -> action), one command."""
         if actions:
@@ -143,29 +138,6 @@ class AgentStateStore:
     async def stats(self, agent_id: str) -> dict[str, float]:
         raw = await self._redis.hgetall(self.stats_key(agent_id))
         return {_s(k): float(_s(v)) for k, v in raw.items()}
-
-
-async def present_fields(
-    redis: Redis, key_of: Callable[[str], str], pairs: Sequence[tuple[str, str]]
-) -> set[tuple[str, str]]:
-    """Which (agent, field) pairs are set in the agent's hash `key_of(agent)`: one
-    HMGET per agent, in one round trip (a command per pair costs the event loop
-    ~10 µs each, and the write path asks this of every candidate)."""
-    if not pairs:
-        return set()
-    by_agent: dict[str, list[str]] = {}
-    for agent_id, name in pairs:
-        by_agent.setdefault(agent_id, []).append(name)
-    async with redis.pipeline(transaction=False) as pipe:
-        for agent_id, names in by_agent.items():
-            pipe.hmget(key_of(agent_id), names)
-        replies = await pipe.execute()
-    return {
-        (agent_id, name)
-        for (agent_id, names), values in zip(by_agent.items(), replies, strict=True)
-        for name, value in zip(names, values, strict=True)
-        if value is not None
-    }
 
 
 def _s(value: Any) -> str:

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from grimoire.streams.learn.outcomes import Outcome
 from grimoire.tables.codec.held_outcome import held_for, outcomes_from_json, outcomes_to_json
-from grimoire.tables.memory.agent_state import present_fields
 from grimoire.tables.memory.core import RedisMemoryConcern
 from grimoire.tables.transaction import agent_transaction
 
@@ -41,10 +40,6 @@ class RedisHeldOutcomes(RedisMemoryConcern):
                 if all(o.outcome_id != part.outcome_id for o in waiting):
                     pipe.hset(key, memory_id, outcomes_to_json([*waiting, part]))
             await pipe.execute()
-
-    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Those (agent, memory id) pairs an outcome is held for."""
-        return await present_fields(self.core.redis, self.core.keys.pending_outcomes, pairs)
 
     async def held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
         """The held outcomes of `memory_ids`, in the order they were held (kept until

@@ -28,9 +28,6 @@ class InMemoryHeldOutcomes(InMemoryMemoryConcern):
             if all(o.outcome_id != part.outcome_id for o in waiting):
                 waiting.append(part)
 
-    async def holding(self, pairs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        return {(a, m) for a, m in pairs if self.core.held.get(a, {}).get(m)}
-
     async def held_outcomes(self, agent_id: str, memory_ids: Sequence[str]) -> list[Outcome]:
         held = self.core.held.get(agent_id, {})
         return [o for memory_id in memory_ids for o in held.get(memory_id, [])]

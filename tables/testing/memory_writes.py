@@ -29,14 +29,11 @@ class InMemoryMemoryWrites(InMemoryHeldOutcomes):
     """Each agent's decisions, records, folds and reinforcements, with the outcomes
     held for memories not written yet (`InMemoryHeldOutcomes`)."""
 
-    async def decided_ids(self, pairs: Sequence[tuple[str, str]]) -> set[str]:
-        return {cid for agent, cid in pairs if cid in self.core.decided.get(agent, {})}
-
     async def ingest_view(self, pairs: Sequence[tuple[str, str]]) -> IngestView:
-        decided = {(agent, cid) for agent, cid in pairs if cid in self.core.decided.get(agent, {})}
+        held, decided = self.core.held, self.core.decided
         return IngestView(
-            frozenset(await self.holding(pairs)),
-            frozenset(decided),
+            frozenset((a, c) for a, c in pairs if held.get(a, {}).get(c)),
+            frozenset((a, c) for a, c in pairs if c in decided.get(a, {})),
             await self.load_fields(list(dict.fromkeys(agent for agent, _ in pairs))),
         )
 

@@ -697,7 +697,7 @@ async def test_reinforcement_counts_and_keeps_the_latest_time(h: Harness) -> Non
 # --- decisions, field state, watermark, stats --------------------------------------------
 
 
-async def test_decided_ids(h: Harness) -> None:
+async def test_recorded_decisions_are_seen_per_agent(h: Harness) -> None:
     await commit(
         h,
         WriteBatch(
@@ -705,14 +705,15 @@ async def test_decided_ids(h: Harness) -> None:
         ),
         WriteBatch(decisions=(Decision(B, "c3", "merge"),)),
     )
-    assert await h.store.decided_ids([(A, "c1"), (A, "c3"), (B, "c1"), (A, "c4")]) == {"c1"}
-    assert await h.store.decided_ids([(B, "c3"), (A, "c2")]) == {"c2", "c3"}
-    assert await h.store.decided_ids([]) == set()
+    found = await h.store.ingest_view([(A, "c1"), (A, "c3"), (B, "c1"), (A, "c4")])
+    assert found.decided == {(A, "c1")}
+    assert (await h.store.ingest_view([(B, "c3"), (A, "c2")])).decided == {(B, "c3"), (A, "c2")}
+    assert (await h.store.ingest_view([])).decided == frozenset()
     assert await h.decisions(A) == {"c1": "admit", "c2": "reject"}
     assert await h.decisions(B) == {"c3": "merge"}
 
 
-async def test_the_ingest_view_reads_what_holding_decided_ids_and_load_fields_read(
+async def test_the_ingest_view_reads_held_outcomes_decisions_and_field_states(
     h: Harness,
 ) -> None:
     await commit(
@@ -723,9 +724,8 @@ async def test_the_ingest_view_reads_what_holding_decided_ids_and_load_fields_re
     await h.store.hold_outcome(Outcome("o1", B, T0 + 50, OutcomeKind.POSITIVE, ("c4",)), ["c4"])
     pairs = [(A, "c1"), (A, "c2"), (B, "c3"), (B, "c4"), (C, "c1"), (A, "c1")]
     view = await h.store.ingest_view(pairs)
-    assert view.held == {(B, "c4")} == await h.store.holding(pairs)
+    assert view.held == {(B, "c4")}
     assert view.decided == {(A, "c1"), (B, "c3")}
-    assert {cid for _, cid in view.decided} == await h.store.decided_ids(pairs)
     assert view.fields == {A: NEWER, B: FieldState(B), C: FieldState(C)}
     assert view.fields == await h.store.load_fields([A, B, C])
     assert await h.store.ingest_view([]) == IngestView()
