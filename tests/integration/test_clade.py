@@ -193,9 +193,15 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
             assert answer.items[0].id == copy_id(sibling, origin, entry)
             await d.until_op(sibling, "usage")
             await _run(d, sibling, "r1", T0 + 8 * MINUTE, success=True)
-            await d.until_op(origin, "clade_credit")
+            # the run used more than one of the origin's copies (the warning too): each
+            # credit is its own clade entry, so wait for the entry's, not the first one
+            async def entry_credited() -> bool:
+                return "clade_validated" in await d.copy_fields(origin, entry)
+
+            await eventually(entry_credited, timeout=60)
             credited = await d.copy_fields(origin, entry)
             assert credited["clade_validated"] == "1"
+            assert "clade_credit" in await d.ops(origin)
 
             assert not await redis.exists(d.keys.memory(other, copy_id(other, sibling, kept)))
             # forgetting the origin withdraws everything it published (warn-2, evidence)
