@@ -127,7 +127,9 @@ class SentenceTransformerEmbedder:
         )
         self.query_calls = 0
         self.model_calls = 0
-        self.model_seconds = 0.0  # wall time with the model busy: the worker's main cost
+        # Seconds with the model busy (the int8 model: its lanes' time over the lanes):
+        # the worker's main cost.
+        self.model_seconds = 0.0
         self._max_batch = max(1, max_batch)
         self._queue: deque[tuple[list[str], asyncio.Future[tuple[Vectors, float]]]] = deque()
         self._drainer: asyncio.Task[None] | None = None
@@ -209,16 +211,45 @@ class SentenceTransformerEmbedder:
 
         Calls that arrive while the model is busy (several ingest agents, recall
         queries) wait in a queue and go to the model together, up to
-        `max_batch` texts a call: fewer, fuller batches for the same work.
+        `max_batch` texts a call: fewer, fuller batches for the same work. The int8
+        model, which runs each text alone, skips that queue (`_encode_pieces`).
         """
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32), 0.0
+        if self._onnx is not None and self._onnx.per_row:
+            return await self._encode_pieces(list(texts))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[Vectors, float]] = loop.create_future()
         self._queue.append((list(texts), future))
         if self._drainer is None or self._drainer.done():
             self._drainer = loop.create_task(self._drain())
         return await future
+
+    async def _encode_pieces(self, texts: list[str]) -> tuple[Vectors, float]:
+        """A model that runs each text alone (int8) gains nothing from joining calls
+        into one batch, so every piece goes to the lanes' queue at once. The lanes
+        then take the next piece themselves, from whichever call it is: a call
+        queued behind another starts the moment a lane is free, not when the event
+        loop (busy folding) next gets round to handing the model its next batch.
+        The seconds are the lanes' time on this call's pieces, over the lanes."""
+        loop = asyncio.get_running_loop()
+        encode = self._encoder(whole=False)
+        slices = row_pieces(len(texts))
+        self.model_calls += 1
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(self._executor, _timed, encode, [texts[i] for i in rows])
+                for rows in slices
+            )
+        )
+        vectors = np.empty((len(texts), self.dims), dtype=np.float32)
+        seconds = 0.0
+        for rows, (part, took) in zip(slices, parts, strict=True):
+            vectors[rows] = part
+            seconds += took
+        seconds /= self.lanes
+        self.model_seconds += seconds
+        return vectors, seconds
 
     async def _drain(self) -> None:
         while self._queue:
@@ -250,6 +281,12 @@ class SentenceTransformerEmbedder:
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._query_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed(encode: Callable[[list[str]], Vectors], texts: list[str]) -> tuple[Vectors, float]:
+    started = time.perf_counter()
+    vectors = encode(texts)
+    return vectors, time.perf_counter() - started
 
 
 def _start_lane(name: str, nice: int) -> None:

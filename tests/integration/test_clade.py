@@ -193,6 +193,7 @@ async def test_publish_share_withdraw_credit_and_replay_across_a_clade(
             assert answer.items[0].id == copy_id(sibling, origin, entry)
             await d.until_op(sibling, "usage")
             await _run(d, sibling, "r1", T0 + 8 * MINUTE, success=True)
+
             # the run used more than one of the origin's copies (the warning too): each
             # credit is its own clade entry, so wait for the entry's, not the first one
             async def entry_credited() -> bool:

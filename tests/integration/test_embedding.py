@@ -73,8 +73,10 @@ def _texts(prefix: str, count: int) -> list[str]:
 
 
 async def test_concurrent_calls_share_one_model_call_up_to_the_batch_cap(
-    model: SentenceTransformerEmbedder,
+    onnx_model: SentenceTransformerEmbedder,
 ) -> None:
+    """A batching model (float ONNX, torch): calls that meet in the queue run as one."""
+    model = onnx_model
     groups = [_texts("alpha", 20), _texts("beta", 20), _texts("gamma", 20)]
     alone = [await model.embed(group) for group in groups]
 
@@ -87,6 +89,24 @@ async def test_concurrent_calls_share_one_model_call_up_to_the_batch_cap(
     calls_before = model.model_calls
     await asyncio.gather(*(model.embed(group) for group in (*groups, _texts("delta", 20))))
     assert model.model_calls - calls_before == 2  # 80 texts: the cap splits them
+
+
+async def test_int8_calls_go_to_the_lanes_at_once_with_the_same_vectors(
+    model: SentenceTransformerEmbedder,
+) -> None:
+    """The int8 model runs each text alone, so nothing is gained by joining calls:
+    each call's pieces are queued for the lanes as it arrives, and a later call's
+    first piece is taken as soon as a lane frees up, not after the earlier call."""
+    groups = [_texts("alpha", 9), _texts("beta", 9), _texts("gamma", 9)]
+    alone = [await model.embed(group) for group in groups]
+    calls_before = model.model_calls
+    together = await asyncio.gather(*(model.embed(group) for group in groups))
+    assert model.model_calls - calls_before == len(groups)
+    for mine, reference in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(mine, reference)
+    vectors, seconds = await model.embed_timed(groups[0])
+    np.testing.assert_array_equal(vectors, alone[0])
+    assert seconds > 0
 
 
 async def test_vectors_are_normalised_and_the_cache_skips_the_model(
