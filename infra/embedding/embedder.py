@@ -172,12 +172,10 @@ class SentenceTransformerEmbedder:
         return partial(self._onnx.encode, whole=whole)
 
     async def _encode(self, texts: list[str]) -> Vectors:
-        """One batch across the lanes; rows come back in the order of `texts`."""
+        """One batch of a batching model (float ONNX, torch) across the lanes; rows
+        come back in the order of `texts` (int8: `_encode_pieces`)."""
         loop = asyncio.get_running_loop()
-        if self._onnx is not None and self._onnx.per_row and self.lanes > 1:
-            slices = row_pieces(len(texts))
-        else:
-            slices = lane_slices([len(text) for text in texts], self.lanes)
+        slices = lane_slices([len(text) for text in texts], self.lanes)
         encode = self._encoder(whole=len(slices) == 1)
         parts = await asyncio.gather(
             *(
