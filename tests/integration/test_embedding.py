@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grimoire.infra.embedding import onnx_encoder
+from grimoire.infra.embedding import embedder as embedder_module
+from grimoire.infra.embedding import export_manifest, onnx_encoder
 from grimoire.infra.embedding.embedder import (
     MAX_AUTO_LANES,
     PER_ROW_PIECE,
     CachingEmbedder,
     SentenceTransformerEmbedder,
+    default_model_path,
     lane_slices,
     resolve_lanes,
     row_pieces,
@@ -272,9 +274,10 @@ def test_the_export_is_cached_by_weights_and_reused(
     model: SentenceTransformerEmbedder, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     written = sorted(cache_dir.iterdir())
-    # the export and its int8 copy, no temp files left behind
-    assert [path.suffix for path in written] == [".onnx", ".onnx"]
-    quantized, export = sorted(written, key=lambda path: len(path.name), reverse=True)
+    # the export, its int8 copy and their manifest, no temp files left behind
+    assert sorted(path.suffix for path in written) == [".json", ".onnx", ".onnx"]
+    exports = [path for path in written if path.suffix == ".onnx"]
+    quantized, export = sorted(exports, key=lambda path: len(path.name), reverse=True)
     assert quantized.name == f"{export.stem}-{onnx_encoder.QUANTIZED_FORMAT}.onnx"
     assert model._onnx is not None and model._onnx.path == quantized
     mtimes = [path.stat().st_mtime_ns for path in written]
@@ -292,6 +295,88 @@ def test_the_export_is_cached_by_weights_and_reused(
             again.close()
     assert sorted(cache_dir.iterdir()) == written
     assert [path.stat().st_mtime_ns for path in written] == mtimes
+
+
+def test_a_start_with_the_manifest_loads_no_model_and_embeds_the_same(
+    model: SentenceTransformerEmbedder,
+    onnx_model: SentenceTransformerEmbedder,
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The module's first embedder loaded the model into an empty cache and left a
+    manifest; the next ones find the export through it, without the model, and give
+    the vectors the loaded model's tokenizer and export give, byte for byte."""
+    manifest = export_manifest.manifest_path(default_model_path(), cache_dir)
+    assert manifest.exists()
+    held = export_manifest.ExportManifest.from_json(manifest.read_bytes())
+    assert model._onnx is not None and held.model_key == model._onnx.model_key
+    assert held.dims == model.dims == 384
+
+    def no_model(path: Path) -> None:
+        raise AssertionError("the model was loaded despite the manifest")
+
+    monkeypatch.setattr(embedder_module, "_load_sentence_transformer", no_model)
+    texts = [*VARIED, *_texts("manifest", 5)]
+    for loaded in (model, onnx_model):
+        assert loaded._onnx is not None
+        again = SentenceTransformerEmbedder(lanes=1, backend=loaded.backend, cache_dir=cache_dir)
+        try:
+            assert again._onnx is not None and again._onnx.path == loaded._onnx.path
+            assert again.vector_space == loaded.vector_space and again.dims == loaded.dims
+            assert again._onnx.tokenizer_spec == loaded._onnx.tokenizer_spec
+            mine = again._onnx.encode(texts, whole=True)
+            assert mine.tobytes() == loaded._onnx.encode(texts, whole=True).tobytes()
+        finally:
+            again.close()
+
+
+def test_a_worker_start_with_the_manifest_imports_no_torch(
+    model: SentenceTransformerEmbedder, cache_dir: Path
+) -> None:
+    """The point of the manifest: torch, transformers and sentence-transformers
+    are most of a worker's start, and an ONNX worker needs none of them."""
+    script = (
+        "import sys; from pathlib import Path; "
+        "from grimoire.infra.embedding.embedder import SentenceTransformerEmbedder; "
+        "e = SentenceTransformerEmbedder(lanes=1, cache_dir=Path(sys.argv[1])); "
+        "print(sorted({'torch', 'transformers', 'sentence_transformers'} & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(cache_dir)],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.decode().strip() == "[]", done.stderr.decode()[-2000:]
+
+
+def test_a_changed_model_file_or_a_bad_manifest_loads_the_model_again(
+    model: SentenceTransformerEmbedder,
+    cache_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A manifest is named by the model's bytes: a copy of the model with one file
+    changed has none, and is loaded (its manifest written then); an unreadable
+    manifest is ignored, with a warning, and the model loaded and the manifest
+    written again."""
+    copy = tmp_path / "model"
+    shutil.copytree(default_model_path(), copy)
+    original = export_manifest.manifest_path(default_model_path(), cache_dir)
+    (copy / "README.md").write_text("a different card, the same weights\n")
+    changed = export_manifest.manifest_path(copy, cache_dir)
+    assert changed != original and not changed.exists()
+    again = SentenceTransformerEmbedder(copy, lanes=1, cache_dir=cache_dir)
+    again.close()
+    assert changed.exists() and again.vector_space == model.vector_space
+    changed.write_bytes(b'{"model_key": "../elsewhere", "dims": 384, "tokenizer": "{}"}')
+    with caplog.at_level(logging.WARNING, logger=export_manifest.__name__):
+        third = SentenceTransformerEmbedder(copy, lanes=1, cache_dir=cache_dir)
+    third.close()
+    assert any("unreadable export manifest" in r.getMessage() for r in caplog.records)
+    assert third.vector_space == model.vector_space
+    rewritten = export_manifest.ExportManifest.from_json(changed.read_bytes())
+    assert model._onnx is not None and rewritten.model_key == model._onnx.model_key
 
 
 def test_workers_quantizing_at_once_each_get_the_same_file(
