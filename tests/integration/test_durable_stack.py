@@ -28,8 +28,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from redis.asyncio import Redis
 
 from grimoire.infra.local.services import LocalServices, ServicePorts
+from grimoire.tables.trust.digest import agent_digest
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +65,7 @@ QUERIES = (
     "cache memory pressure",
 )
 T0 = 1_767_000_000_000
+PREFIX = "grimoire"  # the default topic and key prefix `up` runs with
 UP_TIMEOUT_S = 180.0
 READY_TIMEOUT_S = 240.0
 QUIET_S = 5.0
@@ -201,18 +204,15 @@ async def _try_search(http: httpx.AsyncClient, key: dict[str, str], agent: str, 
     return answer.text if answer.status_code == 200 else ""
 
 
-def _digests(state: Path) -> dict[str, bytes]:
-    args = [arg for agent in AGENTS for arg in ("--agent", agent)]
-    done = subprocess.run(
-        [sys.executable, "-m", "grimoire.infra.cli", "digest", *args],
-        env=_env(state),
-        cwd=ROOT,
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    lines = [orjson.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    return {row["agent"]: orjson.dumps(row, option=orjson.OPT_SORT_KEYS) for row in lines}
+async def _digests(state: Path) -> dict[str, bytes]:
+    """Each agent's `grimoire digest` line, worked out in this process (the CLI's own
+    path has its test; a subprocess per poll cost seconds each round)."""
+    redis = Redis.from_url(_env(state)["GRIMOIRE_REDIS_URL"])
+    try:
+        rows = [(await agent_digest(redis, PREFIX, agent)).asdict() for agent in AGENTS]
+    finally:
+        await redis.aclose()
+    return {str(row["agent"]): orjson.dumps(row, option=orjson.OPT_SORT_KEYS) for row in rows}
 
 
 async def _settled(http: httpx.AsyncClient, key: dict[str, str], state: Path, last: int) -> None:
@@ -228,10 +228,10 @@ async def _settled(http: httpx.AsyncClient, key: dict[str, str], state: Path, la
         assert time.monotonic() < deadline, f"events not recallable within {READY_TIMEOUT_S}s"
         await asyncio.sleep(1.0)
     # Quiet for a while: what is compared is a state at rest.
-    previous, since = _digests(state), time.monotonic()
+    previous, since = await _digests(state), time.monotonic()
     while time.monotonic() - since < QUIET_S:
         await asyncio.sleep(2.5)
-        now = _digests(state)
+        now = await _digests(state)
         if now != previous:
             previous, since = now, time.monotonic()
         assert time.monotonic() < deadline, "digests kept moving"
@@ -244,7 +244,7 @@ async def _observe(http: httpx.AsyncClient, key: dict[str, str], state: Path) ->
         await _search(http, key, AGENTS[n % len(AGENTS)], QUERIES[n % len(QUERIES)])
         for n in range(20)
     ]
-    return Observed(sorted(listed.json()["agents"]), _digests(state), recalls)
+    return Observed(sorted(listed.json()["agents"]), await _digests(state), recalls)
 
 
 def _kill_everything(up: UpProcess, state: Path) -> list[int]:
