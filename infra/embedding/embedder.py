@@ -74,15 +74,18 @@ def _onnx_encoder(
     export's manifest when one matches the model's files (no torch, no model load:
     infra/embedding/export_manifest.py), else from the loaded model, which exports
     on first use and leaves the manifest for the next start."""
-    manifest = manifest_path(path, cache_dir)
-    found = cached_encoder(manifest, lanes=lanes, int8=int8)
-    if found is not None:
-        return found
+    # Only a folder's files can be hashed: a name the hub cache resolves is loaded.
+    manifest = manifest_path(path, cache_dir) if path.is_dir() else None
+    if manifest is not None:
+        found = cached_encoder(manifest, lanes=lanes, int8=int8)
+        if found is not None:
+            return found
     model = _load_sentence_transformer(path)
     # Torch's copy of the weights is dropped: the sessions hold their own.
     encoder = OnnxEncoder.from_sentence_transformer(model, cache_dir, lanes=lanes, int8=int8)
     dims = _dimension(model)
-    remember_export(manifest, encoder, dims)
+    if manifest is not None:
+        remember_export(manifest, encoder, dims)
     return encoder, dims
 
 

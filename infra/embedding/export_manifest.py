@@ -89,6 +89,9 @@ def _version(distribution: str) -> str:
 def source_key(model_path: Path) -> str:
     """A hash of every file under `model_path` (names and bytes), the export and
     manifest formats, and the versions of the libraries that read them."""
+    if not model_path.is_dir():
+        # Nothing to hash: every such name would share one manifest.
+        raise ValueError(f"{model_path} is not a model folder")
     digest = hashlib.sha256(f"{MANIFEST_FORMAT}|{EXPORT_FORMAT}|{OPSET}|".encode())
     for distribution in _READERS:
         digest.update(f"{distribution}={_version(distribution)}|".encode())

@@ -58,6 +58,16 @@ def test_the_key_follows_every_files_bytes_and_name(tmp_path: Path) -> None:
     assert source_key(model) not in (key, changed)
 
 
+def test_only_a_folder_has_a_key(tmp_path: Path) -> None:
+    """A hub name (resolved from the hub's cache by the loader) has no files here to
+    hash: keyed on nothing, every such name would share one manifest."""
+    with pytest.raises(ValueError, match="not a model folder"):
+        source_key(Path("sentence-transformers/all-MiniLM-L6-v2"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="not a model folder"):
+        source_key(tmp_path / "file")
+
+
 def test_no_manifest_no_export_or_a_bad_tokenizer_means_loading_the_model(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
