@@ -25,10 +25,9 @@ import orjson
 from grimoire.infra.embedding.onnx_encoder import (
     EXPORT_FORMAT,
     OPSET,
-    QUANTIZED_FORMAT,
     OnnxEncoder,
     ThreadTokenizer,
-    quantize,
+    quantized_path,
     write_once,
 )
 
@@ -53,7 +52,7 @@ _READERS = ("sentence-transformers", "transformers", "tokenizers", "torch", "onn
 class ExportManifest:
     """model_key: the export's file stem (`onnx_encoder.model_key` of the weights);
     dims: the sentence vector's length; tokenizer: the configured tokenizer's JSON
-    (`ThreadTokenizer.spec`)."""
+    (`OnnxEncoder.tokenizer_spec`)."""
 
     model_key: str
     dims: int
@@ -126,20 +125,15 @@ def cached_encoder(
     if manifest is None:
         return None
     export = manifest_file.with_name(f"{manifest.model_key}.onnx")
-    quantized = export.with_name(f"{export.stem}-{QUANTIZED_FORMAT}.onnx")
-    if not (export.exists() or (int8 and quantized.exists())):
+    # `quantize` only reads the float export when its int8 copy is missing.
+    if not (export.exists() or (int8 and quantized_path(export).exists())):
         return None
     try:
         tokenizer = ThreadTokenizer(manifest.tokenizer)
     except Exception as error:  # tokenizers raises a bare Exception
         logger.warning("ignoring export manifest %s: its tokenizer: %s", manifest_file, error)
         return None
-    if int8:
-        # `quantize` only reads the float export when its int8 copy is missing.
-        path = quantize(export)
-        encoder = OnnxEncoder(path, tokenizer, lanes=lanes, per_row=True, model_key=export.stem)
-    else:
-        encoder = OnnxEncoder(export, tokenizer, lanes=lanes, model_key=export.stem)
+    encoder = OnnxEncoder.from_export(export, tokenizer, lanes=lanes, int8=int8)
     logger.info("export %s found through its manifest %s", export.name, manifest_file.name)
     return encoder, manifest.dims
 

@@ -88,10 +88,20 @@ class OnnxEncoder:
         check_supported(model)
         max_length = model.max_seq_length or model.tokenizer.model_max_length
         tokenizer = ThreadTokenizer.like(model.tokenizer, int(max_length))
-        path = export(model, tokenizer, cache_dir)
+        return cls.from_export(
+            export(model, tokenizer, cache_dir), tokenizer, lanes=lanes, int8=int8
+        )
+
+    @classmethod
+    def from_export(
+        cls, exported: Path, tokenizer: ThreadTokenizer, *, lanes: int, int8: bool
+    ) -> OnnxEncoder:
+        """The encoder of an export (its int8 copy, made if missing, with `int8`),
+        named by the export's stem whichever file runs."""
         if int8:
-            return cls(quantize(path), tokenizer, lanes=lanes, per_row=True, model_key=path.stem)
-        return cls(path, tokenizer, lanes=lanes, model_key=path.stem)
+            path = quantize(exported)
+            return cls(path, tokenizer, lanes=lanes, per_row=True, model_key=exported.stem)
+        return cls(exported, tokenizer, lanes=lanes, model_key=exported.stem)
 
     @property
     def tokenizer_spec(self) -> str:
@@ -131,7 +141,6 @@ class ThreadTokenizer(threading.local):
         from tokenizers import Tokenizer
 
         # threading.local runs this again on each thread's first access.
-        self.spec = spec
         self._tokenizer = Tokenizer.from_str(spec)
 
     @classmethod
@@ -206,7 +215,7 @@ def quantize(exported: Path) -> Path:
     another machine, would write two vector spaces into one prefix. Unsigned
     by unsigned has no saturating path: the vectors agree across CPUs to
     ~1e-8, as the float model's do."""
-    path = exported.with_name(f"{exported.stem}-{QUANTIZED_FORMAT}.onnx")
+    path = quantized_path(exported)
 
     def write(temp: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -232,6 +241,11 @@ def quantize(exported: Path) -> Path:
                 )
 
     return write_once(path, write)
+
+
+def quantized_path(exported: Path) -> Path:
+    """Where `quantize` keeps the int8 copy of an export."""
+    return exported.with_name(f"{exported.stem}-{QUANTIZED_FORMAT}.onnx")
 
 
 _PREPROCESS_ADVICE = "consider to run pre-processing before quantization"
