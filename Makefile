@@ -60,8 +60,11 @@ smoke: setup browser ## start the stack as `make run` does, exercise every route
 demo: setup ## start local tansu + Redis, a worker, simulated agents; print recall answers; stop
 	$(PY) -m grimoire.infra.cli demo
 
+# Test processes (pytest-xdist), a file to each at a time; each starts its own broker and
+# Redis (tests/integration/conftest.py). TEST_PROCESSES=0 runs them in this process.
+TEST_PROCESSES ?= 2
 test: setup qemu-user browser stunnel lint typecheck ## lint, type-check, then the whole suite against real local services
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 test-unit: setup ## only the pure tests (no services)
 	$(PY) -m pytest tests/unit

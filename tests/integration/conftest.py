@@ -29,8 +29,21 @@ from tests.support.stacks import WHEEL_CACHE, stack_settings
 from tests.support.workers import client_for, start_ready_worker
 
 ROOT = Path(__file__).resolve().parents[2]
-STATE_DIR = ROOT / ".grimoire" / "test"
 WORKER_READY_TIMEOUT_S = 120.0
+# Under pytest-xdist (`make test` runs two), each test process starts its own broker
+# and Redis: their ports step by this much per process, clear of a 3-master cluster's.
+PORT_STEP_PER_PROCESS = 10
+
+
+def test_process_index() -> int:
+    """0 for a plain run or xdist's first worker (`gw0`), n for `gwn`."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name.removeprefix("gw")) if name.startswith("gw") else 0
+
+
+def state_dir() -> Path:
+    index = test_process_index()
+    return ROOT / ".grimoire" / ("test" if index == 0 else f"test-{index}")
 
 
 def redis_cluster_masters() -> int:
@@ -44,12 +57,13 @@ def redis_cluster_masters() -> int:
 
 @pytest.fixture(scope="session")
 def local_services() -> Iterator[LocalServices]:
+    step = PORT_STEP_PER_PROCESS * test_process_index()
     ports = ServicePorts(
-        kafka=int(os.environ.get("GRIMOIRE_TEST_KAFKA_PORT", "19392")),
-        redis=int(os.environ.get("GRIMOIRE_TEST_REDIS_PORT", "16679")),
+        kafka=int(os.environ.get("GRIMOIRE_TEST_KAFKA_PORT", "19392")) + step,
+        redis=int(os.environ.get("GRIMOIRE_TEST_REDIS_PORT", "16679")) + step,
     )
     services = LocalServices(
-        STATE_DIR, ports, wheel_cache=WHEEL_CACHE, redis_cluster_masters=redis_cluster_masters()
+        state_dir(), ports, wheel_cache=WHEEL_CACHE, redis_cluster_masters=redis_cluster_masters()
     )
     started = services.up()
     yield services
