@@ -1,7 +1,7 @@
 """The unit tests mirror the source tree: a test of ``streams/recall/`` sits in
 ``tests/unit/streams/recall/``, a benchmark test in ``tests/unit/bench/``.
 
-So no test module sits directly in ``tests/unit/`` (the CLI tests for now, listed below),
+So no test module sits directly in ``tests/unit/``,
 every folder there is a layer, every folder under a layer names a package of that layer
 in the source tree, and no folder there has an ``__init__.py`` (one would make pytest
 name its modules from that folder, ``bench.test_...``, and shadow the real top-level
