@@ -70,7 +70,7 @@ test-unit: setup ## only the pure tests (no services)
 	$(PY) -m pytest tests/unit
 
 test-integration: setup qemu-user browser stunnel ## only the tests against the real broker and Redis
-	$(PY) -m pytest tests/integration
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile tests/integration
 
 # The session's Redis is a real Redis Cluster of 3 masters on consecutive ports from
 # GRIMOIRE_TEST_REDIS_PORT (tests/integration/conftest.py starts it and forms it).
