@@ -35,14 +35,14 @@ WORKER_READY_TIMEOUT_S = 120.0
 PORT_STEP_PER_PROCESS = 10
 
 
-def test_process_index() -> int:
+def xdist_process_index() -> int:
     """0 for a plain run or xdist's first worker (`gw0`), n for `gwn`."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "")
     return int(name.removeprefix("gw")) if name.startswith("gw") else 0
 
 
 def state_dir() -> Path:
-    index = test_process_index()
+    index = xdist_process_index()
     return ROOT / ".grimoire" / ("test" if index == 0 else f"test-{index}")
 
 
@@ -57,7 +57,7 @@ def redis_cluster_masters() -> int:
 
 @pytest.fixture(scope="session")
 def local_services() -> Iterator[LocalServices]:
-    step = PORT_STEP_PER_PROCESS * test_process_index()
+    step = PORT_STEP_PER_PROCESS * xdist_process_index()
     ports = ServicePorts(
         kafka=int(os.environ.get("GRIMOIRE_TEST_KAFKA_PORT", "19392")) + step,
         redis=int(os.environ.get("GRIMOIRE_TEST_REDIS_PORT", "16679")) + step,

@@ -32,11 +32,11 @@ from redis.asyncio import Redis
 
 from grimoire.infra.local.services import LocalServices, ServicePorts
 from grimoire.tables.trust.digest import agent_digest
+from tests.support.stacks import WHEEL_CACHE
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".grimoire" / "wheels"
 # Ports of this test's own stack (the object store takes KAFKA + 1000 .. + 1004 and
 # each + 10000).
 KAFKA, REDIS, HTTP, MCP = 19492, 16579, 18480, 18765

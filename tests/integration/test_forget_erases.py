@@ -37,12 +37,12 @@ from grimoire.topics.declarations import TopicNames
 from grimoire.topics.offsets import true_end_offsets
 from grimoire.topics.schemas import CommandV1, EpisodeV1, ToolEventV1
 from tests.support.journal import journal_name_of
+from tests.support.stacks import WHEEL_CACHE
 from tests.support.workers import client_for, start_ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".grimoire" / "wheels"
 KAFKA, REDIS = 19442, 16529  # the object store: 20442..20446 and each + 10000
 SECRETS = ("xylophone-quasar-7731", "/srv/marmalade/teapot-42.cfg", "zanzibar cobalt lighthouse")
 T0 = 1_790_000_000_000

