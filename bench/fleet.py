@@ -61,9 +61,12 @@ Metrics, all from one trial:
   start to a block after the drain) in which at least one pass was running (each
   log entry's stream id is when it was recorded; the pass began `elapsed_ms`
   before): overlapping passes count once.
-* `redis_bytes_per_memory`: Redis `used_memory` after the drain - before the load,
-  over the memories in the index (FT.INFO num_docs): everything the trial stored
-  (journal keys, witness chains, outboxes, logs, the index) per memory.
+* `redis_bytes_per_memory`: `redis_stored_bytes` (a block after the drain, the
+  trial's own keys by MEMORY USAGE plus its index's FT.INFO sizes) over the
+  memories in the index (FT.INFO num_docs): everything the trial stored (journal
+  keys, witness chains, outboxes, logs, the index) per memory. The server's
+  `used_memory` would also count allocator slack and, on a shared Redis, other
+  deployments' keys and garbage.
 * `cpu`: per process (each worker, tansu, redis, the bench itself), CPU seconds
   (/proc/<pid>/stat utime + stime) / wall seconds over the load and drain: 1.0 is
   one core. `cpu_threads`: each worker's split of the same (`cpu_sample`): its
@@ -110,6 +113,7 @@ from bench.fleet_plan import (
     agent_id,
     agent_tick,
     bytes_per_memory,
+    index_bytes,
     lag_summary,
     machine_busy,
     maintenance_share,
@@ -444,6 +448,31 @@ async def _maintenance_ms(
     }
 
 
+async def _stored_bytes(redis: Redis, prefix: str) -> int:
+    """What the trial's deployment holds in Redis: every key under its prefix
+    (MEMORY USAGE, pipelined) and its memory index. Taken from the deployment's
+    own keys, not from `used_memory` before and after, because the Redis may be
+    shared: another deployment dropped meanwhile, or RediSearch collecting an
+    earlier index's garbage, shrinks the whole server under a small trial."""
+    keyspace = Keyspace(prefix)
+    total = 0
+    cursor = 0
+    while True:
+        cursor, keys = await redis.scan(cursor, match=keyspace.deployment_pattern, count=1000)
+        if keys:
+            async with redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.memory_usage(key, samples=0)
+                total += sum(int(size or 0) for size in await pipe.execute())
+        if cursor == 0:
+            break
+    try:
+        info = await redis.ft(keyspace.index_name).info()
+    except Exception:  # no index yet: nothing stored
+        return total
+    return total + index_bytes(info)
+
+
 async def _memories(redis: Redis, prefix: str) -> int:
     try:
         info = await redis.ft(Keyspace(prefix).index_name).info()
@@ -512,7 +541,6 @@ async def run_trial(
                     _AgentStream(topics, shape, i, options.seed) for i in range(shape.agents)
                 ]
                 ready_s = time.monotonic() - began
-                used_before = int((await redis.info("memory"))["used_memory"])
                 pids = {name: w.pid for (name, _), w in zip(layout, workers, strict=True)}
                 pids.update(service_pids or {})
                 pids["bench"] = os.getpid()
@@ -567,7 +595,7 @@ async def run_trial(
                 # Maintenance passes of the last blocks land after the drain: a block's
                 # wall time for them, then the store's size.
                 await asyncio.sleep(min(shape.wall_block_s, 12.0))
-                used_after = int((await redis.info("memory"))["used_memory"])
+                stored_bytes = await _stored_bytes(redis, prefix)
                 memories = await _memories(redis, prefix)
                 maintenance = await _maintenance_ms(
                     redis, prefix, [*agents, PROBE_AGENT], (epoch0, time.time())
@@ -639,11 +667,9 @@ async def run_trial(
             "events_seen": dict(sorted(watch.maintenance_events.items())),
         },
         "redis_bytes_per_memory": (
-            None
-            if (per := bytes_per_memory(used_before, used_after, memories)) is None
-            else round(per, 1)
+            None if (per := bytes_per_memory(stored_bytes, memories)) is None else round(per, 1)
         ),
-        "redis_used_bytes": {"before": used_before, "after": used_after},
+        "redis_stored_bytes": stored_bytes,
         "memories": memories,
         "counts": {
             "events_published": tally.events,

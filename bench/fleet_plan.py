@@ -32,6 +32,7 @@ __all__ = [
     "bytes_per_memory",
     "cpu_cores",
     "ends_run",
+    "index_bytes",
     "lag_summary",
     "machine_busy",
     "maintenance_share",
@@ -204,11 +205,22 @@ def union_s(intervals: Sequence[tuple[float, float]], start: float, end: float) 
     return covered
 
 
-def bytes_per_memory(used_before: int, used_after: int, memories: int) -> float | None:
-    """Redis memory the run added per memory stored (None when none was)."""
+def bytes_per_memory(stored_bytes: int, memories: int) -> float | None:
+    """Redis memory the run's deployment holds per memory stored (None when none
+    was)."""
     if memories <= 0:
         return None
-    return (used_after - used_before) / memories
+    return stored_bytes / memories
+
+
+def index_bytes(info: Mapping[str, Any]) -> int:
+    """Bytes of one RediSearch index from its FT.INFO: `total_index_memory_sz_mb`
+    counts the inverted index, document and key tables and offsets but not the
+    vector index, which has a field of its own."""
+    megabytes = float(info.get("total_index_memory_sz_mb", 0)) + float(
+        info.get("vector_index_sz_mb", 0)
+    )
+    return round(megabytes * 1024 * 1024)
 
 
 def proc_cpu_ticks(stat: str) -> int:

@@ -80,7 +80,12 @@ async def test_a_tiny_fleet_runs_end_to_end_and_its_counts_add_up(
     assert report["recallable_ms"]["count"] == 3
 
     assert report["memories"] > 0
-    assert report["redis_bytes_per_memory"] > 0
+    # Counted on the trial's own keys and index: each memory's 384-float vector is
+    # held twice (its hash, the vector index), whatever else shares the Redis.
+    assert report["redis_bytes_per_memory"] > 2 * 4 * 384
+    assert report["redis_stored_bytes"] == pytest.approx(
+        report["memories"] * report["redis_bytes_per_memory"], rel=1e-4
+    )
     assert report["maintenance"]["passes_by_task"].get("decay", 0) > 0
     assert report["maintenance_share"] >= 0
     assert 0 < report["maintenance"]["busy_share"] <= 1

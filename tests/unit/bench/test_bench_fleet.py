@@ -17,6 +17,7 @@ from bench.fleet_plan import (
     bytes_per_memory,
     cpu_cores,
     ends_run,
+    index_bytes,
     lag_summary,
     machine_busy,
     maintenance_share,
@@ -119,8 +120,15 @@ def test_maintenance_share_and_bytes_per_memory() -> None:
     assert maintenance_share(600.0, 5, 3.0) == pytest.approx(0.04)
     with pytest.raises(ValueError):
         maintenance_share(1.0, 0, 3.0)
-    assert bytes_per_memory(1_000, 11_000, 5) == 2_000.0
-    assert bytes_per_memory(1_000, 11_000, 0) is None
+    assert bytes_per_memory(10_000, 5) == 2_000.0
+    assert bytes_per_memory(10_000, 0) is None
+
+
+def test_index_bytes_adds_the_vector_index_the_total_leaves_out() -> None:
+    # FT.INFO's total counts the inverted index and tables, not the vectors.
+    info = {"total_index_memory_sz_mb": "0.5", "vector_index_sz_mb": 1.5, "num_docs": "9"}
+    assert index_bytes(info) == 2 * 1024 * 1024
+    assert index_bytes({}) == 0
 
 
 def test_cpu_from_proc_stat_lines() -> None:
