@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from grimoire.infra.purge_plan import Purged
+from grimoire.infra.purge_plan import Purged, Vacuum
 from grimoire.topics.client import RecallAnswer
 from grimoire.topics.declarations import TopicNames
 from grimoire.topics.schemas import CommandV1
@@ -66,9 +66,9 @@ class StagingStore(Protocol):
         """Delete, per partition, the records written before `cutoff` (Unix seconds)."""
         ...
 
-    async def settle(self) -> bool:
-        """Make what was deleted leave the disk where the store needs asking; True if
-        it did something."""
+    async def settle(self) -> Vacuum:
+        """Make what was deleted leave the disk where the store needs asking, and
+        say how far that went."""
         ...
 
     async def close(self) -> None: ...

@@ -32,7 +32,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from grimoire.infra.ports import BrokerView, StagingStore
 from grimoire.infra.purge_kafka import KafkaRecordsStore
-from grimoire.infra.purge_plan import Purged, forget_bound_s
+from grimoire.infra.purge_plan import Purged, Vacuum, forget_bound_s
 from grimoire.infra.purge_s3 import TansuObjectStore
 from grimoire.infra.settings import Settings
 from grimoire.tables.keyspace import Keyspace
@@ -109,13 +109,23 @@ class PurgeReport:
     expired: Purged = _NOTHING
     topics: int = 0
     failures: int = 0
-    vacuumed: bool = False
+    vacuum: Vacuum = Vacuum.NONE
     seconds: float = 0.0
     per_topic: Mapping[str, Purged] = field(default_factory=dict)
 
     @property
     def total(self) -> Purged:
         return self.consumed + self.expired
+
+    @property
+    def vacuumed(self) -> bool:
+        return self.vacuum is not Vacuum.NONE
+
+    @property
+    def bytes_pending(self) -> bool:
+        """Whether deleted records' bytes may still be on the store's disk until the
+        next pass (its vacuum came before the volume servers had every deletion)."""
+        return self.vacuum is Vacuum.EARLY
 
 
 class StagingPurge:
@@ -183,13 +193,13 @@ class StagingPurge:
             expired += got
             if got:
                 per_topic[topic] = got
-        vacuumed = await self._store.settle()
+        vacuum = await self._store.settle()
         report = PurgeReport(
             consumed=consumed,
             expired=expired,
             topics=len(consumed_topics) + len(expiring_topics),
             failures=failures,
-            vacuumed=vacuumed,
+            vacuum=vacuum,
             seconds=time.perf_counter() - started,
             per_topic=per_topic,
         )
@@ -326,6 +336,7 @@ PURGE_COUNTERS: Final = (
     "staging_purged_records",
     "staging_purged_bytes",
     "staging_purge_failures",
+    "staging_vacuums_early",
 )
 
 
@@ -338,7 +349,14 @@ class RedisPurgeTally:
 
     async def __call__(self, report: PurgeReport) -> None:
         total = report.total
-        counts = (1, total.batches, total.records, total.bytes, report.failures)
+        counts = (
+            1,
+            total.batches,
+            total.records,
+            total.bytes,
+            report.failures,
+            int(report.bytes_pending),
+        )
         async with self._redis.pipeline(transaction=False) as pipe:
             for name, value in zip(PURGE_COUNTERS, counts, strict=True):
                 if value:
@@ -393,7 +411,13 @@ def register_staging_purge(app: faust.App, settings: Settings) -> StagingPurge |
 
 def _log(report: PurgeReport) -> None:
     total = report.total
-    if not total and not report.failures:
+    if report.bytes_pending:
+        logger.warning(
+            "staging purge: the volume servers had not counted every deletion when the "
+            "store was vacuumed; those records' bytes stay on its disk until the next "
+            "pass vacuums again"
+        )
+    if not total and not report.failures and not report.vacuumed:
         logger.debug("staging purge: nothing to delete (%.2fs)", report.seconds)
         return
     logger.info(

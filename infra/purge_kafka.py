@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from grimoire.infra.purge_plan import Purged
+from grimoire.infra.purge_plan import Purged, Vacuum
 from grimoire.topics.security import KafkaSecurity
 
 __all__ = ["KafkaRecordsStore"]
@@ -82,9 +82,9 @@ class KafkaRecordsStore:
             targets[tp] = int(mark.offset) if mark is not None else int(ends.get(tp, 0))
         return await self._delete_before(targets)
 
-    async def settle(self) -> bool:
+    async def settle(self) -> Vacuum:
         # Kafka deletes segments itself (see the module's docstring).
-        return False
+        return Vacuum.NONE
 
     async def close(self) -> None:
         clients, self._clients = self._clients, None

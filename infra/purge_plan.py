@@ -10,6 +10,7 @@ simply moved, which is what a consumer reading from the earliest offset expects.
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ __all__ = [
     "BATCH_HEADER_BYTES",
     "Purged",
     "StoredBatch",
+    "Vacuum",
     "consumed_prefix",
     "expired_prefix",
     "forget_bound_s",
@@ -62,6 +64,21 @@ class Purged:
 
     def __bool__(self) -> bool:
         return self.batches > 0 or self.records > 0
+
+
+class Vacuum(enum.Enum):
+    """What a pass did to make its deletions leave the disk (`StagingStore.settle`)."""
+
+    #: Nothing to ask: no deletions since the last vacuum, no master to ask, or a
+    #: store that removes deleted bytes itself (Kafka, at its retention check).
+    NONE = "none"
+    #: Compacted after every deletion since the last vacuum had reached the volume
+    #: servers: their bytes left the disk in this pass.
+    DONE = "done"
+    #: Compacted before the volume servers counted every deletion (they did not
+    #: within the wait, or could not be read): those bytes may stay on the disk
+    #: until the next pass, which vacuums again.
+    EARLY = "early"
 
 
 def consumed_prefix(

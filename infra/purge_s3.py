@@ -41,6 +41,7 @@ from grimoire.infra.purge_plan import (
     BATCH_HEADER_BYTES,
     Purged,
     StoredBatch,
+    Vacuum,
     consumed_prefix,
     expired_prefix,
     header_end_offset,
@@ -123,12 +124,11 @@ class TansuObjectStore:
             purged += await self._delete_prefix(batches, doomed, last_end)
         return purged
 
-    async def settle(self) -> bool:
+    async def settle(self) -> Vacuum:
         """Vacuum once the deletions since the last vacuum have reached the volume
-        servers (or again, when the last one may have come before they did); True if
-        it vacuumed."""
+        servers (or again, when the last one may have come before they did)."""
         if self._vacuum is None or not (self._deleted or self._vacuum_again):
-            return False
+            return Vacuum.NONE
         reached = True
         if self._deleted:
             target = None if self._baseline is None else self._baseline + self._deleted
@@ -139,7 +139,7 @@ class TansuObjectStore:
         self._vacuum_again = bool(self._deleted) and not reached
         self._deleted = 0
         self._baseline = None
-        return True
+        return Vacuum.DONE if reached else Vacuum.EARLY
 
     async def close(self) -> None:
         if self._owns_client:

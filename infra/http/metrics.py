@@ -76,6 +76,11 @@ _DEPLOYMENT_COUNTERS: Final = {
         "grimoire_staging_purge_failures",
         "Topics a staging purge pass failed on.",
     ),
+    "staging_vacuums_early": (
+        "grimoire_staging_vacuums_early",
+        "Purge passes that vacuumed before every deletion reached the volume servers "
+        "(those bytes leave the disk at the next pass).",
+    ),
     "ingest_batches": ("grimoire_ingest_batches", "Ingest batches the apply loops folded."),
     "ingest_candidates": (
         "grimoire_ingest_candidates",

@@ -35,6 +35,7 @@ from grimoire.infra.purge_kafka import KafkaRecordsStore
 from grimoire.infra.purge_plan import (
     Purged,
     StoredBatch,
+    Vacuum,
     consumed_prefix,
     expired_prefix,
     forget_bound_s,
@@ -155,9 +156,9 @@ class _FakeStore:
         self.expired.append((topic, cutoff))
         return Purged(1, 2, 20)
 
-    async def settle(self) -> bool:
+    async def settle(self) -> Vacuum:
         self.settled += 1
-        return True
+        return Vacuum.DONE
 
     async def close(self) -> None:
         self.closed = True
@@ -215,7 +216,8 @@ async def test_a_pass_purges_by_rule_and_tallies() -> None:
     assert {cutoff for _, cutoff in store.expired} == {NOW - 600}
     assert report.consumed == Purged(1, 12, 10)
     assert report.expired == Purged(3, 6, 60)
-    assert report.vacuumed and store.settled == 1
+    assert report.vacuum is Vacuum.DONE and store.settled == 1
+    assert report.vacuumed and not report.bytes_pending
     assert tallied == [report]
     assert purge.bound_s == 660
     await purge.close()
@@ -344,12 +346,61 @@ async def test_s3_store_deletes_consumed_batches_per_partition() -> None:
             [_key(topic, 0, 0), _key(topic, 0, 3), _key(topic, 1, 0), _key(topic, 1, 2)]
         )
         assert purged == Purged(batches=4, records=6 + 4, bytes=103 * 2 + 102 * 2)
-        assert await store.settle() is True
+        assert await store.settle() is Vacuum.DONE
         assert bucket.vacuums == 1
         # Nothing new deleted, and the last vacuum came after the deletions: no vacuum.
-        assert await store.settle() is False
+        assert await store.settle() is Vacuum.NONE
         await store.close()
     assert _key(topic, 0, 6) in bucket.objects
+
+
+async def test_s3_store_says_when_it_vacuumed_before_the_volumes_had_the_deletions() -> None:
+    topic = "gm.dead-letters"
+    bucket = _Bucket(_objects(topic, [(0, 0, 1, 1000), (0, 1, 1, 1)]))
+    handler = bucket.handler
+
+    def filer_behind(request: httpx.Request) -> httpx.Response:
+        answer = handler(request)
+        if request.method == "POST":
+            bucket.delete_count = 0  # the filer has not handed the deletion over yet
+        return answer
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(filer_behind)) as client:
+        store = TansuObjectStore(
+            S3, "tansu", client=client, vacuum_url=MASTER, settle_timeout_s=0.3
+        )
+        assert (await store.delete_expired(topic, NOW - 600)).batches == 1
+        # Vacuumed anyway (the wait is bounded), and said so.
+        assert await store.settle() is Vacuum.EARLY
+        assert bucket.vacuums == 1
+        # The next pass vacuums again though it deleted nothing; the deletion has
+        # reached the volumes by then.
+        bucket.delete_count = 1
+        assert await store.settle() is Vacuum.DONE
+        assert bucket.vacuums == 2
+        assert await store.settle() is Vacuum.NONE
+        await store.close()
+
+
+async def test_a_pass_that_vacuumed_early_says_its_bytes_are_pending() -> None:
+    class _EarlyStore(_FakeStore):
+        async def settle(self) -> Vacuum:
+            self.settled += 1
+            return Vacuum.EARLY
+
+    names = TopicNames("gm")
+    purge = StagingPurge(
+        _EarlyStore(),
+        _FakeBroker({names.dead_letters}, {}),
+        prefix="gm",
+        group="grimoire",
+        retention_s=600,
+        interval_s=60,
+        clock=lambda: NOW,
+    )
+    report = await purge.run_once()
+    assert report.vacuumed and report.bytes_pending
+    await purge.close()
 
 
 async def test_s3_store_expires_old_batches_and_pages_through_listings() -> None:
@@ -451,7 +502,7 @@ async def test_kafka_store_deletes_below_committed_and_below_the_cutoff() -> Non
         TopicPartition("gm.dead-letters", 1): 40,
     }
     assert purged.records == 20 + 40
-    assert await store.settle() is False
+    assert await store.settle() is Vacuum.NONE
 
 
 async def test_broker_view_names_partitions_and_keeps_committed_ones() -> None:
@@ -538,6 +589,9 @@ async def test_tally_adds_a_pass_to_the_metrics_hash() -> None:
         ("gm:metrics", "staging_purged_records", 7),
         ("gm:metrics", "staging_purged_bytes", 100),
     ]
+    pipe.calls.clear()
+    await tally(PurgeReport(expired=Purged(1, 1, 0), vacuum=Vacuum.EARLY))
+    assert ("gm:metrics", "staging_vacuums_early", 1) in pipe.calls
 
 
 async def test_the_worker_has_a_purge_timer_when_the_purge_is_on() -> None:
