@@ -448,12 +448,13 @@ async def _maintenance_ms(
     }
 
 
-async def _stored_bytes(redis: Redis, prefix: str) -> int:
-    """What the trial's deployment holds in Redis: every key under its prefix
-    (MEMORY USAGE, pipelined) and its memory index. Taken from the deployment's
-    own keys, not from `used_memory` before and after, because the Redis may be
-    shared: another deployment dropped meanwhile, or RediSearch collecting an
-    earlier index's garbage, shrinks the whole server under a small trial."""
+async def _stored(redis: Redis, prefix: str) -> tuple[int, int]:
+    """What the trial's deployment holds in Redis, in bytes (every key under its
+    prefix by MEMORY USAGE, pipelined, and its memory index), and the memories in
+    that index (FT.INFO num_docs). Bytes are taken from the deployment's own keys,
+    not from `used_memory` before and after, because the Redis may be shared:
+    another deployment dropped meanwhile, or RediSearch collecting an earlier
+    index's garbage, shrinks the whole server under a small trial."""
     keyspace = Keyspace(prefix)
     total = 0
     cursor = 0
@@ -469,16 +470,8 @@ async def _stored_bytes(redis: Redis, prefix: str) -> int:
     try:
         info = await redis.ft(keyspace.index_name).info()
     except Exception:  # no index yet: nothing stored
-        return total
-    return total + index_bytes(info)
-
-
-async def _memories(redis: Redis, prefix: str) -> int:
-    try:
-        info = await redis.ft(Keyspace(prefix).index_name).info()
-    except Exception:  # no index yet: nothing stored
-        return 0
-    return int(float(info.get("num_docs", 0)))
+        return total, 0
+    return total + index_bytes(info), int(float(info.get("num_docs", 0)))
 
 
 async def run_trial(
@@ -595,8 +588,7 @@ async def run_trial(
                 # Maintenance passes of the last blocks land after the drain: a block's
                 # wall time for them, then the store's size.
                 await asyncio.sleep(min(shape.wall_block_s, 12.0))
-                stored_bytes = await _stored_bytes(redis, prefix)
-                memories = await _memories(redis, prefix)
+                stored_bytes, memories = await _stored(redis, prefix)
                 maintenance = await _maintenance_ms(
                     redis, prefix, [*agents, PROBE_AGENT], (epoch0, time.time())
                 )
