@@ -10,7 +10,10 @@ comes from a cache:
   Redis round trip, the usage write and encoding the reply;
 * Kafka round trip: `GrimoireClient.recall` against a real worker process.
 
-The bare model embedding one query is timed on its own (`query_embed_ms`).
+The bare model embedding one query is timed on its own (`query_embed_ms`), and the
+in-process recalls' CPU is split (`in_process_cpu_ms`): this process's (the handler's
+Python and its query embedding) and the Redis server's, with the Redis commands a
+recall runs (a script counts once, and so does each command it runs inside).
 """
 
 from __future__ import annotations
@@ -198,6 +201,41 @@ async def measure_kafka(
     return Measured(tuple(latencies), tuple(answers))
 
 
+@dataclass(frozen=True, slots=True)
+class CpuMark:
+    """Where CPU stood at one moment: this process's, and the Redis server's with the
+    commands it had run (from `INFO cpu` and `INFO commandstats`)."""
+
+    process_s: float
+    redis_s: float
+    redis_commands: int
+
+    @classmethod
+    def of(
+        cls, process_s: float, cpu: Mapping[str, Any], commandstats: Mapping[str, Any]
+    ) -> CpuMark:
+        return cls(
+            process_s=process_s,
+            redis_s=float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
+            redis_commands=sum(int(stat["calls"]) for stat in commandstats.values()),
+        )
+
+    @classmethod
+    async def now(cls, redis: Redis) -> CpuMark:
+        process_s = time.process_time()
+        return cls.of(process_s, await redis.info("cpu"), await redis.info("commandstats"))
+
+    def per_recall(self, later: CpuMark, recalls: int) -> dict[str, float]:
+        """Each side's CPU (ms) and the Redis commands, per recall from here to `later`.
+        The Redis side counts the two INFO calls that took the marks: a few
+        microseconds against milliseconds a recall."""
+        return {
+            "process": round((later.process_s - self.process_s) * 1000 / recalls, 2),
+            "redis": round((later.redis_s - self.redis_s) * 1000 / recalls, 2),
+            "redis_commands": round((later.redis_commands - self.redis_commands) / recalls, 1),
+        }
+
+
 async def measure_embedding(
     embedder: SentenceTransformerEmbedder, warmup: Sequence[str], timed: Sequence[str]
 ) -> Latency:
@@ -285,6 +323,7 @@ async def _run(
         "in_process_items": {},
         "kafka_items": {},
         "in_process_stages_ms": {},
+        "in_process_cpu_ms": {},
     }
     try:
         handlers = await runtime.handlers()
@@ -303,9 +342,12 @@ async def _run(
             report["load_s"][label] = round(loaded.seconds, 1)
             report["load"][label] = _load_summary(loaded, stored)
 
-            local = await measure_in_process(
-                handlers.recall, sink, topic, pool.take(WARMUP), pool.take(queries)
-            )
+            warmup, timed = pool.take(WARMUP), pool.take(queries)
+            await measure_in_process(handlers.recall, sink, topic, warmup, ())
+            before = await CpuMark.now(redis)
+            local = await measure_in_process(handlers.recall, sink, topic, (), timed)
+            after = await CpuMark.now(redis)
+            report["in_process_cpu_ms"][label] = before.per_recall(after, queries)
             local.check(f"in-process recall at {size}")
             report["in_process"][label] = Latency.of(local.latencies_ms).asdict()
             report["in_process_items"][label] = local.items()

@@ -14,7 +14,7 @@ from bench.corpus import (
     pool_pick,
     recall_queries,
 )
-from bench.recall import Latency
+from bench.recall import CpuMark, Latency
 from grimoire.streams.inbound.events import Accepted, normalize_event
 from grimoire.streams.inbound.validators import InputLimits
 from tests.support.vectors import random_unit
@@ -79,3 +79,24 @@ def test_latency_percentiles() -> None:
     latency = Latency.of([float(value) for value in range(1, 101)])
     assert latency.p50_ms == pytest.approx(50.5)
     assert latency.p99_ms == pytest.approx(99.01)
+
+
+def test_cpu_mark_splits_process_and_redis_cpu_per_recall() -> None:
+    cpu = {"used_cpu_sys": 1.5, "used_cpu_user": 2.0, "used_cpu_sys_children": 9.0}
+    stats = {"cmdstat_hmget": {"calls": 10, "usec": 5}, "cmdstat_evalsha": {"calls": 4}}
+    before = CpuMark.of(10.0, cpu, stats)
+    assert before == CpuMark(process_s=10.0, redis_s=3.5, redis_commands=14)
+    later_cpu = {"used_cpu_sys": 1.7, "used_cpu_user": 2.4, "used_cpu_sys_children": 50.0}
+    later_stats = {
+        "cmdstat_hmget": {"calls": 410},
+        "cmdstat_evalsha": {"calls": 24},
+        "cmdstat_ft.search": {"calls": 6},
+    }
+    later = CpuMark.of(12.5, later_cpu, later_stats)
+    # 100 recalls: 2.5 s of this process, 0.6 s of the server (its forked
+    # children, the index's GC, left out), 426 commands.
+    assert before.per_recall(later, 100) == {
+        "process": 25.0,
+        "redis": 6.0,
+        "redis_commands": 4.3,
+    }
