@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from bench.fleet_plan import cpu_cores, proc_cpu_ticks
 from grimoire.infra.embedding.embedder import LANE_THREAD_NAME, QUERY_THREAD_NAME
@@ -31,6 +31,7 @@ __all__ = [
     "CpuSample",
     "cpu_report",
     "find_service_pids",
+    "redis_cpu_s",
     "sample_cpu",
     "thread_kind",
 ]
@@ -39,6 +40,12 @@ EVENT_LOOP: Final = "event_loop"
 EMBED_LANES: Final = "embed_lanes"
 EMBED_QUERY: Final = "embed_query"
 OTHER_THREADS: Final = "other_threads"
+
+
+def redis_cpu_s(info: Mapping[str, Any]) -> float:
+    """CPU seconds a Redis server's own threads have spent, from its `INFO cpu`
+    (forked children, its saves and RediSearch's fork GC, are counted apart)."""
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def thread_kind(pid: int, tid: int, comm: str) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from bench.cpu_sample import redis_cpu_s
 from bench.services import corpus_on_redis, on_services, own_services
 from grimoire.agents.maintenance.compaction_task import CompactionRunner
 from grimoire.agents.maintenance.decay_task import DecayRunner
@@ -102,8 +103,7 @@ async def _cpu_ms(redis: Any) -> float:
     """CPU spent so far by this process (every thread: the model's too) and by the
     bench's own Redis: unlike wall time, what a pass costs does not depend on what
     else the machine runs (wall time on a shared machine is mostly waiting)."""
-    info = await redis.info("cpu")
-    server = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    server = redis_cpu_s(await redis.info("cpu"))
     return (time.process_time() + server) * 1000
 
 

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from bench.corpus import DERIVED_SIMILARITY, LoadReport, recall_queries
+from bench.cpu_sample import redis_cpu_s
 from bench.services import (
     corpus_on_redis,
     on_services,
@@ -216,7 +217,7 @@ class CpuMark:
     ) -> CpuMark:
         return cls(
             process_s=process_s,
-            redis_s=float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
+            redis_s=redis_cpu_s(cpu),
             redis_commands=sum(int(stat["calls"]) for stat in commandstats.values()),
         )
 
